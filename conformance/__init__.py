@@ -1,0 +1,1 @@
+"""deferdump.conformance: model-generated traces replayed against the reference connector."""

@@ -1,0 +1,1 @@
+"""deferdump.reference: the reference KV connector (protocol core, devices, stores, vLLM adapter)."""

@@ -1,0 +1,1 @@
+"""The TLA+ model of deferred KV dumps, shipped as package data (see README.md here)."""

@@ -1,0 +1,1 @@
+"""deferdump.tools: the TLC bridge, TLA+ values, trace generation and the `deferdump` CLI."""
