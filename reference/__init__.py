@@ -1,1 +1,61 @@
-"""deferdump.reference: the reference KV connector (protocol core, devices, stores, vLLM adapter)."""
+"""deferdump.reference: the reference KV connector (protocol core, devices, stores, vLLM adapter).
+
+The protocol core imports neither vLLM nor CUDA. Stores are imported lazily (attribute access), so the
+package imports even in a checkout where a store module is missing; the vLLM adapter lives in
+`deferdump.reference.vllm` and is never imported from here.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .config import ConnectorConfig, make_store
+from .connectors import CPConnector, DirectConnector, LayerWiseConnector, OuterConnector, RequestPlan, Role
+from .devices import CpuDevice, CudaDevice, Device
+from .errors import ConfigError, DeferDumpError, DeviceError, EventHandleError, LayoutError, RoleError
+from .events import EventRegistry
+from .kv_layout import KVCacheLayout, LayerLayout, describe_kv_caches, find_block_dim
+from .metadata import DeferDumpMetadata, RequestDispatchMeta
+from .metrics import ConnectorMetrics
+from .pending import PendingDumpTask
+from .store_base import (
+    BlockPayload,
+    KVStore,
+    LoadError,
+    ReadyPayload,
+    StoreError,
+    StoreFull,
+    StoreStats,
+    StoreTask,
+    SubmitError,
+    TaskNotFound,
+)
+from .views import CachedRequestView, NewRequestView, RequestView, StepView
+
+_LAZY = {
+    "MemoryStore": "memory_store",
+    "FileStore": "file_store",
+    "FaultyStore": "faults",
+    "FaultConfig": "faults",
+    "ManualStore": "manual_store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module_name}"), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "BlockPayload", "CPConnector", "CachedRequestView", "ConfigError", "ConnectorConfig", "ConnectorMetrics",
+    "CpuDevice", "CudaDevice", "DeferDumpError", "DeferDumpMetadata", "Device", "DeviceError", "DirectConnector",
+    "EventHandleError", "EventRegistry", "FaultConfig", "FaultyStore", "FileStore", "KVCacheLayout", "KVStore",
+    "LayerLayout", "LayerWiseConnector", "LayoutError", "LoadError", "ManualStore", "MemoryStore",
+    "NewRequestView", "OuterConnector", "PendingDumpTask", "ReadyPayload", "RequestDispatchMeta", "RequestPlan",
+    "RequestView", "Role", "RoleError", "StepView", "StoreError", "StoreFull", "StoreStats", "StoreTask",
+    "SubmitError", "TaskNotFound", "describe_kv_caches", "find_block_dim", "make_store",
+]

@@ -1,0 +1,140 @@
+"""Connector configuration, read from vLLM's `kv_connector_extra_config`.
+
+Every key is validated here, once, so a typo fails at startup with a `ValueError` naming the key
+instead of silently running with a default.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import ConfigError
+from .store_base import KVStore
+
+VARIANTS = ("direct", "layerwise", "cp")
+STORES = ("memory", "file")
+FAULT_KEYS = ("submit_fail", "check_fail", "wait_fail", "delay_s", "seed")
+DEFAULT_MEMORY_CAPACITY_BLOCKS = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class ConnectorConfig:
+    """What the connector needs to know beyond vLLM's own config (see `from_extra_config`)."""
+
+    variant: str = "direct"  # "direct" | "layerwise" | "cp"
+    store: str = "memory"  # "memory" | "file"
+    store_path: str | None = None  # directory of the file store
+    capacity_blocks: int | None = None  # None: memory default, file unbounded
+    block_size: int | None = None  # tokens per block; None: the adapter takes vLLM's
+    enable_event_sync: bool = True  # False: synchronize the compute stream instead of passing an event
+    copy_threads: int = 2  # CpuDevice copy pool size
+    verify_dumps: bool = False  # checksum source blocks at submit, compare with the stored bytes
+    faults: Mapping[str, Any] | None = None  # FaultConfig fields: wrap the store in a FaultyStore
+    cp_world_size: int = 1  # context-parallel ranks (variant "cp")
+    is_mla: bool = False  # MLA: every rank holds the same KV, only rank 0 dumps
+    use_layerwise: bool = False  # variant "cp": dispatch to the layer-wise paths
+    wait_timeout_s: float | None = None  # timeout passed to every store wait
+
+    def __post_init__(self) -> None:
+        _check_choice("variant", self.variant, VARIANTS)
+        _check_choice("store", self.store, STORES)
+        if self.store_path is not None and not isinstance(self.store_path, str):
+            raise ConfigError("store_path", f"must be a string path, got {self.store_path!r}")
+        if self.store == "file" and not self.store_path:
+            raise ConfigError("store_path", "is required when store is 'file'")
+        _check_int("capacity_blocks", self.capacity_blocks, minimum=1, optional=True)
+        _check_int("block_size", self.block_size, minimum=1, optional=True)
+        _check_bool("enable_event_sync", self.enable_event_sync)
+        _check_int("copy_threads", self.copy_threads, minimum=1)
+        _check_bool("verify_dumps", self.verify_dumps)
+        _check_int("cp_world_size", self.cp_world_size, minimum=1)
+        _check_bool("is_mla", self.is_mla)
+        _check_bool("use_layerwise", self.use_layerwise)
+        if self.cp_world_size > 1 and self.variant != "cp":
+            raise ConfigError("cp_world_size", f"is {self.cp_world_size} but variant is {self.variant!r}, not 'cp'")
+        if self.use_layerwise and self.variant != "cp":
+            raise ConfigError("use_layerwise", "applies to variant 'cp' only (use variant 'layerwise')")
+        if self.wait_timeout_s is not None and (
+            isinstance(self.wait_timeout_s, bool)
+            or not isinstance(self.wait_timeout_s, (int, float))
+            or self.wait_timeout_s <= 0
+        ):
+            raise ConfigError("wait_timeout_s", f"must be a positive number, got {self.wait_timeout_s!r}")
+        if self.faults is not None:
+            _check_faults(self.faults)
+
+    @property
+    def layerwise(self) -> bool:
+        """Whether dumps and loads go per layer (variant "layerwise", or "cp" with `use_layerwise`)."""
+        return self.variant == "layerwise" or (self.variant == "cp" and self.use_layerwise)
+
+    @classmethod
+    def from_extra_config(cls, mapping: Mapping[str, Any] | None) -> "ConnectorConfig":
+        """Build from `kv_connector_extra_config`; an unknown key or bad value raises `ConfigError`."""
+        if mapping is None:
+            return cls()
+        if not isinstance(mapping, Mapping):
+            raise ConfigError("kv_connector_extra_config", f"must be a mapping, got {type(mapping).__name__}")
+        known = {field.name for field in dataclasses.fields(cls)}
+        for key in mapping:
+            if key not in known:
+                raise ConfigError(str(key), f"unknown config key (known: {', '.join(sorted(known))})")
+        values = dict(mapping)
+        if values.get("faults") is not None and isinstance(values["faults"], Mapping):
+            values["faults"] = dict(values["faults"])
+        return cls(**values)
+
+
+def make_store(config: ConnectorConfig) -> KVStore:
+    """The store the config names, wrapped in a `FaultyStore` when `faults` is set."""
+    store: KVStore
+    if config.store == "memory":
+        memory_store = importlib.import_module(f"{__package__}.memory_store")
+        capacity = config.capacity_blocks or DEFAULT_MEMORY_CAPACITY_BLOCKS
+        store = memory_store.MemoryStore(capacity)
+    else:
+        file_store = importlib.import_module(f"{__package__}.file_store")
+        store = file_store.FileStore(config.store_path, capacity_blocks=config.capacity_blocks)
+    if config.faults is not None:
+        faults = importlib.import_module(f"{__package__}.faults")
+        store = faults.FaultyStore(store, faults.FaultConfig(**dict(config.faults)))
+    return store
+
+
+def _check_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(key, f"unknown value {value!r} (expected one of {', '.join(choices)})")
+
+
+def _check_bool(key: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(key, f"must be true or false, got {value!r}")
+
+
+def _check_int(key: str, value: Any, *, minimum: int, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(key, f"must be an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigError(key, f"must be >= {minimum}, got {value}")
+
+
+def _check_faults(faults: Any) -> None:
+    if not isinstance(faults, Mapping):
+        raise ConfigError("faults", f"must be a mapping of {', '.join(FAULT_KEYS)}, got {faults!r}")
+    for key, value in faults.items():
+        name = f"faults.{key}"
+        if key not in FAULT_KEYS:
+            raise ConfigError(name, f"unknown fault key (known: {', '.join(FAULT_KEYS)})")
+        if key == "seed":
+            _check_int(name, value, minimum=0)
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(name, f"must be a number, got {value!r}")
+        if key != "delay_s" and not 0.0 <= value <= 1.0:
+            raise ConfigError(name, f"is a probability and must lie in [0, 1], got {value}")
+        if key == "delay_s" and value < 0:
+            raise ConfigError(name, f"must be >= 0, got {value}")

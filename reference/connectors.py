@@ -1,0 +1,804 @@
+"""The protocol core: UCM's deferred-dump connector (PR #989), on vLLM-free views and real stores/devices.
+
+Classes and method ownership follow UCM exactly (shared/notes/ucm-deferred-dump.md §8):
+`DirectConnector` → `LayerWiseConnector` → `CPConnector`, with `build_connector_meta` defined ONLY in
+`DirectConnector` (so CP's tracking comes from the MRO), and `OuterConnector`, a wrapper that *has* an inner
+connector and forwards every method, including `request_finished`, `request_finished_all_groups`,
+`get_finished`, `handle_preemptions` and `shutdown`.
+
+Two `_async_dump_req_ids` sets exist, one per process: the scheduler's (added in `build_connector_meta` when
+a request gets a dump slice, removed by `request_finished`, which then answers True = delay the free) and
+each worker rank's (added in `wait_for_save` from the bound metadata *before* the MLA early return, removed by
+`get_finished`, which reports exactly `finished ∩ tracked` after waiting every pending task that overlaps it).
+`wait_for_save` never waits an unfinished task: it reaps finished ones and submits new ones. Every event
+handle is released exactly once: after its task's wait (in `finally`) or at once when the submit fails.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from .config import ConnectorConfig, make_store
+from .devices import CpuDevice, CudaDevice, Device, checksum_rows
+from .errors import ConfigError, RoleError
+from .events import EventRegistry
+from .hashing import layer_key, prefix_block_hashes, rank_key
+from .metadata import DeferDumpMetadata, RequestDispatchMeta
+from .metrics import ConnectorMetrics
+from .pending import PendingDumpTask
+from .store_base import KVStore, StoreTask
+from .views import RequestView, StepView
+
+logger = logging.getLogger(__name__)
+
+
+class Role(enum.Enum):
+    """Which process a connector instance lives in (vLLM `KVConnectorRole`)."""
+
+    SCHEDULER = 0
+    WORKER = 1
+
+    @classmethod
+    def coerce(cls, value: "Role | int | str | Any") -> "Role":
+        """Accept our Role, vLLM's KVConnectorRole (by name), an int or a name."""
+        if isinstance(value, Role):
+            return value
+        if isinstance(value, str):
+            return cls[value.upper()]
+        name = getattr(value, "name", None)
+        if isinstance(name, str) and name.upper() in cls.__members__:
+            return cls[name.upper()]
+        return cls(int(value))
+
+
+@dataclasses.dataclass
+class RequestPlan:
+    """Scheduler-side state of one admitted request (UCM `RequestMeta`).
+
+    `token_processed` advances by each step's scheduled tokens; a dump slice covers the blocks that became
+    full in that step, so only full prompt blocks are dumped, each exactly once per admission.
+    """
+
+    hashes: tuple[bytes, ...]  # chained hashes of every full block (× hashes_per_block under CP)
+    hbm_hit_blocks: int  # blocks vLLM's own prefix cache already had
+    total_hit_blocks: int  # hbm hits + store hits
+    num_token_ids: int  # tokens known at lookup time
+    token_processed: int
+    vllm_block_ids: list[int] = dataclasses.field(default_factory=list)
+    load_wanted: bool = False  # vLLM accepted external tokens: load the hit range once
+    dispatched: bool = False  # at least one step's metadata was built from this plan
+
+
+class DirectConnector:
+    """One dump task per step covering every dumping request (UCM `UCMDirectConnector`)."""
+
+    # Whether dumps and loads go one layer at a time (store keys per layer).
+    _per_layer: bool = False
+
+    def __init__(
+        self,
+        config: ConnectorConfig,
+        role: Role | int | str,
+        *,
+        store: KVStore,
+        device: Device | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        events: EventRegistry | None = None,
+        metrics: ConnectorMetrics | None = None,
+        owns_store: bool = False,
+    ) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} outside world_size {world_size}")
+        self.config = config
+        self.role = Role.coerce(role)
+        self.rank = rank
+        self.world_size = world_size
+        self.events = events if events is not None else EventRegistry()
+        self.metrics = metrics if metrics is not None else ConnectorMetrics()
+        self._store = store
+        self._owns_store = owns_store
+        self._device = device
+        self._owns_device = False
+        self._hashes_per_block = config.cp_world_size if config.variant == "cp" else 1
+        # scheduler role
+        self._request_plans: dict[str, RequestPlan] = {}
+        self._async_dump_req_ids: set[str] = set()  # both roles: one set per process (see module doc)
+        # worker role
+        self._pending_dump_tasks: list[PendingDumpTask] = []
+        self._meta: DeferDumpMetadata | None = None
+        self._load_error_block_ids: set[int] = set()
+        self.reported_total = 0  # ids this rank reported in finished_sending
+        self.submit_failures = 0
+        self.wait_failures = 0
+        self.verify_mismatches = 0  # blocks whose stored bytes differed from the source at submit
+        self._shut_down = False
+
+    # ------------------------------------------------------------------ accessors
+    @property
+    def store(self) -> KVStore:
+        return self._store
+
+    @property
+    def device(self) -> Device | None:
+        return self._device
+
+    def pending_request_ids(self) -> frozenset[str]:
+        """Requests that some pending dump task still covers on this rank."""
+        return frozenset().union(*(p.request_ids for p in self._pending_dump_tasks))
+
+    def _require(self, role: Role, method: str) -> None:
+        if self.role is not role:
+            raise RoleError(f"{method} is a {role.name.lower()}-side method; this connector is {self.role.name}")
+
+    def _block_size(self) -> int:
+        if self.config.block_size is None:
+            raise ConfigError("block_size", "is required on the scheduler side (the vLLM adapter fills it in)")
+        return self.config.block_size
+
+    # ============================================================ scheduler side
+    def get_num_new_matched_tokens(self, request: RequestView, num_computed_tokens: int) -> tuple[int, bool]:
+        """External tokens the store holds beyond vLLM's own prefix hit; loads are synchronous (False).
+
+        Recomputes the request's plan from scratch each call (idempotent); it never touches tracking.
+        """
+        self._require(Role.SCHEDULER, "get_num_new_matched_tokens")
+        block_size = self._block_size()
+        per_block = self._hashes_per_block
+        hashes = prefix_block_hashes(request.token_ids, block_size, per_block)
+        full_blocks = len(hashes) // per_block
+        hbm_hit_blocks = num_computed_tokens // block_size
+        if full_blocks <= hbm_hit_blocks:  # nothing beyond the HBM hit: never dumps, never tracked
+            self._request_plans.pop(request.req_id, None)
+            return 0, False
+        try:
+            store_hits = self._store.lookup_prefix(self._lookup_keys(hashes[hbm_hit_blocks * per_block :]))
+        except Exception as exc:  # a failed lookup is a miss (UCM)
+            logger.warning("lookup for %s failed, counted as a miss: %s", request.req_id, exc)
+            store_hits = 0
+        total_hit_blocks = hbm_hit_blocks + store_hits // per_block
+        external = max(0, total_hit_blocks * block_size - num_computed_tokens)
+        if external and total_hit_blocks * block_size >= len(request.token_ids):
+            external -= 1  # full hit: vLLM must compute at least the last token
+        self._request_plans[request.req_id] = RequestPlan(
+            hashes=tuple(hashes),
+            hbm_hit_blocks=hbm_hit_blocks,
+            total_hit_blocks=total_hit_blocks,
+            num_token_ids=len(request.token_ids),
+            token_processed=total_hit_blocks * block_size,
+        )
+        return external, False
+
+    def _lookup_keys(self, hashes: Sequence[bytes]) -> list[bytes]:
+        """Store keys the scheduler looks up: the plain hashes, or layer 0's keys for per-layer dumps."""
+        if self._per_layer:
+            return [layer_key(h, 0) for h in hashes]
+        return list(hashes)
+
+    def update_state_after_alloc(self, request: RequestView, block_ids: Sequence[int], num_external_tokens: int) -> None:
+        """Decide from `num_external_tokens` (not `block_ids`) whether the hit range is loaded."""
+        plan = self._request_plans.get(request.req_id)
+        if plan is None:
+            return
+        if num_external_tokens > 0:
+            plan.load_wanted = True
+            self.metrics.external_hit_tokens.inc(num_external_tokens)
+        else:
+            plan.load_wanted = False
+            plan.total_hit_blocks = plan.hbm_hit_blocks
+
+    def _generate_dispatch_meta(
+        self, plan: RequestPlan, new_tokens: int, new_block_ids: Sequence[int], need_load: bool
+    ) -> RequestDispatchMeta:
+        """This step's load range and dump slice for one request (UCM `_generate_dispatch_meta`)."""
+        block_size = self._block_size()
+        per_block = self._hashes_per_block
+        plan.vllm_block_ids.extend(new_block_ids)
+        plan.dispatched = True
+        load_hashes: tuple[bytes, ...] = ()
+        load_block_ids: tuple[int, ...] = ()
+        if need_load and plan.load_wanted and plan.total_hit_blocks > plan.hbm_hit_blocks:
+            hbm, total = plan.hbm_hit_blocks, plan.total_hit_blocks
+            load_hashes = plan.hashes[hbm * per_block : total * per_block]
+            load_block_ids = tuple(plan.vllm_block_ids[hbm:total])
+            plan.load_wanted = False
+            if len(load_block_ids) != total - hbm:
+                logger.error("load range of %d blocks has only %d vLLM blocks: not loaded", total - hbm, len(load_block_ids))
+                load_hashes, load_block_ids = (), ()
+        dump_hashes: tuple[bytes, ...] = ()
+        dump_block_ids: tuple[int, ...] = ()
+        if plan.token_processed < plan.num_token_ids:
+            start = plan.token_processed // block_size
+            end = min((plan.token_processed + new_tokens) // block_size, len(plan.hashes) // per_block)
+            end = min(end, len(plan.vllm_block_ids))
+            if end > start:
+                dump_hashes = plan.hashes[start * per_block : end * per_block]
+                dump_block_ids = tuple(plan.vllm_block_ids[start:end])
+            plan.token_processed += new_tokens
+        return RequestDispatchMeta(load_hashes, load_block_ids, dump_hashes, dump_block_ids)
+
+    def build_connector_meta(self, step: StepView) -> DeferDumpMetadata:
+        """Once per schedule: each scheduled request's load/dump ranges; track requests given a dump slice.
+
+        Defined only here: LayerWise and CP inherit it by the MRO, and with it the tracking.
+        """
+        self._require(Role.SCHEDULER, "build_connector_meta")
+        dispatch: dict[str, RequestDispatchMeta] = {}
+        for new in step.new_requests:
+            plan = self._request_plans.get(new.req_id)
+            if plan is not None:
+                dispatch[new.req_id] = self._generate_dispatch_meta(
+                    plan, new.num_scheduled_tokens, new.block_ids, need_load=True
+                )
+        for cached in step.cached_requests:
+            plan = self._request_plans.get(cached.req_id)
+            if plan is None:
+                continue
+            if cached.resumed_from_preemption and plan.dispatched:
+                # Resumed without a fresh lookup: the old block list is gone; vLLM resends every block.
+                logger.warning("request %s resumed without a new lookup: restarting its block list", cached.req_id)
+                plan.vllm_block_ids.clear()
+            dispatch[cached.req_id] = self._generate_dispatch_meta(
+                plan, cached.num_scheduled_tokens, cached.new_block_ids, need_load=cached.resumed_from_preemption
+            )
+        for req_id in step.finished_req_ids:
+            self._request_plans.pop(req_id, None)
+        dispatch = {req_id: meta for req_id, meta in dispatch.items() if meta.has_load() or meta.has_dump()}
+        metadata = DeferDumpMetadata(dispatch, frozenset(step.preempted_req_ids))
+        self._track_async_dump_requests(metadata)
+        return metadata
+
+    def _track_async_dump_requests(self, metadata: DeferDumpMetadata) -> None:
+        self._async_dump_req_ids |= metadata.dump_req_ids()
+
+    def request_finished(self, request: RequestView, block_ids: Sequence[int]) -> tuple[bool, dict[str, Any] | None]:
+        """True (delay the free) iff the request was given a dump slice; `block_ids` is ignored."""
+        if request.req_id in self._async_dump_req_ids:
+            self._async_dump_req_ids.discard(request.req_id)
+            return True, None
+        return False, None
+
+    def request_finished_all_groups(
+        self, request: RequestView, block_ids: tuple[Sequence[int], ...]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        return self.request_finished(request, block_ids[0] if block_ids else [])
+
+    # =============================================================== worker side
+    def register_kv_caches(self, kv_caches: Mapping[str, torch.Tensor], num_blocks: int | None = None) -> None:
+        """Describe the KV tensors (finding each one's block dimension) and pick a device if none was given."""
+        self._require(Role.WORKER, "register_kv_caches")
+        if self._device is None:
+            on_cuda = any(t.device.type == "cuda" for t in kv_caches.values())
+            self._device = CudaDevice(next(iter(kv_caches.values())).device) if on_cuda else CpuDevice(
+                self.config.copy_threads
+            )
+            self._owns_device = True
+        layout = self._device.register(kv_caches, num_blocks)
+        logger.info(
+            "registered %d KV layers: %d blocks of %d bytes (block dims %s)",
+            len(layout.layers), layout.num_blocks, layout.block_nbytes,
+            sorted({layer.block_dim for layer in layout.layers}),
+        )
+
+    def bind_connector_metadata(self, meta: DeferDumpMetadata) -> None:
+        self._meta = meta
+
+    def clear_connector_metadata(self) -> None:
+        self._meta = None
+
+    def has_connector_metadata(self) -> bool:
+        return self._meta is not None
+
+    def _store_keys(self, hashes: Sequence[bytes]) -> list[bytes]:
+        """This rank's store keys: TP ranks hold different shards, so ranks other than 0 re-key.
+
+        Under MLA every rank holds the same KV (rank 0's keys); under CP the hashes are already per rank.
+        """
+        if self.rank == 0 or self.config.is_mla or self.config.variant == "cp":
+            return list(hashes)
+        return [rank_key(h, self.rank) for h in hashes]
+
+    def _dumping_requests(self) -> tuple[list[str], list[bytes], list[int]]:
+        """Request ids, hashes and vLLM block ids of every dump slice in the bound metadata."""
+        req_ids: list[str] = []
+        hashes: list[bytes] = []
+        block_ids: list[int] = []
+        if self._meta is None:
+            return req_ids, hashes, block_ids
+        for req_id, meta in self._meta.request_meta.items():
+            if meta.has_dump():
+                req_ids.append(req_id)
+                hashes.extend(meta.dump_hashes)
+                block_ids.extend(meta.dump_block_ids)
+        return req_ids, hashes, block_ids
+
+    def _track_bound_dump_requests(self) -> None:
+        if self._meta is not None:
+            self._async_dump_req_ids |= self._meta.dump_req_ids()
+
+    def _dumps_on_this_rank(self) -> bool:
+        """MLA: only rank 0 dumps (every rank still tracks and reports)."""
+        return not (self.config.is_mla and self.rank != 0)
+
+    # ---------------------------------------------------------------- preemption
+    def handle_preemptions(self, meta_or_ids: DeferDumpMetadata | set[str] | frozenset[str] | Any) -> None:
+        """Before the forward: wait only the pending tasks containing preempted requests (their blocks may
+        already be reallocated and about to be written). Accepts the metadata or, older API, a set."""
+        if meta_or_ids is None:
+            return
+        if isinstance(meta_or_ids, (set, frozenset)):
+            preempted = frozenset(meta_or_ids)
+        else:
+            preempted = frozenset(getattr(meta_or_ids, "preempted_req_ids", None) or ())
+        if not preempted:
+            return
+        started = time.perf_counter()
+        self._flush_pending_dump_tasks(preempted)
+        self.metrics.preemption_wait.observe(time.perf_counter() - started)
+
+    # --------------------------------------------------------------------- loads
+    def start_load_kv(self, **kwargs: Any) -> None:
+        """Load every request's hit range synchronously before the forward (UCM Direct)."""
+        if self._meta is None:
+            return
+        for meta in self._meta.request_meta.values():
+            if meta.has_load():
+                self._load_blocks(self._store_keys(meta.load_hashes), meta.load_block_ids, None)
+
+    def _load_blocks(self, keys: Sequence[bytes], block_ids: Sequence[int], layer_names: Sequence[str] | None) -> None:
+        """Load and write blocks; on any failure nothing is written and every block is a load error."""
+        try:
+            task = self._store.load(keys)
+        except Exception as exc:
+            self._record_load_error(block_ids, exc)
+            return
+        self._finish_load(task, block_ids, layer_names)
+
+    def _finish_load(self, task: StoreTask, block_ids: Sequence[int], layer_names: Sequence[str] | None) -> None:
+        try:
+            data = self._store.wait(task, self.config.wait_timeout_s)
+            if data is None:
+                raise RuntimeError(f"load task {task.task_id} returned no data")
+            self._require_device().write_blocks(block_ids, data, layer_names=layer_names)
+        except Exception as exc:
+            self._record_load_error(block_ids, exc)
+            return
+        self.metrics.loads_completed.inc()
+
+    def _record_load_error(self, block_ids: Sequence[int], exc: BaseException) -> None:
+        logger.warning("load of %d block(s) failed, vLLM will recompute them: %s", len(block_ids), exc)
+        self._load_error_block_ids.update(int(b) for b in block_ids)
+        self.metrics.load_errors.inc(len(block_ids))
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        """Direct loads everything in `start_load_kv`."""
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        """Blocks whose load failed since the last call (each reported once)."""
+        errors, self._load_error_block_ids = self._load_error_block_ids, set()
+        return errors
+
+    # --------------------------------------------------------------------- dumps
+    def save_kv_layer(
+        self, layer_name: str, kv_layer: torch.Tensor | None = None, attn_metadata: Any = None, **kwargs: Any
+    ) -> None:
+        """Direct dumps once per step, in `wait_for_save`."""
+
+    def wait_for_save(self) -> None:
+        """Reap finished tasks, track this step's dump requests (all ranks), submit one task; never wait."""
+        self._require(Role.WORKER, "wait_for_save")
+        self._poll_pending_dump_tasks()
+        self._track_bound_dump_requests()  # before the MLA return: every rank must report
+        if not self._dumps_on_this_rank():
+            return
+        req_ids, hashes, block_ids = self._dumping_requests()
+        if hashes:
+            self._submit_dump(self._store_keys(hashes), block_ids, req_ids, None)
+
+    def _get_dump_event_handle(self) -> int:
+        """A handle to an event after this step's KV writes; 0 (after a synchronize) when sync is off."""
+        device = self._require_device()
+        if not self.config.enable_event_sync:
+            device.synchronize()
+            return 0
+        event = device.record_event()
+        if event is None:
+            device.synchronize()
+            return 0
+        return self.events.acquire(event)
+
+    def _submit_dump(
+        self, keys: Sequence[bytes], block_ids: Sequence[int], req_ids: Iterable[str], layer_name: str | None
+    ) -> PendingDumpTask | None:
+        """Start the device copy and the store task; on failure release the handle, keep no pending task."""
+        device = self._require_device()
+        layer_names = None if layer_name is None else (layer_name,)
+        handle = 0
+        payload = None
+        try:
+            handle = self._get_dump_event_handle()
+            event = self.events.get(handle) if handle else None
+            checksums = device.checksum_blocks(block_ids, layer_names=layer_names) if self.config.verify_dumps else None
+            payload = device.read_blocks(block_ids, after=event, layer_names=layer_names)
+            task = self._store.dump(keys, payload)
+        except Exception as exc:
+            logger.warning("dump submit of %d block(s) failed (requests stay tracked): %s", len(block_ids), exc)
+            self.submit_failures += 1
+            self.metrics.dumps_failed.labels(stage="submit").inc()
+            if payload is not None:
+                device.settle(payload)  # the copy must stop reading blocks nothing will wait for
+            if handle:
+                self.events.release(handle)
+            self._update_gauges()
+            return None
+        layers = device.layout.select(layer_names)
+        pending = PendingDumpTask(
+            task=task,
+            request_ids=frozenset(req_ids),
+            event_handle=handle,
+            block_ids=tuple(block_ids),
+            layer_name=layer_name,
+            payload=payload,
+            checksums=checksums,
+            nbytes=len(block_ids) * sum(layer.block_nbytes for layer in layers),
+            submitted_at=time.monotonic(),
+        )
+        self._pending_dump_tasks.append(pending)
+        self.metrics.dumps_submitted.inc()
+        self._update_gauges()
+        return pending
+
+    def _release_dump_event_handle(self, pending: PendingDumpTask) -> None:
+        if pending.event_handle:
+            handle, pending.event_handle = pending.event_handle, 0
+            self.events.release(handle)
+
+    def _wait_pending_dump_task(self, pending: PendingDumpTask) -> None:
+        """Wait one task; whatever happens, its source read has stopped and its handle is released after."""
+        succeeded = False
+        try:
+            self._store.wait(pending.task, self.config.wait_timeout_s)
+            succeeded = True
+        except Exception:
+            self.wait_failures += 1
+            self.metrics.dumps_failed.labels(stage="wait").inc()
+            raise
+        finally:
+            if pending.payload is not None and self._device is not None:
+                self._device.settle(pending.payload)
+            self._release_dump_event_handle(pending)
+        if succeeded:
+            self.metrics.dumps_completed.inc()
+            self.metrics.dump_bytes.inc(pending.nbytes)
+            if pending.checksums is not None:
+                self._verify(pending)
+
+    def _verify(self, pending: PendingDumpTask) -> None:
+        """Compare the bytes the task stored with the source blocks' checksums taken at submit."""
+        assert pending.payload is not None and pending.checksums is not None
+        try:
+            stored = checksum_rows(pending.payload.result())
+        except Exception as exc:
+            logger.warning("verify_dumps: cannot read task %d's bytes: %s", pending.task.task_id, exc)
+            return
+        mismatches = [b for b, s, c in zip(pending.block_ids, stored, pending.checksums) if s != c]
+        if mismatches:
+            logger.error(
+                "verify_dumps: task %d stored %d block(s) that changed after submit: %s",
+                pending.task.task_id, len(mismatches), mismatches[:8],
+            )
+            self.verify_mismatches += len(mismatches)
+            self.metrics.verify_mismatches.inc(len(mismatches))
+
+    def _poll_pending_dump_tasks(self) -> None:
+        """Wait (without blocking) every task `check` says finished; keep the rest, and any `check` error."""
+        remaining: list[PendingDumpTask] = []
+        for pending in list(self._pending_dump_tasks):
+            try:
+                finished = self._store.check(pending.task)
+            except Exception as exc:
+                logger.warning("check of dump task %d failed, kept: %s", pending.task.task_id, exc)
+                remaining.append(pending)
+                continue
+            if not finished:
+                remaining.append(pending)
+                continue
+            try:
+                self._wait_pending_dump_task(pending)
+            except Exception as exc:
+                logger.warning("dump task %d failed: %s", pending.task.task_id, exc)
+        self._pending_dump_tasks[:] = remaining
+        self._update_gauges()
+
+    def _flush_pending_dump_tasks(self, request_ids: frozenset[str] | None = None) -> None:
+        """Wait (blocking) every pending task overlapping `request_ids` (all when None); drop it even on error."""
+        remaining: list[PendingDumpTask] = []
+        for pending in list(self._pending_dump_tasks):
+            if request_ids is not None and not pending.overlaps(request_ids):
+                remaining.append(pending)
+                continue
+            try:
+                self._wait_pending_dump_task(pending)
+            except Exception as exc:
+                logger.warning("dump task %d failed: %s", pending.task.task_id, exc)
+        self._pending_dump_tasks[:] = remaining
+        self._update_gauges()
+
+    def get_finished(self, finished_req_ids: set[str] | frozenset[str]) -> tuple[set[str] | None, set[str] | None]:
+        """Report exactly `finished ∩ tracked`, after waiting every pending task that overlaps it."""
+        async_finished = set(finished_req_ids) & self._async_dump_req_ids
+        if not async_finished:
+            return None, None
+        started = time.perf_counter()
+        self._flush_pending_dump_tasks(frozenset(async_finished))
+        self.metrics.get_finished_wait.observe(time.perf_counter() - started)
+        self._async_dump_req_ids -= async_finished
+        self.reported_total += len(async_finished)
+        self.metrics.finished_sending.inc(len(async_finished))
+        return async_finished, None
+
+    def shutdown(self) -> None:
+        """Drain every pending task (each handle released), then stop what this connector owns."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        self._flush_pending_dump_tasks(None)
+        if self.events.live():
+            logger.warning("shutdown: %d event handle(s) still live without a pending task", self.events.live())
+        if self._owns_device and self._device is not None:
+            self._device.close()
+        if self._owns_store:
+            self._store.close()
+        self._update_gauges()
+
+    # ------------------------------------------------------------------- helpers
+    def _require_device(self) -> Device:
+        if self._device is None:
+            raise RoleError("no device: register_kv_caches was not called on this worker connector")
+        return self._device
+
+    def _update_gauges(self) -> None:
+        self.metrics.pending_tasks.set(len(self._pending_dump_tasks))
+        self.metrics.live_handles.set(self.events.live())
+
+
+@dataclasses.dataclass
+class _LayerLoad:
+    task: StoreTask
+    block_ids: tuple[int, ...]
+
+
+class LayerWiseConnector(DirectConnector):
+    """One dump task per layer per step (UCM `UCMLayerWiseConnector`); per-layer loads."""
+
+    _per_layer = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._dumped_layers: set[str] = set()  # layers submitted this step (a revisited layer dumps once)
+        self._layer_loads: dict[str, list[_LayerLoad]] = {}
+
+    def save_kv_layer(
+        self, layer_name: str, kv_layer: torch.Tensor | None = None, attn_metadata: Any = None, **kwargs: Any
+    ) -> None:
+        """Submit this layer's dump of every dumping request; never wait."""
+        if self._meta is None or not self._dumps_on_this_rank() or layer_name in self._dumped_layers:
+            return
+        req_ids, hashes, block_ids = self._dumping_requests()
+        if not hashes:
+            return
+        self._dumped_layers.add(layer_name)
+        index = self._require_device().layout.layer(layer_name).index
+        keys = [layer_key(key, index) for key in self._store_keys(hashes)]
+        self._submit_dump(keys, block_ids, req_ids, layer_name)
+
+    def wait_for_save(self) -> None:
+        """Reap finished tasks and track this step's dump requests (all ranks); never wait."""
+        self._require(Role.WORKER, "wait_for_save")
+        self._poll_pending_dump_tasks()
+        self._track_bound_dump_requests()
+        self._dumped_layers.clear()
+
+    def start_load_kv(self, **kwargs: Any) -> None:
+        """Submit one load task per layer per request; each is waited in `wait_for_layer_load`."""
+        if self._meta is None:
+            return
+        layout = self._require_device().layout
+        for meta in self._meta.request_meta.values():
+            if not meta.has_load():
+                continue
+            keys = self._store_keys(meta.load_hashes)
+            for layer in layout.layers:
+                try:
+                    task = self._store.load([layer_key(key, layer.index) for key in keys])
+                except Exception as exc:
+                    self._record_load_error(meta.load_block_ids, exc)
+                    continue
+                self._layer_loads.setdefault(layer.name, []).append(_LayerLoad(task, meta.load_block_ids))
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        for load in self._layer_loads.pop(layer_name, []):
+            self._finish_load(load.task, load.block_ids, (layer_name,))
+
+    def clear_connector_metadata(self) -> None:
+        """Finish loads of layers the forward never reached, so no store task is left behind."""
+        for layer_name in list(self._layer_loads):
+            self.wait_for_layer_load(layer_name)
+        self._dumped_layers.clear()
+        super().clear_connector_metadata()
+
+
+class CPConnector(LayerWiseConnector):
+    """Context parallelism (UCM `UCMCPConnector`): per-rank hash slices, then Direct or LayerWise paths.
+
+    It defines no `build_connector_meta` (nor tracking): both come from `DirectConnector` by the MRO.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._per_layer = self.config.use_layerwise
+
+    def bind_connector_metadata(self, meta: DeferDumpMetadata) -> None:
+        """Keep this rank's hashes `[rank::cp_world_size]`; non-empty stays non-empty (lengths are multiples)."""
+        cp, rank = self.config.cp_world_size, self.rank
+        sliced = {
+            req_id: RequestDispatchMeta(
+                m.load_hashes[rank::cp], m.load_block_ids, m.dump_hashes[rank::cp], m.dump_block_ids
+            )
+            for req_id, m in meta.request_meta.items()
+        }
+        super().bind_connector_metadata(dataclasses.replace(meta, request_meta=sliced))
+
+    def start_load_kv(self, **kwargs: Any) -> None:
+        if self._per_layer:
+            super().start_load_kv(**kwargs)
+        else:
+            super(LayerWiseConnector, self).start_load_kv(**kwargs)
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        if self._per_layer:
+            super().wait_for_layer_load(layer_name)
+
+    def save_kv_layer(
+        self, layer_name: str, kv_layer: torch.Tensor | None = None, attn_metadata: Any = None, **kwargs: Any
+    ) -> None:
+        if self._per_layer:
+            super().save_kv_layer(layer_name, kv_layer, attn_metadata, **kwargs)
+
+    def wait_for_save(self) -> None:
+        if self._per_layer:
+            super().wait_for_save()
+        else:
+            super(LayerWiseConnector, self).wait_for_save()
+
+
+VARIANT_CLASSES: dict[str, type[DirectConnector]] = {
+    "direct": DirectConnector,
+    "layerwise": LayerWiseConnector,
+    "cp": CPConnector,
+}
+
+
+class OuterConnector:
+    """The wrapper vLLM talks to (UCM `UCMConnector`): chooses the inner class, forwards every method."""
+
+    def __init__(
+        self,
+        config: ConnectorConfig,
+        role: Role | int | str,
+        *,
+        store: KVStore | None = None,
+        device: Device | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        events: EventRegistry | None = None,
+        metrics: ConnectorMetrics | None = None,
+    ) -> None:
+        owns_store = store is None
+        self.inner: DirectConnector = self.inner_class(config)(
+            config,
+            role,
+            store=store if store is not None else make_store(config),
+            device=device,
+            rank=rank,
+            world_size=world_size,
+            events=events,
+            metrics=metrics,
+            owns_store=owns_store,
+        )
+
+    @staticmethod
+    def inner_class(config: ConnectorConfig) -> type[DirectConnector]:
+        return VARIANT_CLASSES[config.variant]
+
+    # observable state (conformance reads these names)
+    @property
+    def config(self) -> ConnectorConfig:
+        return self.inner.config
+
+    @property
+    def role(self) -> Role:
+        return self.inner.role
+
+    @property
+    def events(self) -> EventRegistry:
+        return self.inner.events
+
+    @property
+    def metrics(self) -> ConnectorMetrics:
+        return self.inner.metrics
+
+    @property
+    def store(self) -> KVStore:
+        return self.inner.store
+
+    @property
+    def _async_dump_req_ids(self) -> set[str]:
+        return self.inner._async_dump_req_ids
+
+    @property
+    def _pending_dump_tasks(self) -> list[PendingDumpTask]:
+        return self.inner._pending_dump_tasks
+
+    # scheduler side
+    def get_num_new_matched_tokens(self, request: RequestView, num_computed_tokens: int) -> tuple[int, bool]:
+        return self.inner.get_num_new_matched_tokens(request, num_computed_tokens)
+
+    def update_state_after_alloc(self, request: RequestView, block_ids: Sequence[int], num_external_tokens: int) -> None:
+        self.inner.update_state_after_alloc(request, block_ids, num_external_tokens)
+
+    def build_connector_meta(self, step: StepView) -> DeferDumpMetadata:
+        return self.inner.build_connector_meta(step)
+
+    def request_finished(self, request: RequestView, block_ids: Sequence[int]) -> tuple[bool, dict[str, Any] | None]:
+        return self.inner.request_finished(request, block_ids)
+
+    def request_finished_all_groups(
+        self, request: RequestView, block_ids: tuple[Sequence[int], ...]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        return self.inner.request_finished_all_groups(request, block_ids)
+
+    # worker side
+    def register_kv_caches(self, kv_caches: Mapping[str, torch.Tensor], num_blocks: int | None = None) -> None:
+        self.inner.register_kv_caches(kv_caches, num_blocks)
+
+    def bind_connector_metadata(self, meta: DeferDumpMetadata) -> None:
+        self.inner.bind_connector_metadata(meta)
+
+    def clear_connector_metadata(self) -> None:
+        self.inner.clear_connector_metadata()
+
+    def has_connector_metadata(self) -> bool:
+        return self.inner.has_connector_metadata()
+
+    def handle_preemptions(self, meta_or_ids: DeferDumpMetadata | set[str] | frozenset[str] | Any) -> None:
+        self.inner.handle_preemptions(meta_or_ids)
+
+    def start_load_kv(self, **kwargs: Any) -> None:
+        self.inner.start_load_kv(**kwargs)
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        self.inner.wait_for_layer_load(layer_name)
+
+    def save_kv_layer(
+        self, layer_name: str, kv_layer: torch.Tensor | None = None, attn_metadata: Any = None, **kwargs: Any
+    ) -> None:
+        self.inner.save_kv_layer(layer_name, kv_layer, attn_metadata, **kwargs)
+
+    def wait_for_save(self) -> None:
+        self.inner.wait_for_save()
+
+    def get_finished(self, finished_req_ids: set[str] | frozenset[str]) -> tuple[set[str] | None, set[str] | None]:
+        return self.inner.get_finished(finished_req_ids)
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        return self.inner.get_block_ids_with_load_errors()
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()

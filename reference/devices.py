@@ -1,0 +1,319 @@
+"""Devices: copy whole KV blocks out of (dumps) and back into (loads) the registered KV caches.
+
+A dump's *source read* is asynchronous: `read_blocks` returns a `BlockPayload` at once and the caller
+(the forward pass) never blocks on it. Until the payload is done, the source blocks are being read —
+exactly the window the deferred-dump protocol must keep them from being freed and rewritten.
+
+- `CpuDevice`: copies on a small thread pool (torch kernels release the GIL).
+- `CudaDevice`: a dedicated copy stream that first waits on an event recorded on the compute stream,
+  gathers the blocks with one `index_select` per layer into a staging tensor and copies it with one
+  `non_blocking` D2H copy into pinned host memory; completion is an event (`query`/`synchronize`).
+  This is vLLM's offloading design (shared/notes/kv-offload-peers.md §3), batched.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from .errors import DeviceError
+from .kv_layout import KVCacheLayout, LayerLayout, describe_kv_caches
+from .store_base import BlockPayload
+
+logger = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Device(Protocol):
+    """What the connector needs from a device (see module docstring)."""
+
+    def register(self, kv_caches: Mapping[str, torch.Tensor], num_blocks: int | None = None) -> KVCacheLayout: ...
+
+    @property
+    def layout(self) -> KVCacheLayout: ...
+
+    def record_event(self) -> Any | None: ...
+
+    def synchronize(self) -> None: ...
+
+    def read_blocks(
+        self, block_ids: Sequence[int], *, after: Any | None = None, layer_names: Sequence[str] | None = None
+    ) -> BlockPayload: ...
+
+    def write_blocks(
+        self, block_ids: Sequence[int], data: torch.Tensor, *, layer_names: Sequence[str] | None = None
+    ) -> None: ...
+
+    def settle(self, payload: BlockPayload) -> None: ...
+
+    def checksum_blocks(self, block_ids: Sequence[int], *, layer_names: Sequence[str] | None = None) -> tuple[int, ...]: ...
+
+    def close(self) -> None: ...
+
+
+def checksum_rows(data: torch.Tensor) -> tuple[int, ...]:
+    """CRC-32 of each row of a host uint8 tensor [n, nbytes] (verify_dumps)."""
+    host = data.detach().cpu().contiguous()
+    return tuple(zlib.crc32(row.numpy().tobytes()) for row in host)
+
+
+class _RegisteredCaches:
+    """The KV tensors and their layout; shared by both devices."""
+
+    def __init__(self) -> None:
+        self._caches: dict[str, torch.Tensor] = {}
+        self._layout: KVCacheLayout | None = None
+
+    def register(self, kv_caches: Mapping[str, torch.Tensor], num_blocks: int | None) -> KVCacheLayout:
+        self._caches = dict(kv_caches)
+        self._layout = describe_kv_caches(self._caches, num_blocks)
+        return self._layout
+
+    @property
+    def layout(self) -> KVCacheLayout:
+        if self._layout is None:
+            raise DeviceError("register_kv_caches was not called: no KV caches to copy from")
+        return self._layout
+
+    def tensor(self, layer: LayerLayout) -> torch.Tensor:
+        return self._caches[layer.name]
+
+    def checked_index(self, block_ids: Sequence[int]) -> list[int]:
+        ids = [int(b) for b in block_ids]
+        bad = [b for b in ids if not 0 <= b < self.layout.num_blocks]
+        if bad:
+            raise DeviceError(f"block ids {bad[:8]} outside [0, {self.layout.num_blocks})")
+        return ids
+
+
+class FuturePayload:
+    """A `BlockPayload` produced by a thread-pool copy."""
+
+    def __init__(self, future: concurrent.futures.Future[torch.Tensor]) -> None:
+        self._future = future
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def result(self) -> torch.Tensor:
+        return self._future.result()
+
+    def cancel(self) -> bool:
+        """Cancel a copy that has not started; True when it will never touch the source."""
+        return self._future.cancel()
+
+
+class CpuEvent:
+    """A compute-stream event on CPU: work is synchronous, so recording it is all there is."""
+
+    __slots__ = ()
+
+
+class CpuDevice:
+    """KV caches in host memory; copies run on `copy_threads` worker threads."""
+
+    def __init__(self, copy_threads: int = 2) -> None:
+        if copy_threads < 1:
+            raise ValueError(f"copy_threads must be >= 1, got {copy_threads}")
+        self._caches = _RegisteredCaches()
+        self._pool = concurrent.futures.ThreadPoolExecutor(copy_threads, thread_name_prefix="deferdump-copy")
+        self._closed = threading.Event()
+
+    def register(self, kv_caches: Mapping[str, torch.Tensor], num_blocks: int | None = None) -> KVCacheLayout:
+        for name, tensor in kv_caches.items():
+            if tensor.device.type != "cpu":
+                raise DeviceError(f"CpuDevice: layer {name} lives on {tensor.device}, not on the CPU")
+        return self._caches.register(kv_caches, num_blocks)
+
+    @property
+    def layout(self) -> KVCacheLayout:
+        return self._caches.layout
+
+    def record_event(self) -> CpuEvent:
+        return CpuEvent()
+
+    def synchronize(self) -> None:
+        """Nothing is queued asynchronously on the CPU compute path."""
+
+    def read_blocks(
+        self, block_ids: Sequence[int], *, after: Any | None = None, layer_names: Sequence[str] | None = None
+    ) -> FuturePayload:
+        if self._closed.is_set():
+            raise DeviceError("CpuDevice is closed")
+        ids = self._caches.checked_index(block_ids)
+        layers = self.layout.select(layer_names)
+        return FuturePayload(self._pool.submit(self._gather, ids, layers))
+
+    def _gather(self, ids: list[int], layers: tuple[LayerLayout, ...]) -> torch.Tensor:
+        index = torch.tensor(ids, dtype=torch.long)
+        out = torch.empty((len(ids), sum(layer.block_nbytes for layer in layers)), dtype=torch.uint8)
+        offset = 0
+        for layer in layers:
+            out[:, offset : offset + layer.block_nbytes] = layer.gather(self._caches.tensor(layer), index)
+            offset += layer.block_nbytes
+        return out
+
+    def write_blocks(
+        self, block_ids: Sequence[int], data: torch.Tensor, *, layer_names: Sequence[str] | None = None
+    ) -> None:
+        ids = self._caches.checked_index(block_ids)
+        layers = self.layout.select(layer_names)
+        _check_rows(data, len(ids), layers)
+        index = torch.tensor(ids, dtype=torch.long)
+        offset = 0
+        for layer in layers:
+            layer.scatter(self._caches.tensor(layer), index, data[:, offset : offset + layer.block_nbytes])
+            offset += layer.block_nbytes
+
+    def settle(self, payload: BlockPayload) -> None:
+        """Return only once the copy can no longer touch its source blocks (cancel it, or let it finish)."""
+        if isinstance(payload, FuturePayload) and payload.cancel():
+            return
+        _drain(payload)
+
+    def checksum_blocks(self, block_ids: Sequence[int], *, layer_names: Sequence[str] | None = None) -> tuple[int, ...]:
+        ids = self._caches.checked_index(block_ids)
+        return checksum_rows(self._gather(ids, self.layout.select(layer_names)))
+
+    def close(self) -> None:
+        """Finish running copies (their payloads stay valid) and stop the pool."""
+        self._closed.set()
+        self._pool.shutdown(wait=True)
+
+
+class CudaPayload:
+    """Pinned host bytes filled by a D2H copy on the copy stream; done when its event fired."""
+
+    def __init__(self, host: torch.Tensor, done_event: Any, keepalive: tuple[torch.Tensor, ...]) -> None:
+        self._host = host
+        self._done = done_event
+        self._keepalive: tuple[torch.Tensor, ...] | None = keepalive  # device tensors the copy still reads
+
+    def done(self) -> bool:
+        finished = bool(self._done.query())
+        if finished:
+            self._keepalive = None
+        return finished
+
+    def result(self) -> torch.Tensor:
+        self._done.synchronize()
+        self._keepalive = None
+        return self._host
+
+
+class CudaDevice:
+    """KV caches on a CUDA device; dumps on a dedicated copy stream, loads on a dedicated load stream."""
+
+    def __init__(self, device: torch.device | str | int | None = None) -> None:
+        if not torch.cuda.is_available():
+            raise DeviceError("CudaDevice needs CUDA, and torch.cuda.is_available() is False")
+        self._device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+        if self._device.type != "cuda":
+            raise DeviceError(f"CudaDevice needs a CUDA device, got {self._device}")
+        self._copy_stream = torch.cuda.Stream(device=self._device)
+        self._load_stream = torch.cuda.Stream(device=self._device)
+        self._caches = _RegisteredCaches()
+
+    @property
+    def copy_stream(self) -> Any:
+        return self._copy_stream
+
+    def register(self, kv_caches: Mapping[str, torch.Tensor], num_blocks: int | None = None) -> KVCacheLayout:
+        for name, tensor in kv_caches.items():
+            if tensor.device != self._device:
+                raise DeviceError(f"CudaDevice({self._device}): layer {name} lives on {tensor.device}")
+        return self._caches.register(kv_caches, num_blocks)
+
+    @property
+    def layout(self) -> KVCacheLayout:
+        return self._caches.layout
+
+    def _compute_stream(self) -> Any:
+        return torch.cuda.current_stream(self._device)
+
+    def record_event(self) -> Any:
+        """An event marking everything queued on the compute stream so far (the KV writes of this step)."""
+        event = torch.cuda.Event()
+        event.record(self._compute_stream())
+        return event
+
+    def synchronize(self) -> None:
+        self._compute_stream().synchronize()
+
+    def read_blocks(
+        self, block_ids: Sequence[int], *, after: Any | None = None, layer_names: Sequence[str] | None = None
+    ) -> CudaPayload:
+        ids = self._caches.checked_index(block_ids)
+        layers = self.layout.select(layer_names)
+        nbytes = sum(layer.block_nbytes for layer in layers)
+        host = torch.empty((len(ids), nbytes), dtype=torch.uint8, pin_memory=True)
+        index_host = torch.tensor(ids, dtype=torch.long).pin_memory()
+        compute = self._compute_stream()
+        with torch.cuda.stream(self._copy_stream):
+            if after is not None:
+                self._copy_stream.wait_event(after)
+            else:
+                self._copy_stream.wait_stream(compute)
+            index = index_host.to(self._device, non_blocking=True)
+            parts = [layer.gather(self._caches.tensor(layer), index) for layer in layers]
+            staging = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+            host.copy_(staging, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self._copy_stream)
+        return CudaPayload(host, done, (staging, index, index_host))
+
+    def write_blocks(
+        self, block_ids: Sequence[int], data: torch.Tensor, *, layer_names: Sequence[str] | None = None
+    ) -> None:
+        """Copy host rows into blocks; returns once they landed, and orders the compute stream after them."""
+        ids = self._caches.checked_index(block_ids)
+        layers = self.layout.select(layer_names)
+        _check_rows(data, len(ids), layers)
+        source = data.contiguous()
+        if not source.is_pinned():
+            source = source.pin_memory()
+        compute = self._compute_stream()
+        with torch.cuda.stream(self._load_stream):
+            self._load_stream.wait_stream(compute)
+            rows = source.to(self._device, non_blocking=True)
+            index = torch.tensor(ids, dtype=torch.long).to(self._device, non_blocking=True)
+            offset = 0
+            for layer in layers:
+                layer.scatter(self._caches.tensor(layer), index, rows[:, offset : offset + layer.block_nbytes])
+                offset += layer.block_nbytes
+            done = torch.cuda.Event()
+            done.record(self._load_stream)
+        compute.wait_event(done)
+        done.synchronize()  # loads are synchronous in this connector; also keeps `source` alive long enough
+
+    def settle(self, payload: BlockPayload) -> None:
+        _drain(payload)
+
+    def checksum_blocks(self, block_ids: Sequence[int], *, layer_names: Sequence[str] | None = None) -> tuple[int, ...]:
+        ids = self._caches.checked_index(block_ids)
+        index = torch.tensor(ids, dtype=torch.long, device=self._device)
+        layers = self.layout.select(layer_names)
+        parts = [layer.gather(self._caches.tensor(layer), index) for layer in layers]
+        return checksum_rows(torch.cat(parts, dim=1) if len(parts) > 1 else parts[0])
+
+    def close(self) -> None:
+        self._copy_stream.synchronize()
+        self._load_stream.synchronize()
+
+
+def _drain(payload: BlockPayload) -> None:
+    try:
+        payload.result()
+    except Exception as exc:  # a failed copy has stopped too; the caller only needs it stopped
+        logger.debug("settled a failed device copy: %s", exc)
+
+
+def _check_rows(data: torch.Tensor, n: int, layers: tuple[LayerLayout, ...]) -> None:
+    nbytes = sum(layer.block_nbytes for layer in layers)
+    if data.dtype != torch.uint8 or tuple(data.shape) != (n, nbytes):
+        raise DeviceError(f"expected host bytes uint8 [{n}, {nbytes}], got {data.dtype} {tuple(data.shape)}")
