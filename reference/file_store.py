@@ -85,7 +85,7 @@ class FileStore(ThreadedStore):
         try:
             self._open_directory()
         except BaseException:
-            self._executor.shutdown(wait=False)
+            self.close()
             raise
 
     # ------------------------------------------------------------- start-up

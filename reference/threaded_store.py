@@ -2,7 +2,8 @@
 
 `MemoryStore` and `FileStore` differ only in where a block's bytes live; everything the protocol's safety
 rests on is here, once: a dump's job first waits for its payload (the device copy still reading the KV
-blocks), then writes block by block; `check` is `future.done()`; `wait` erases the task under the lock and
+blocks; a `PayloadWatcher` holds it until the copy is done, so no worker idles meanwhile), then writes
+block by block; `check` is `future.done()`; `wait` erases the task under the lock and
 then blocks until the job *really* ended — on a timeout it asks the job to stop and keeps draining, and
 only then raises. Capacity, LRU and pinning live in `BlockLedger`.
 """
@@ -13,11 +14,12 @@ import concurrent.futures
 import dataclasses
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from .block_ledger import BlockLedger
+from .payload_watcher import PayloadWatcher
 from .store_base import (
     BlockPayload,
     KVStore,
@@ -74,6 +76,7 @@ class ThreadedStore(KVStore):
         self._stats = StoreStats()
         self._closed = False
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+        self._watcher = PayloadWatcher(name)
 
     # ------------------------------------------------------ subclass hooks
     @abc.abstractmethod
@@ -106,7 +109,7 @@ class ThreadedStore(KVStore):
             for block_hash in evicted:
                 self._drop_block(block_hash)
             self._stats.evicted += len(evicted)
-            self._start(task, lambda cancel: self._run_dump(task, payload, cancel))
+            self._start(task, lambda cancel: self._run_dump(task, payload, cancel), payload)
             self._stats.dumps_submitted += 1
             return task
 
@@ -150,6 +153,7 @@ class ThreadedStore(KVStore):
         """Refuse new tasks, let running ones finish; un-waited tasks can still be waited."""
         with self._lock:
             self._closed = True
+        self._watcher.close()
         self._executor.shutdown(wait=True)
 
     def __enter__(self) -> "ThreadedStore":
@@ -159,28 +163,40 @@ class ThreadedStore(KVStore):
         self.close()
 
     # ---------------------------------------------------------------- jobs
-    def _start(self, task: StoreTask, body) -> None:
-        cancel = threading.Event()
-        future = self._executor.submit(self._run_and_release, task, body, cancel)
-        self._jobs[task.task_id] = _Job(task, future, cancel)
+    def _start(self, task: StoreTask, body: Callable[[threading.Event], torch.Tensor | None], payload: BlockPayload | None = None) -> None:
+        """Register the task; run `body` on a worker now, or once `payload`'s device copy is done."""
+        job = _Job(task, concurrent.futures.Future(), threading.Event())
+        self._jobs[task.task_id] = job
 
-    def _run_and_release(self, task: StoreTask, body, cancel: threading.Event) -> torch.Tensor | None:
-        """Run one job; whatever happens, count it and free its pins/slots when it stopped."""
-        ok = False
+        def launch() -> None:
+            self._executor.submit(self._execute, job, body)
+
+        if payload is None or payload.done():
+            launch()
+        else:
+            self._watcher.when_done(payload, launch)
+
+    def _execute(self, job: _Job, body: Callable[[threading.Event], torch.Tensor | None]) -> None:
+        """Run one job; whatever happens, count it, free its pins/slots, then resolve its future."""
+        task = job.task
+        result: torch.Tensor | None = None
+        error: StoreError | None = None
         try:
-            result = body(cancel)
-            ok = True
-            return result
-        except StoreError:
-            raise
+            result = body(job.cancel)
+        except StoreError as exc:
+            error = exc
         except Exception as exc:  # a back-end bug or OS error: still a failed task, never a lost one
             logger.exception("%s task %d failed unexpectedly", task.kind, task.task_id)
-            raise StoreError(f"{task.kind} task {task.task_id} failed: {exc}") from exc
-        finally:
-            with self._lock:
-                self._ledger.release(task.task_id)
-                key = ("dumps_" if task.kind == "dump" else "loads_") + ("completed" if ok else "failed")
-                setattr(self._stats, key, getattr(self._stats, key) + 1)
+            error = StoreError(f"{task.kind} task {task.task_id} failed: {exc}")
+            error.__cause__ = exc
+        with self._lock:
+            self._ledger.release(task.task_id)
+            key = ("dumps_" if task.kind == "dump" else "loads_") + ("completed" if error is None else "failed")
+            setattr(self._stats, key, getattr(self._stats, key) + 1)
+        if error is None:
+            job.future.set_result(result)
+        else:
+            job.future.set_exception(error)
 
     def _run_dump(self, task: StoreTask, payload: BlockPayload, cancel: threading.Event) -> None:
         try:

@@ -1,0 +1,111 @@
+"""Bounded stores: LRU eviction of completed, unpinned blocks only; a dump that cannot fit is refused at
+submit with `StoreFull`, counted, and leaves nothing behind (no task, no bytes, no file)."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from deferdump.reference.file_store import FileStore
+from deferdump.reference.memory_store import MemoryStore
+from deferdump.reference.store_base import ReadyPayload, StoreFull
+from deferdump.reference.threaded_store import ThreadedStore
+from stores_support import GatedPayload, rows, settle
+
+
+def _h(name: str) -> bytes:
+    return name.encode()
+
+
+def _resident(store: ThreadedStore) -> tuple[int, int]:
+    """What the store really holds: (blocks, bytes) in memory or on disk."""
+    if isinstance(store, MemoryStore):
+        return store.stats().blocks, store.resident_bytes()
+    assert isinstance(store, FileStore)
+    assert list(store.directory.rglob("*.tmp")) == []
+    return store.disk_usage()
+
+
+@pytest.fixture(params=["memory", "file"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ThreadedStore]:
+    made: ThreadedStore = MemoryStore(capacity_blocks=4) if request.param == "memory" else FileStore(tmp_path, capacity_blocks=4)
+    yield made
+    made.close()
+
+
+def _dump_now(store: ThreadedStore, *names: str, seed: int = 0) -> None:
+    store.wait(store.dump([_h(n) for n in names], ReadyPayload(rows(len(names), seed=seed))))
+
+
+def test_full_store_refuses_counts_and_leaks_nothing(store: ThreadedStore) -> None:
+    running = GatedPayload(rows(3))
+    task = store.dump([_h("a"), _h("b"), _h("c")], running)  # 3 slots reserved by a running dump
+    before = store.stats()
+    with pytest.raises(StoreFull, match="store full"):
+        store.dump([_h("d"), _h("e")], ReadyPayload(rows(2)))
+    after = store.stats()
+    assert after.refused_full == before.refused_full + 1
+    assert after.pending == 1 and after.dumps_submitted == before.dumps_submitted
+    assert _resident(store) == (after.blocks, after.bytes) == (0, 0)
+    running.open()
+    store.wait(task)
+    assert _resident(store) == (3, store.stats().bytes)
+    assert store.lookup_prefix([_h("d")]) == 0
+
+
+def test_dump_larger_than_capacity_is_refused(store: ThreadedStore) -> None:
+    with pytest.raises(StoreFull):
+        store.dump([_h(str(i)) for i in range(5)], ReadyPayload(rows(5)))
+    assert store.stats().refused_full == 1 and store.stats().pending == 0
+    assert _resident(store) == (0, 0)
+
+
+def test_least_recently_used_completed_block_is_evicted(store: ThreadedStore) -> None:
+    _dump_now(store, "a", "b", "c", "d")
+    assert store.lookup_prefix([_h("a")]) == 1  # a is now the most recently used
+    _dump_now(store, "e", seed=1)
+    assert store.lookup_prefix([_h("b")]) == 0, "b was the least recently used"
+    assert store.lookup_prefix([_h("a"), _h("c"), _h("d"), _h("e")]) == 4
+    assert store.stats().evicted == 1
+    blocks, nbytes = _resident(store)
+    assert (blocks, nbytes) == (store.stats().blocks, store.stats().bytes) == (4, store.stats().bytes)
+
+
+def test_blocks_held_by_running_tasks_are_never_evicted(store: ThreadedStore) -> None:
+    _dump_now(store, "a", "b")
+    pinning = GatedPayload(rows(1))
+    dedupe = store.dump([_h("a")], pinning)  # a running dump names a: a is pinned
+    reserving = GatedPayload(rows(1))
+    fresh = store.dump([_h("x")], reserving)  # one slot reserved
+    _dump_now(store, "c", seed=2)  # 2 completed + 1 reserved + 1 new = 4: no eviction yet
+    _dump_now(store, "d", seed=3)  # must evict b (a is pinned, x is not completed)
+    assert store.lookup_prefix([_h("b")]) == 0
+    assert store.lookup_prefix([_h("a")]) == 1
+    with pytest.raises(StoreFull):  # a pinned, c/d evictable… but 3 completed + 1 reserved, needs 2 more
+        store.dump([_h("y"), _h("z"), _h("w")], ReadyPayload(rows(3)))
+    pinning.open()
+    reserving.open()
+    store.wait(dedupe)
+    store.wait(fresh)
+    assert store.lookup_prefix([_h("x")]) == 1
+    assert store.stats().blocks <= 4
+    assert _resident(store) == (store.stats().blocks, store.stats().bytes)
+
+
+def test_failed_dump_returns_its_reserved_slots(store: ThreadedStore) -> None:
+    failing = GatedPayload(rows(4), fail=True)
+    task = store.dump([_h(str(i)) for i in range(4)], failing)
+    with pytest.raises(StoreFull):
+        store.dump([_h("late")], ReadyPayload(rows(1)))
+    failing.open()
+    settle(store, task)
+    _dump_now(store, "late")  # the failed dump's slots came back
+    assert store.stats().dumps_failed == 1 and store.stats().blocks == 1
+    assert _resident(store) == (1, store.stats().bytes)
+
+
+def test_memory_store_capacity_must_be_positive() -> None:
+    for bad in (0, -1, None, 2.0):
+        with pytest.raises(ValueError, match="capacity_blocks"):
+            MemoryStore(capacity_blocks=bad)  # type: ignore[arg-type]
