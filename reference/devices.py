@@ -317,3 +317,59 @@ def _check_rows(data: torch.Tensor, n: int, layers: tuple[LayerLayout, ...]) -> 
     nbytes = sum(layer.block_nbytes for layer in layers)
     if data.dtype != torch.uint8 or tuple(data.shape) != (n, nbytes):
         raise DeviceError(f"expected host bytes uint8 [{n}, {nbytes}], got {data.dtype} {tuple(data.shape)}")
+
+
+class DeferredPayload:
+    """A copy that runs only when its bytes are first asked for, or never if cancelled first."""
+
+    def __init__(self, gather: Any) -> None:
+        self._gather = gather
+        self._lock = threading.Lock()
+        self._data: torch.Tensor | None = None
+        self._cancelled = False
+
+    def done(self) -> bool:
+        with self._lock:
+            return self._data is not None or self._cancelled
+
+    @property
+    def read(self) -> bool:
+        """Whether the source blocks were read."""
+        with self._lock:
+            return self._data is not None
+
+    def result(self) -> torch.Tensor:
+        with self._lock:
+            if self._cancelled:
+                raise DeviceError("device copy was cancelled before it read its blocks")
+            if self._data is None:
+                self._data = self._gather()
+            return self._data
+
+    def cancel(self) -> bool:
+        with self._lock:
+            if self._data is None:
+                self._cancelled = True
+            return self._cancelled
+
+
+class DeferredCpuDevice(CpuDevice):
+    """A `CpuDevice` whose dump copies read their source blocks as late as possible: when the store
+    consumes the payload. The worst case a real copy engine could produce, so a block rewritten before
+    its dump finished shows up as wrong stored bytes. Used by property tests and soak runs."""
+
+    def __init__(self) -> None:
+        super().__init__(copy_threads=1)
+
+    def read_blocks(
+        self, block_ids: Sequence[int], *, after: Any | None = None, layer_names: Sequence[str] | None = None
+    ) -> DeferredPayload:
+        ids = self._caches.checked_index(block_ids)
+        layers = self.layout.select(layer_names)
+        return DeferredPayload(lambda: self._gather(ids, layers))
+
+    def settle(self, payload: BlockPayload) -> None:
+        if isinstance(payload, DeferredPayload):
+            payload.cancel()
+            return
+        super().settle(payload)

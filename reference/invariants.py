@@ -1,0 +1,177 @@
+"""The spec's safety invariants, checked on a snapshot of scheduler, worker and block-pool state.
+
+Property tests and soak runs build a `SystemSnapshot` after every step (from the real connectors plus their
+own simulation of vLLM's block pool) and call `check_snapshot`, or `check_block_writes` right before a
+forward writes blocks. Each violation is one line naming the invariant, so a failure says what broke.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+
+from .connectors import DirectConnector, OuterConnector
+from .errors import DeferDumpError
+
+
+class InvariantViolation(DeferDumpError, AssertionError):
+    """One or more invariants failed; `violations` lists them."""
+
+    def __init__(self, violations: list[str]) -> None:
+        super().__init__("\n".join(violations))
+        self.violations = violations
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskState:
+    """One pending dump task on a rank."""
+
+    task_id: int
+    request_ids: frozenset[str]
+    block_ids: frozenset[int]
+    source_read_done: bool  # False: the dump may still read its source blocks
+    event_handle: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RankState:
+    """A worker rank: its connector's observable state plus what the harness saw it do."""
+
+    rank: int
+    tracked: frozenset[str]  # worker `_async_dump_req_ids`
+    pending: tuple[TaskState, ...]
+    live_handles: frozenset[int]
+    bad_releases: int = 0
+    leaked: int = 0
+    reports: Mapping[str, int] = dataclasses.field(default_factory=dict)  # id -> times in finished_sending
+    passed_to_get_finished: frozenset[str] = frozenset()
+    incomplete_waits_in_wait_for_save: int = 0
+    preemption_waits: tuple[tuple[frozenset[str], frozenset[str]], ...] = ()  # (task's ids, preempted ids)
+
+    def incomplete_blocks(self) -> frozenset[int]:
+        """Blocks some unfinished dump on this rank may still read."""
+        return frozenset().union(*(t.block_ids for t in self.pending if not t.source_read_done))
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerState:
+    """The scheduler's connector set and what the harness knows about finished requests."""
+
+    tracked: frozenset[str]  # scheduler `_async_dump_req_ids`
+    finish_answers: Mapping[str, bool] = dataclasses.field(default_factory=dict)  # request_finished's bool
+    had_dumps: frozenset[str] = frozenset()  # oracle: requests whose dumps were submitted or attempted
+    freed_after_reports: frozenset[str] = frozenset()  # delayed requests whose blocks vLLM freed
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolState:
+    """vLLM's block pool: free blocks, and those among them freed by a preemption (freed at once by vLLM)."""
+
+    free_blocks: frozenset[int]
+    freed_by_preemption: frozenset[int] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
+class SystemSnapshot:
+    scheduler: SchedulerState
+    ranks: tuple[RankState, ...]
+    pool: PoolState
+    shut_down: bool = False
+
+
+def rank_state(
+    connector: DirectConnector | OuterConnector,
+    rank: int,
+    *,
+    source_read_done: Mapping[int, bool] | None = None,
+    **observed: object,
+) -> RankState:
+    """Read a worker connector's observable state; `source_read_done[task_id]` overrides payload.done()."""
+    inner = connector.inner if isinstance(connector, OuterConnector) else connector
+    tasks = []
+    for pending in inner._pending_dump_tasks:
+        if source_read_done is not None and pending.task.task_id in source_read_done:
+            done = source_read_done[pending.task.task_id]
+        else:
+            done = pending.payload is not None and pending.payload.done()
+        tasks.append(
+            TaskState(pending.task.task_id, pending.request_ids, frozenset(pending.block_ids), done, pending.event_handle)
+        )
+    return RankState(
+        rank=rank,
+        tracked=frozenset(inner._async_dump_req_ids),
+        pending=tuple(tasks),
+        live_handles=inner.events.live_handles(),
+        bad_releases=inner.events.bad_releases,
+        leaked=inner.events.leaked,
+        **observed,  # type: ignore[arg-type]
+    )
+
+
+def check_block_writes(rank: RankState, written_blocks: Iterable[int]) -> list[str]:
+    """A forward on `rank` is about to write `written_blocks`: none may be read by an unfinished dump."""
+    clash = rank.incomplete_blocks() & frozenset(written_blocks)
+    if not clash:
+        return []
+    return [f"WriteSafety: rank {rank.rank} writes block(s) {sorted(clash)} while a dump still reads them"]
+
+
+def check_snapshot(snapshot: SystemSnapshot) -> list[str]:
+    """Every violated invariant, one line each (empty when all hold)."""
+    violations: list[str] = []
+    sched = snapshot.scheduler
+    for req_id, answer in sorted(sched.finish_answers.items()):
+        expected = req_id in sched.had_dumps
+        if answer != expected:
+            violations.append(
+                f"RequestFinished: request_finished({req_id}) returned {answer}, but dumps submitted/attempted={expected}"
+            )
+    for rank in snapshot.ranks:
+        violations += _check_rank(rank, sched, snapshot.pool)
+        if snapshot.shut_down:
+            if rank.pending or rank.live_handles or rank.leaked:
+                violations.append(
+                    f"Shutdown: rank {rank.rank} left {len(rank.pending)} pending task(s), "
+                    f"{len(rank.live_handles)} live handle(s), {rank.leaked} leaked"
+                )
+    for req_id in sorted(sched.freed_after_reports):
+        missing = [r.rank for r in snapshot.ranks if r.reports.get(req_id, 0) != 1]
+        if missing:
+            violations.append(f"DelayedFree: {req_id} freed before rank(s) {missing} reported it")
+    return violations
+
+
+def _check_rank(rank: RankState, sched: SchedulerState, pool: PoolState) -> list[str]:
+    out: list[str] = []
+    w = rank.rank
+    unsafe = (rank.incomplete_blocks() & pool.free_blocks) - pool.freed_by_preemption
+    if unsafe:
+        out.append(f"NoFreeUnderRead: rank {w}: block(s) {sorted(unsafe)} released to the pool while a dump reads them")
+    for req_id, count in sorted(rank.reports.items()):
+        if count > 1:
+            out.append(f"ReportOnce: rank {w} reported {req_id} {count} times")
+        if req_id not in rank.passed_to_get_finished:
+            out.append(f"ReportAfterFinish: rank {w} reported {req_id} before it was passed to get_finished")
+        if sched.finish_answers.get(req_id) is not True:
+            out.append(f"ReportOnlyDelayed: rank {w} reported {req_id}, whose request_finished did not return True")
+        if any(req_id in task.request_ids for task in rank.pending):
+            out.append(f"ReportedHasNoTask: rank {w} reported {req_id} while a pending task still covers it")
+    if rank.incomplete_waits_in_wait_for_save:
+        out.append(f"SaveNeverBlocks: rank {w} waited {rank.incomplete_waits_in_wait_for_save} unfinished task(s) in wait_for_save")
+    for task_ids, preempted in rank.preemption_waits:
+        if task_ids.isdisjoint(preempted):
+            out.append(f"PreemptWaitsOnlyPreempted: rank {w} waited a task of {sorted(task_ids)} for preempted {sorted(preempted)}")
+    if rank.bad_releases:
+        out.append(f"ReleaseOnce: rank {w} released {rank.bad_releases} handle(s) twice or never acquired")
+    held = frozenset(t.event_handle for t in rank.pending if t.event_handle)
+    if rank.live_handles != held:
+        out.append(
+            f"HandlesMatchTasks: rank {w} live handles {sorted(rank.live_handles)} != pending tasks' {sorted(held)}"
+        )
+    return out
+
+
+def assert_invariants(snapshot: SystemSnapshot) -> None:
+    """Raise `InvariantViolation` listing every violated invariant."""
+    violations = check_snapshot(snapshot)
+    if violations:
+        raise InvariantViolation(violations)
