@@ -62,19 +62,14 @@ class BlockLedger:
     def is_pinned(self, block_hash: bytes) -> bool:
         return self._pins[block_hash] > 0
 
-    def prefix_hits(self, block_hashes: Sequence[bytes]) -> int:
-        """Leading completed hashes; a hit counts as a use for LRU."""
-        hits = 0
-        for block_hash in block_hashes:
-            if block_hash not in self._completed:
-                break
-            self._completed.move_to_end(block_hash)
-            hits += 1
-        return hits
-
     # --------------------------------------------------------------- changes
     def add_existing(self, block_hash: bytes, size: int) -> None:
-        """Register a block found at start-up (newest last); capacity is enforced by `shrink_to_capacity`."""
+        """Register a block found on the back-end (start-up scan, another instance's write), as newest.
+
+        Capacity is restored by `shrink_to_capacity` or by the next `reserve_dump`, which evicts the excess.
+        """
+        if block_hash in self._completed:
+            return
         self._completed[block_hash] = size
         self.bytes += size
 

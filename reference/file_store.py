@@ -11,6 +11,9 @@ a `LoadError` naming its hash, never data, and the bad file is removed so the ne
 `lookup_prefix` does NOT read files: it answers from the in-memory index (built from file names and
 sizes at start), because vLLM calls it on the scheduler's hot path — a corrupt block is found by the load
 that follows, which the connector reports through `get_block_ids_with_load_errors` (vLLM recomputes).
+On an index miss it stats the block's path once: vLLM's scheduler and workers are separate processes
+with separate `FileStore` instances on one directory, so blocks another instance wrote are adopted.
+`stats()` describes this instance's index; it equals `disk_usage()` when one instance owns the directory.
 
 Layout: `<directory>/<first two hex digits>/<hash hex>.blk`.
 """
@@ -136,6 +139,14 @@ class FileStore(ThreadedStore):
         except ValueError:
             return None
         return block_hash if block_hash and path.parent.name == path.stem[:2] else None
+
+    def _adopt_block(self, block_hash: bytes) -> bool:
+        try:
+            size = self.path_of(block_hash).stat().st_size
+        except OSError:
+            return False
+        self._ledger.add_existing(block_hash, size)
+        return True
 
     def path_of(self, block_hash: bytes) -> Path:
         """Where a block's file lives (tests corrupt files through it)."""

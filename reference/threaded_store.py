@@ -92,9 +92,22 @@ class ThreadedStore(KVStore):
         """Delete a block's bytes after the ledger forgot it (eviction, corruption); called under the lock."""
 
     # ------------------------------------------------------------- KVStore
+    def _adopt_block(self, block_hash: bytes) -> bool:
+        """Index a block another store instance wrote (shared back-ends); called under the lock on a miss."""
+        return False
+
+    def _known(self, block_hash: bytes) -> bool:
+        return block_hash in self._ledger or self._adopt_block(block_hash)
+
     def lookup_prefix(self, block_hashes: Sequence[bytes]) -> int:
         with self._lock:
-            return self._ledger.prefix_hits(block_hashes)
+            hits = 0
+            for block_hash in block_hashes:
+                if not self._known(block_hash):
+                    break
+                self._ledger.touch(block_hash)
+                hits += 1
+            return hits
 
     def dump(self, block_hashes: Sequence[bytes], payload: BlockPayload) -> StoreTask:
         hashes = _check_hashes(block_hashes)
@@ -226,7 +239,7 @@ class ThreadedStore(KVStore):
             if cancel.is_set():
                 raise _Cancelled(f"load task {task.task_id} stopped after a timed-out wait")
             with self._lock:
-                stored = block_hash in self._ledger
+                stored = self._known(block_hash)
             if not stored:
                 bad[block_hash] = "not stored"
                 continue

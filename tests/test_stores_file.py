@@ -208,6 +208,17 @@ def test_index_ignores_foreign_files_and_matches_disk(tmp_path: Path) -> None:
     assert (tmp_path / "README").exists() and (tmp_path / "zz" / "nothex.blk").exists()
 
 
+def test_blocks_written_by_another_instance_are_found_and_loaded(tmp_path: Path) -> None:
+    """vLLM's scheduler (lookups) and worker (dumps) are separate processes sharing one directory."""
+    with FileStore(tmp_path) as scheduler_side, FileStore(tmp_path) as worker_side:
+        assert scheduler_side.lookup_prefix([_hash(0)]) == 0
+        data = _store_three(worker_side)
+        assert scheduler_side.lookup_prefix([_hash(0), _hash(1), _hash(2), _hash(3)]) == 3
+        loaded = scheduler_side.wait(scheduler_side.load([_hash(2), _hash(0)]))
+        assert loaded is not None and torch.equal(loaded, data[[2, 0]])
+        _assert_index_matches_disk(scheduler_side)
+
+
 def test_reopening_with_a_smaller_capacity_evicts_oldest_files(tmp_path: Path) -> None:
     with FileStore(tmp_path) as store:
         for i in range(4):
