@@ -35,6 +35,7 @@ from .views import CachedRequestView, NewRequestView, RequestView, StepView
 _LAZY = {
     "MemoryStore": "memory_store",
     "FileStore": "file_store",
+    "StoreDirectoryError": "file_store",
     "FaultyStore": "faults",
     "FaultConfig": "faults",
     "ManualStore": "manual_store",
@@ -56,6 +57,7 @@ __all__ = [
     "EventHandleError", "EventRegistry", "FaultConfig", "FaultyStore", "FileStore", "KVCacheLayout", "KVStore",
     "LayerLayout", "LayerWiseConnector", "LayoutError", "LoadError", "ManualStore", "MemoryStore",
     "NewRequestView", "OuterConnector", "PendingDumpTask", "ReadyPayload", "RequestDispatchMeta", "RequestPlan",
-    "RequestView", "Role", "RoleError", "StepView", "StoreError", "StoreFull", "StoreStats", "StoreTask",
+    "RequestView", "Role", "RoleError", "StepView", "StoreDirectoryError", "StoreError", "StoreFull", "StoreStats",
+    "StoreTask",
     "SubmitError", "TaskNotFound", "describe_kv_caches", "find_block_dim", "make_store",
 ]
