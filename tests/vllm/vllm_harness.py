@@ -1,0 +1,216 @@
+"""Running deferdump's connector inside a real (CPU) vLLM engine, for the tests in this directory.
+
+Facts behind every choice here are in shared/notes/vllm-cpu-e2e.md: a tiny Llama the CPU backend
+accepts (head size 32), dummy weights with a fixed seed (greedy outputs are reproducible), token-id
+prompts, an explicit KV size, and an explicit drain, because in-process `generate()` returns before
+the engine processes the last delayed frees.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+CONNECTOR_CLASS = "DeferDumpConnector"
+CONNECTOR_MODULE = "deferdump.reference.vllm"
+BLOCK_SIZE = 32  # tokens per vLLM block in every test
+VOCAB_SIZE = 512
+
+TINY_LLAMA_CONFIG: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 128,
+    "head_dim": 32,  # the CPU attention backend rejects head size 16
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "intermediate_size": 256,
+    "vocab_size": VOCAB_SIZE,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-6,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float32",
+}
+
+
+def write_tiny_model(directory: Path) -> Path:
+    """Write the tiny decoder's `config.json` (no weights: the tests load dummy ones)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(TINY_LLAMA_CONFIG, indent=2))
+    return directory
+
+
+def deferdump_transfer_config(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The `kv_transfer_config` that loads deferdump's connector, exactly as the README shows it."""
+    return {
+        "kv_connector": CONNECTOR_CLASS,
+        "kv_connector_module_path": CONNECTOR_MODULE,
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": dict(extra),
+    }
+
+
+def multi_transfer_config(*children_extra: Mapping[str, Any]) -> dict[str, Any]:
+    """vLLM's MultiConnector with one deferdump child per extra config."""
+    return {
+        "kv_connector": "MultiConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "connectors": [deferdump_transfer_config(extra) for extra in children_extra],
+        },
+    }
+
+
+def token_prompts(count: int, length: int, *, seed: int, shared_prefix: int = 0) -> list[dict[str, list[int]]]:
+    """`count` distinct token-id prompts of `length` tokens; the first `shared_prefix` tokens are common."""
+    rng = random.Random(seed)
+    prefix = [rng.randrange(3, VOCAB_SIZE) for _ in range(shared_prefix)]
+    return [
+        {"prompt_token_ids": prefix + [rng.randrange(3, VOCAB_SIZE) for _ in range(length - shared_prefix)]}
+        for _ in range(count)
+    ]
+
+
+def greedy(max_tokens: int):
+    """Greedy sampling of exactly `max_tokens` tokens (no EOS stop: lengths are deterministic)."""
+    from vllm import SamplingParams
+
+    return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+
+
+def build_llm(model_dir: Path, kv_transfer_config: Mapping[str, Any], **overrides: Any):
+    """An in-process (or, by environment, multiprocess) `LLM` on the tiny model with the connector."""
+    from vllm import LLM
+
+    kwargs: dict[str, Any] = dict(
+        model=str(model_dir),
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        enforce_eager=True,
+        max_model_len=256,
+        block_size=BLOCK_SIZE,
+        kv_cache_memory_bytes=16 << 20,
+        kv_transfer_config=dict(kv_transfer_config),
+    )
+    kwargs.update(overrides)
+    return LLM(**kwargs)
+
+
+def engine_core(llm):
+    """The in-process `EngineCore` (scheduler and executor live in this process)."""
+    return llm.llm_engine.engine_core.engine_core
+
+
+def scheduler_connector(llm):
+    """The scheduler-side connector instance vLLM built (in-process mode only)."""
+    return engine_core(llm).scheduler.connector
+
+
+def worker_connector():
+    """The worker-side connector instance vLLM built (in-process mode only)."""
+    from vllm.distributed.kv_transfer import get_kv_transfer_group
+
+    return get_kv_transfer_group()
+
+
+def drain(llm, *, max_steps: int = 10_000) -> int:
+    """Step the engine until the scheduler holds no request, delayed frees included; returns steps."""
+    scheduler = engine_core(llm).scheduler
+    steps = 0
+    while scheduler.has_requests():
+        llm.llm_engine.step()
+        steps += 1
+        if steps >= max_steps:
+            raise AssertionError(f"engine did not drain within {max_steps} steps: {len(scheduler.requests)} held")
+    return steps
+
+
+def free_block_count(llm) -> int:
+    """Blocks in vLLM's free queue (every block but the null block once all requests are freed)."""
+    return engine_core(llm).scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+
+
+def total_block_count(llm) -> int:
+    return engine_core(llm).scheduler.kv_cache_manager.block_pool.num_gpu_blocks
+
+
+def shutdown(llm) -> None:
+    """Shut the engine down (connector `shutdown` on both sides) and reset vLLM's process globals."""
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+    llm.llm_engine.engine_core.shutdown()
+    cleanup_dist_env_and_memory()
+
+
+@contextlib.contextmanager
+def running_llm(model_dir: Path, kv_transfer_config: Mapping[str, Any], **overrides: Any) -> Iterator[Any]:
+    """An engine that is always shut down, so the next test can build its own in this process."""
+    llm = build_llm(model_dir, kv_transfer_config, **overrides)
+    try:
+        yield llm
+    finally:
+        shutdown(llm)
+
+
+def deferdump_connectors(connector: Any) -> list[Any]:
+    """deferdump's connectors inside a vLLM connector (itself, or a MultiConnector's children)."""
+    from deferdump.reference.vllm import iter_deferdump_connectors
+
+    return list(iter_deferdump_connectors(connector))
+
+
+def generate_and_drain(llm, prompts: list[dict[str, list[int]]], max_tokens: int) -> list[tuple[int, ...]]:
+    """Greedy outputs (token ids per prompt), then drain so every delayed free has been processed."""
+    outputs = llm.generate(prompts, greedy(max_tokens), use_tqdm=False)
+    drain(llm)
+    return [tuple(output.outputs[0].token_ids) for output in outputs]
+
+
+class FreeGuard:
+    """Wraps the scheduler's `_free_blocks`: records each free of a finished request and flags any free
+    made while a deferdump worker still has a dump task covering that request (the hazard itself).
+
+    In-process only: the scheduler frees in the same thread, right after the worker's `get_finished`.
+    """
+
+    def __init__(self, llm, workers: list[Any]) -> None:
+        scheduler = engine_core(llm).scheduler
+        original = scheduler._free_blocks
+        self.freed: list[str] = []
+        self.violations: list[tuple[str, int]] = []  # (request id, dump tasks still pending at its free)
+
+        def guarded_free_blocks(request) -> None:
+            in_flight = sum(
+                1 for worker in workers for pending in worker.core._pending_dump_tasks
+                if request.request_id in pending.request_ids
+            )
+            if in_flight:
+                self.violations.append((request.request_id, in_flight))
+            self.freed.append(request.request_id)
+            original(request)
+
+        scheduler._free_blocks = guarded_free_blocks  # the instance attribute shadows the method
+
+    def assert_each_freed_once(self, expected_count: int) -> None:
+        assert len(self.freed) == expected_count, self.freed
+        assert len(set(self.freed)) == len(self.freed), f"a request was freed twice: {self.freed}"
+        assert self.violations == [], f"blocks freed while their dumps were in flight: {self.violations}"
+
+
+def metric(connector: Any, name: str, labels: dict[str, str] | None = None) -> float:
+    """One Prometheus sample of a deferdump connector (0.0 when absent)."""
+    return connector.core.metrics.value(name, labels)
+
+
+def assert_drained_worker(worker: Any) -> None:
+    """No pending dump task, no live event handle, no verify mismatch on a worker connector."""
+    assert worker.core._pending_dump_tasks == []
+    assert worker.core.events.live() == 0
+    assert metric(worker, "deferdump_live_event_handles") == 0
+    assert metric(worker, "deferdump_pending_dump_tasks") == 0
+    assert metric(worker, "deferdump_verify_mismatches_total") == 0
