@@ -2,14 +2,18 @@
 submit with `StoreFull`, counted, and leaves nothing behind (no task, no bytes, no file)."""
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from deferdump.reference.file_store import FileStore
 from deferdump.reference.memory_store import MemoryStore
-from deferdump.reference.store_base import ReadyPayload, StoreFull
+from deferdump.reference.store_base import ReadyPayload, StoreError, StoreFull
 from deferdump.reference.threaded_store import ThreadedStore
 from stores_support import GatedPayload, rows, settle
 
@@ -109,3 +113,84 @@ def test_memory_store_capacity_must_be_positive() -> None:
     for bad in (0, -1, None, 2.0):
         with pytest.raises(ValueError, match="capacity_blocks"):
             MemoryStore(capacity_blocks=bad)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------- property-based
+CAPACITY = 4
+NAMES = [bytes([0xE0 + i]) * 4 for i in range(7)]
+
+
+def capacity_machine(kind: str) -> type[RuleBasedStateMachine]:
+    class BoundedStore(RuleBasedStateMachine):
+        """Random dumps against a 4-block store: refusals exactly when the ledger rule says so, pinned
+        blocks never evicted, blocks + reserved slots within capacity, bytes held equal bytes counted."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.tmp = Path(tempfile.mkdtemp(prefix="deferdump-capacity-"))
+            self.store: ThreadedStore = (
+                MemoryStore(capacity_blocks=CAPACITY) if kind == "memory" else FileStore(self.tmp, capacity_blocks=CAPACITY)
+            )
+            self.running: dict[int, tuple[object, GatedPayload, set[bytes], int]] = {}  # id -> task, gate, names, slots
+            self.refusals = 0
+
+        def present(self) -> set[bytes]:
+            return {h for h in NAMES if self.store.lookup_prefix([h]) == 1}
+
+        @rule(names=st.lists(st.sampled_from(NAMES), min_size=1, max_size=3), fails=st.booleans())
+        def dump(self, names: list[bytes], fails: bool) -> None:
+            before = self.present()
+            wanted = set(names)
+            new = wanted - before
+            reserved = sum(slots for *_, slots in self.running.values())
+            pinned = set().union(*(held for _, _, held, _ in self.running.values()))
+            evictable = len(before - pinned - wanted)
+            must_refuse = len(new) > CAPACITY - len(before) - reserved + evictable
+            gate = GatedPayload(rows(len(names)), fail=fails)
+            try:
+                task = self.store.dump(names, gate)
+            except StoreFull:
+                assert must_refuse
+                self.refusals += 1
+                assert self.present() == before, "a refused dump changes nothing"
+                return
+            assert not must_refuse
+            after = self.present()
+            assert after <= before and (before & (pinned | wanted)) <= after, "only unpinned blocks are evicted"
+            self.running[task.task_id] = (task, gate, wanted, len(new))
+
+        @precondition(lambda self: self.running)
+        @rule(data=st.data())
+        def finish(self, data: st.DataObject) -> None:
+            task_id = data.draw(st.sampled_from(sorted(self.running)))
+            task, gate, wanted, _ = self.running.pop(task_id)
+            gate.open()
+            settle(self.store, task)
+            try:
+                self.store.wait(task)
+                assert wanted <= self.present()
+            except StoreError:
+                assert gate.fail
+
+        @invariant()
+        def within_capacity_and_nothing_leaked(self) -> None:
+            stats = self.store.stats()
+            reserved = sum(slots for *_, slots in self.running.values())
+            assert stats.blocks + reserved <= CAPACITY
+            assert stats.refused_full == self.refusals
+            assert stats.pending == len(self.running)
+            assert _resident(self.store) == (stats.blocks, stats.bytes)
+
+        def teardown(self) -> None:
+            for _, gate, _, _ in self.running.values():
+                gate.open()
+            self.store.close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    return BoundedStore
+
+
+TestBoundedMemoryStore = capacity_machine("memory").TestCase
+TestBoundedMemoryStore.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)
+TestBoundedFileStore = capacity_machine("file").TestCase
+TestBoundedFileStore.settings = settings(max_examples=15, stateful_step_count=20, deadline=None)
