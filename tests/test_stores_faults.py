@@ -151,3 +151,16 @@ def test_refused_submit_leaks_nothing_in_the_inner_store() -> None:
             store.load([b"a"])
         stats = inner.stats()
         assert (stats.pending, stats.dumps_submitted, stats.blocks, inner.resident_bytes()) == (0, 0, 0, 0)
+
+
+def test_injected_wait_failure_never_hides_an_undrained_inner_task() -> None:
+    inner = ManualStore()  # refuses to block: its wait on a running task erases nothing
+    store = FaultyStore(inner, FaultConfig(wait_fail=1.0))
+    task = store.dump([b"a"], ReadyPayload(rows(1)))
+    with pytest.raises(StoreError, match="would block"):
+        store.wait(task)
+    assert inner.outstanding_tasks() == [task] and store.injected["wait"] == 0
+    inner.complete(task)
+    with pytest.raises(StoreError, match="injected wait failure"):
+        store.wait(task)
+    assert inner.outstanding_tasks() == []
