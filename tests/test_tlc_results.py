@@ -141,3 +141,17 @@ def test_bad_arguments(tmp_path: Path) -> None:
         run_tlc(FIXTURES / "Counter.tla", tmp_path / "Nope.cfg")
     with pytest.raises(TlcUsageError, match="workers"):
         run_tlc(FIXTURES / "Counter.tla", workers=0)
+
+
+def test_stuttering_lasso() -> None:
+    result = run_tlc(FIXTURES / "Stutter.tla")
+    assert (result.status, result.kind, result.property) == (Status.VIOLATION, Kind.LIVENESS, "ReachOneProp")
+    assert [s.values for s in result.trace] == [{"x": 0}]
+    assert result.loop_index == 0 and result.stuttering
+
+
+def test_invariant_violated_by_the_initial_state() -> None:
+    result = run_tlc(FIXTURES / "Stutter.tla", FIXTURES / "StutterInitInv.cfg")
+    assert (result.status, result.kind, result.property) == (Status.VIOLATION, Kind.INVARIANT, "StartedInv")
+    assert [(s.action, s.values) for s in result.trace] == [(None, {"x": 0})]
+    assert result.message == "Invariant StartedInv is violated by the initial state"

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import typer
 
+from .cli_check import check
+from .errors import DeferdumpError
+
 app = typer.Typer(
     name="deferdump",
     help="Model-check, trace and replay the deferred KV-dump protocol (UCM PR #989).",
@@ -25,9 +28,23 @@ def version() -> None:
     typer.echo(_v("deferdump"))
 
 
+app.command("check")(check)
+
+
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: usage errors and DeferdumpErrors become one line on stderr, no traceback."""
+    try:
+        code = app(standalone_mode=False)
+    except typer.TyperException as error:  # click's usage errors (typer vendors click)
+        typer.echo(f"deferdump: {error.format_message()} (see deferdump --help)", err=True)
+        raise SystemExit(error.exit_code) from None
+    except typer.Abort:
+        typer.echo("deferdump: aborted", err=True)
+        raise SystemExit(1) from None
+    except DeferdumpError as error:
+        typer.echo(f"deferdump: {error}", err=True)
+        raise SystemExit(2) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -453,7 +453,7 @@ class _Parser:
             self.expect("]")
             if not isinstance(domain, TlaSet):
                 raise TlaParseError(f"function domain is not a set in TLA+ value {_clip(self.text)}")
-            if token[1] in format_value(body).replace('"', " ").split():
+            if _mentions(body, ModelValue(token[1])):
                 raise TlaParseError(f"cannot evaluate a function body that uses {token[1]} in {_clip(self.text)}")
             return make_function((key, body) for key in domain)
         fields: list[tuple[str, Value]] = []
@@ -494,6 +494,17 @@ class _Parser:
                 seen.add(value_key(key))
                 unique.append((key, value))
         return make_function(unique)
+
+
+def _mentions(value: Value, name: ModelValue) -> bool:
+    """Whether ``name`` occurs in ``value`` (a bound variable would have parsed as a model value)."""
+    if isinstance(value, ModelValue):
+        return value == name
+    if isinstance(value, Mapping):
+        return any(_mentions(k, name) or _mentions(v, name) for k, v in value.items())
+    if isinstance(value, (tuple, TlaSet)):
+        return any(_mentions(item, name) for item in value)
+    return False
 
 
 def parse_value(text: str) -> Value:

@@ -324,7 +324,7 @@ def sany_message(sany_text: str, module_path: Callable[[str], str]) -> str | Non
                 f"{_one_line(after)}{more}")
     for line in text.splitlines():
         line = line.strip()
-        if line.startswith(("Cannot find source file", "Could not parse", "Unknown")):
+        if line.startswith(("Cannot find source file", "Could not parse", "Unknown operator")):
             return line
     return None
 
@@ -538,7 +538,7 @@ def _verdict_message(result: Interpretation, stream: MessageStream, culprit: Tlc
         suffix = f": {tail[-1]}" if tail else ""
         return f"TLC exited with code {exit_code} ({EXIT_NAMES.get(exit_code or 0, 'unknown')}){suffix}"
     if culprit is not None:
-        return _one_line(culprit.text.splitlines()[0]) if culprit.text else None
+        return _one_line(culprit.text.splitlines()[0]).rstrip(":") if culprit.text else None
     return f"TLC exited with code {exit_code} ({EXIT_NAMES.get(exit_code or 0, 'unknown')})"
 
 
