@@ -17,7 +17,7 @@ class MemoryStore(ThreadedStore):
     """Blocks in host memory, at most `capacity_blocks` of them; only completed, unpinned blocks are evicted."""
 
     def __init__(self, capacity_blocks: int, *, workers: int = 2) -> None:
-        if capacity_blocks is None or isinstance(capacity_blocks, bool) or not isinstance(capacity_blocks, int) or capacity_blocks < 1:
+        if isinstance(capacity_blocks, bool) or not isinstance(capacity_blocks, int) or capacity_blocks < 1:
             raise ValueError(f"capacity_blocks must be a positive integer, got {capacity_blocks!r}")
         super().__init__(capacity_blocks, workers=workers, name="memory-store")
         self._blocks: dict[bytes, torch.Tensor] = {}

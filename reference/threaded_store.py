@@ -176,7 +176,9 @@ class ThreadedStore(KVStore):
         self.close()
 
     # ---------------------------------------------------------------- jobs
-    def _start(self, task: StoreTask, body: Callable[[threading.Event], torch.Tensor | None], payload: BlockPayload | None = None) -> None:
+    def _start(
+        self, task: StoreTask, body: Callable[[threading.Event], torch.Tensor | None], payload: BlockPayload | None = None
+    ) -> None:
         """Register the task; run `body` on a worker now, or once `payload`'s device copy is done."""
         job = _Job(task, concurrent.futures.Future(), threading.Event())
         self._jobs[task.task_id] = job
@@ -217,7 +219,8 @@ class ThreadedStore(KVStore):
         except Exception as exc:
             raise StoreError(f"dump task {task.task_id}: source copy failed: {exc}") from exc
         hashes = task.block_hashes
-        if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8 or data.dim() != 2 or data.shape[0] != len(hashes):
+        well_formed = isinstance(data, torch.Tensor) and data.dtype == torch.uint8 and data.dim() == 2
+        if not well_formed or data.shape[0] != len(hashes):
             shape = tuple(data.shape) if isinstance(data, torch.Tensor) else type(data).__name__
             raise StoreError(f"dump task {task.task_id}: payload {shape} does not hold {len(hashes)} uint8 block rows")
         for index, block_hash in enumerate(hashes):

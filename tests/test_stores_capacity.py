@@ -33,7 +33,9 @@ def _resident(store: ThreadedStore) -> tuple[int, int]:
 
 @pytest.fixture(params=["memory", "file"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ThreadedStore]:
-    made: ThreadedStore = MemoryStore(capacity_blocks=4) if request.param == "memory" else FileStore(tmp_path, capacity_blocks=4)
+    made: ThreadedStore = (
+        MemoryStore(capacity_blocks=4) if request.param == "memory" else FileStore(tmp_path, capacity_blocks=4)
+    )
     yield made
     made.close()
 

@@ -84,7 +84,8 @@ CRASHING_WRITER = textwrap.dedent(
 @pytest.mark.parametrize("crash_at", ["fsync", "replace"])
 def test_killed_writer_leaves_only_ignored_temporary_files(tmp_path: Path, crash_at: str) -> None:
     directory = tmp_path / "store"
-    result = subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(directory), crash_at], capture_output=True, text=True, timeout=120)
+    command = [sys.executable, "-c", CRASHING_WRITER, str(directory), crash_at]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 9, result.stderr
     leftovers = _files(directory, "*.tmp")
     assert len(leftovers) == 1, "the crash happened mid-write"
