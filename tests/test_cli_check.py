@@ -97,6 +97,15 @@ def test_missing_java_is_one_line() -> None:
     assert_one_clean_line(out.stderr, "java not found on PATH")
 
 
+def test_jar_override_reports_the_tlc_version(tmp_path: Path) -> None:
+    copy = tmp_path / "tla2tools.jar"
+    shutil.copyfile(java.find_jar({})[0], copy)
+    out = deferdump("check", str(FIXTURES / "Counter.tla"), "--json", env={**os.environ, "TLA2TOOLS_JAR": str(copy)})
+    assert out.returncode == 0 and json.loads(out.stdout)[0]["distinct_states"] == 9
+    assert out.stderr.splitlines() == [f"deferdump: using TLA2TOOLS_JAR={copy} (checksum not verified)",
+                                       "deferdump: TLC version: TLC2 Version 2.15 of Day Month 20?? (rev: d5b5a7f)"]
+
+
 def test_wrong_jar_checksum_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     corrupted = tmp_path / "tla2tools.jar"

@@ -130,13 +130,13 @@ def _compound(children: st.SearchStrategy) -> st.SearchStrategy:
 values = st.recursive(_scalars, _compound, max_leaves=12)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(values)
 def test_text_round_trip(value: object) -> None:
     assert value_key(parse_value(format_value(value))) == value_key(value)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(values)
 def test_itf_round_trip_through_json(value: object) -> None:
     encoded = json.loads(json.dumps(to_itf(value)))

@@ -9,6 +9,7 @@ import pytest
 
 from deferdump.tools.tlavalue import ModelValue, Record, TlaSet, Tup
 from deferdump.tools.tlc import Kind, Progress, RunDirNotEmpty, SpecNotFound, Status, TlcUsageError, run_tlc
+from deferdump.tools.tlcoutput import parse_simulation_trace
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tla"
 
@@ -155,3 +156,16 @@ def test_invariant_violated_by_the_initial_state() -> None:
     assert (result.status, result.kind, result.property) == (Status.VIOLATION, Kind.INVARIANT, "StartedInv")
     assert [(s.action, s.values) for s in result.trace] == [(None, {"x": 0})]
     assert result.message == "Invariant StartedInv is violated by the initial state"
+
+
+def test_simulation_traces_in_kept_dir(tmp_path: Path) -> None:
+    keep = tmp_path / "sim"
+    result = run_tlc(FIXTURES / "Counter.tla", keep_dir=keep,
+                     extra_args=["-simulate", "file=trace,num=2", "-depth", "6", "-seed", "7"])
+    assert (result.status, result.distinct_states) == (Status.PASS, None)
+    assert result.generated_states is not None and result.generated_states > 0
+    traces = [parse_simulation_trace((keep / f"trace_0_{i}").read_text()) for i in range(2)]
+    for states in traces:
+        assert states[0] == {"x": 0, "y": 0} and 2 <= len(states) <= 6
+        for before, after in zip(states, states[1:]):
+            assert sum(after[v] - before[v] for v in ("x", "y")) in (0, 1)

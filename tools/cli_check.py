@@ -27,7 +27,16 @@ from .tlavalue import format_value
 from .tlc import Progress as TlcProgress
 from .tlc import Status
 
-log = logging.getLogger(__name__)
+
+def _show_info_logs() -> None:
+    """Let the library's INFO lines through to stderr (e.g. the TLC version of a TLA2TOOLS_JAR override)."""
+    logger = logging.getLogger("deferdump")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("deferdump: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
 
 EXIT_UNEXPECTED = 1
 EXIT_BAD_INPUT = 2
@@ -165,6 +174,7 @@ def check(
 ) -> None:
     """Model-check a SPEC, or the manifest's models against their expected results."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    _show_info_logs()
     try:
         jobs = _plan(list(targets or []), config, workers, timeout, tier, manifest)
         if jobs:

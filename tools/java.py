@@ -76,6 +76,9 @@ def _sha256(path: Path, size: int, mtime_ns: int) -> str:
     return digest.hexdigest()
 
 
+_announced_overrides: set[Path] = set()
+
+
 def find_jar(environ: dict[str, str] | None = None) -> tuple[Path, bool]:
     """``(jar, overridden)``: the checksum-verified packaged jar, or the ``TLA2TOOLS_JAR`` override."""
     env = os.environ if environ is None else environ
@@ -84,7 +87,9 @@ def find_jar(environ: dict[str, str] | None = None) -> tuple[Path, bool]:
         jar = Path(override).expanduser()
         if not jar.is_file():
             raise JarNotFound(f"{JAR_ENV}={override} is not a file")
-        log.info("using %s=%s (checksum not verified)", JAR_ENV, jar)
+        if jar not in _announced_overrides:  # once per process, not once per run
+            _announced_overrides.add(jar)
+            log.info("using %s=%s (checksum not verified)", JAR_ENV, jar)
         return jar, True
     jar = _packaged_jar()
     if not jar.is_file():

@@ -13,7 +13,6 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .errors import DeferdumpError
 from .tlavalue import TlaParseError, Value, parse_value
@@ -269,6 +268,17 @@ def parse_state_body(body: str) -> dict[str, Value]:
     return values
 
 
+_SIMULATION_STATE = re.compile(r"^STATE_\d+ ==[ \t]*$", re.MULTILINE)
+
+
+def parse_simulation_trace(text: str) -> list[dict[str, Value]]:
+    """The states of a ``-simulate file=…`` trace module (``STATE_1 == /\\ x = 0 …``), in order."""
+    parts = _SIMULATION_STATE.split(text)[1:]
+    if parts:
+        parts[-1] = re.split(r"^====", parts[-1], flags=re.MULTILINE)[0]
+    return [parse_state_body(part) for part in parts]
+
+
 def parse_trace_state(message: TlcMessage, index: int) -> TraceState:
     """A 2217 message: ``N: <Action line … of module M>`` then the variable lines."""
     header, _, body = message.text.partition("\n")
@@ -470,10 +480,10 @@ def interpret(stream: MessageStream, exit_code: int | None, *, cfg_text: str | N
     for message in stream.messages:
         if message.code == Code.VERSION:
             result.tlc_version = message.text.strip()
-        elif message.code in (Code.STATS, Code.SIMULATION_STATS, Code.PROGRESS, Code.INIT_GENERATED):
+        elif message.code in (Code.STATS, Code.SIMULATION_STATS, Code.PROGRESS, Code.SIMULATION_PROGRESS,
+                              Code.INIT_GENERATED):
             counts = parse_progress(message.text, 0.0)
-            final = message.code in (Code.STATS, Code.SIMULATION_STATS)
-            if counts.distinct_states is not None and (final or message.code == Code.PROGRESS
+            if counts.distinct_states is not None and (message.code != Code.INIT_GENERATED
                                                        or result.distinct_states is None):
                 result.distinct_states = counts.distinct_states
             if counts.generated_states is not None:
@@ -541,8 +551,3 @@ def _verdict_message(result: Interpretation, stream: MessageStream, culprit: Tlc
         return _one_line(culprit.text.splitlines()[0]).rstrip(":") if culprit.text else None
     return f"TLC exited with code {exit_code} ({EXIT_NAMES.get(exit_code or 0, 'unknown')})"
 
-
-def as_dict(progress: Progress) -> dict[str, Any]:
-    """Progress as plain data (for logs and JSON)."""
-    return {"distinct_states": progress.distinct_states, "generated_states": progress.generated_states,
-            "queue": progress.queue, "depth": progress.depth, "seconds": progress.seconds}
