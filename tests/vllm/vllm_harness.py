@@ -214,3 +214,25 @@ def assert_drained_worker(worker: Any) -> None:
     assert metric(worker, "deferdump_live_event_handles") == 0
     assert metric(worker, "deferdump_pending_dump_tasks") == 0
     assert metric(worker, "deferdump_verify_mismatches_total") == 0
+
+
+def delay_device_copies(monkeypatch: Any, seconds: float) -> None:
+    """Make every asynchronous dump copy wait `seconds` before it reads its source blocks.
+
+    This widens the window the protocol must protect (submit -> source read) from microseconds to
+    many engine steps, so a block freed or reallocated too early is really rewritten before it is read.
+    Checksums taken at submit (`verify_dumps`) run on the caller's thread and are not delayed.
+    """
+    import threading
+    import time
+
+    from deferdump.reference.devices import CpuDevice
+
+    original_gather = CpuDevice._gather
+
+    def delayed_gather(self: Any, ids: list[int], layers: Any) -> Any:
+        if threading.current_thread().name.startswith("deferdump-copy"):
+            time.sleep(seconds)
+        return original_gather(self, ids, layers)
+
+    monkeypatch.setattr(CpuDevice, "_gather", delayed_gather)
