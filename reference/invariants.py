@@ -30,6 +30,7 @@ class TaskState:
     block_ids: frozenset[int]
     source_read_done: bool  # False: the dump may still read its source blocks
     event_handle: int
+    layer_name: str | None = None  # a layer-wise dump reads only this layer's slice of its blocks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,9 +48,15 @@ class RankState:
     incomplete_waits_in_wait_for_save: int = 0
     preemption_waits: tuple[tuple[frozenset[str], frozenset[str]], ...] = ()  # (task's ids, preempted ids)
 
-    def incomplete_blocks(self) -> frozenset[int]:
-        """Blocks some unfinished dump on this rank may still read."""
-        return frozenset().union(*(t.block_ids for t in self.pending if not t.source_read_done))
+    def incomplete_blocks(self, layer_name: str | None = None) -> frozenset[int]:
+        """Blocks some unfinished dump on this rank may still read (in layer `layer_name`, or in any layer)."""
+        return frozenset().union(
+            *(
+                t.block_ids
+                for t in self.pending
+                if not t.source_read_done and (layer_name is None or t.layer_name in (None, layer_name))
+            )
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +101,10 @@ def rank_state(
         else:
             done = pending.payload is not None and pending.payload.done()
         tasks.append(
-            TaskState(pending.task.task_id, pending.request_ids, frozenset(pending.block_ids), done, pending.event_handle)
+            TaskState(
+                pending.task.task_id, pending.request_ids, frozenset(pending.block_ids), done, pending.event_handle,
+                pending.layer_name,
+            )
         )
     return RankState(
         rank=rank,
@@ -107,12 +117,14 @@ def rank_state(
     )
 
 
-def check_block_writes(rank: RankState, written_blocks: Iterable[int]) -> list[str]:
-    """A forward on `rank` is about to write `written_blocks`: none may be read by an unfinished dump."""
-    clash = rank.incomplete_blocks() & frozenset(written_blocks)
+def check_block_writes(rank: RankState, written_blocks: Iterable[int], layer_name: str | None = None) -> list[str]:
+    """A forward on `rank` is about to write `written_blocks` (of layer `layer_name`, or of every layer):
+    no unfinished dump may still read them."""
+    clash = rank.incomplete_blocks(layer_name) & frozenset(written_blocks)
     if not clash:
         return []
-    return [f"WriteSafety: rank {rank.rank} writes block(s) {sorted(clash)} while a dump still reads them"]
+    where = "" if layer_name is None else f" of {layer_name}"
+    return [f"WriteSafety: rank {rank.rank} writes block(s) {sorted(clash)}{where} while a dump still reads them"]
 
 
 def check_snapshot(snapshot: SystemSnapshot) -> list[str]:
