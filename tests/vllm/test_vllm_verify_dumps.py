@@ -1,0 +1,75 @@
+"""The `verify_dumps` guard under real vLLM: silent with the protocol, firing when the delayed free is broken.
+
+`verify_dumps` checksums each source block when its dump is submitted and compares the bytes the task
+stored. Dump copies are delayed (they read their source well after submit) and the KV cache is tiny,
+so freed blocks are reallocated and rewritten within a few steps. With the protocol intact,
+`request_finished` delays the free until the dump finished: zero mismatches. With the delay broken
+(`request_finished` answers False, as a wrapper that fails to forward it would), vLLM rewrites blocks
+the copy has not read yet: the guard counts mismatches, and the free guard sees frees of blocks whose
+dumps were in flight.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deferdump.reference.vllm import DeferDumpConnector
+from vllm_harness import (
+    FreeGuard,
+    deferdump_connectors,
+    deferdump_transfer_config,
+    delay_device_copies,
+    generate_and_drain,
+    metric,
+    running_llm,
+    scheduler_connector,
+    token_prompts,
+    worker_connector,
+)
+
+NUM_BLOCKS = 9  # 8 usable: every finished request's blocks are reallocated almost at once
+PROMPTS = token_prompts(12, 70, seed=51)  # 2 full blocks each, 3 blocks with their outputs
+MAX_TOKENS = 4
+COPY_DELAY_S = 0.4
+
+
+def _run(tiny_model: Path) -> tuple[float, FreeGuard]:
+    extra = {"store": "memory", "verify_dumps": True}
+    with running_llm(tiny_model, deferdump_transfer_config(extra), num_gpu_blocks_override=NUM_BLOCKS) as llm:
+        [worker] = deferdump_connectors(worker_connector())
+        [_scheduler] = deferdump_connectors(scheduler_connector(llm))
+        guard = FreeGuard(llm, [worker])
+        outputs = generate_and_drain(llm, PROMPTS, MAX_TOKENS)
+        assert all(len(tokens) == MAX_TOKENS for tokens in outputs)
+        assert metric(worker, "deferdump_dumps_completed_total") > 0
+    return metric(worker, "deferdump_verify_mismatches_total"), guard
+
+
+def test_verify_dumps_silent_when_free_is_delayed(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    delay_device_copies(monkeypatch, COPY_DELAY_S)
+    mismatches, guard = _run(tiny_model)
+    assert mismatches == 0
+    guard.assert_each_freed_once(len(PROMPTS))
+
+
+def test_verify_dumps_fires_when_free_is_not_delayed(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    delay_device_copies(monkeypatch, COPY_DELAY_S)
+    real_request_finished = DeferDumpConnector.request_finished
+    real_get_finished = DeferDumpConnector.get_finished
+
+    def request_finished_without_delay(self: DeferDumpConnector, request: Any, block_ids: list[int]) -> tuple[bool, Any]:
+        real_request_finished(self, request, block_ids)  # tracking as usual, but the free is not delayed
+        return False, None
+
+    def get_finished_without_reports(self: DeferDumpConnector, finished_req_ids: set[str]) -> tuple[None, None]:
+        real_get_finished(self, finished_req_ids)  # the worker still waits its dumps ...
+        return None, None  # ... but must not report ids vLLM already freed (the scheduler would assert)
+
+    monkeypatch.setattr(DeferDumpConnector, "request_finished", request_finished_without_delay)
+    monkeypatch.setattr(DeferDumpConnector, "get_finished", get_finished_without_reports)
+    mismatches, guard = _run(tiny_model)
+    assert mismatches > 0, "the guard missed blocks rewritten under an in-flight dump"
+    assert guard.violations, "no block was freed while its dump was in flight"
+    assert len(guard.freed) == len(set(guard.freed)) == len(PROMPTS)
