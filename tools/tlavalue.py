@@ -164,13 +164,14 @@ class Seq(_Keyed, tuple):  # type: ignore[misc]
 class TlaSet(_Keyed, AbstractSet):  # type: ignore[type-arg]
     """A finite TLA+ set. Elements are keyed by :func:`value_key`, so ``TlaSet({True, 1})`` has two."""
 
-    __slots__ = ("_items",)
+    __slots__ = ("_items", "_key")
 
     def __init__(self, elements: Iterable[Value] = ()) -> None:
         items: dict[Any, Value] = {}
         for element in elements:
             items.setdefault(value_key(element), element)
         self._items = items
+        self._key: Any = None
 
     @classmethod
     def _from_iterable(cls, elements: Iterable[Value]) -> "TlaSet":
@@ -195,7 +196,7 @@ class TlaSet(_Keyed, AbstractSet):  # type: ignore[type-arg]
 class Record(_Keyed, Mapping):  # type: ignore[type-arg]
     """A TLA+ record ``[a |-> 1]`` (TLC prints every function with a string domain this way)."""
 
-    __slots__ = ("_fields",)
+    __slots__ = ("_fields", "_key")
 
     def __init__(self, fields: Mapping[str, Value] | Iterable[tuple[str, Value]] = (), **kw: Value) -> None:
         items = dict(fields, **kw)
@@ -203,6 +204,7 @@ class Record(_Keyed, Mapping):  # type: ignore[type-arg]
             if not isinstance(name, str):
                 raise TypeError(f"record field names are strings, not {name!r}")
         self._fields = items
+        self._key: Any = None
 
     def __getitem__(self, name: str) -> Value:
         return self._fields[name]
@@ -224,7 +226,7 @@ class Record(_Keyed, Mapping):  # type: ignore[type-arg]
 class TlaFunction(_Keyed, Mapping):  # type: ignore[type-arg]
     """A TLA+ function ``(k1 :> v1 @@ k2 :> v2)`` whose keys may be any values (records, sets, …)."""
 
-    __slots__ = ("_pairs",)
+    __slots__ = ("_pairs", "_key")
 
     def __init__(self, pairs: Mapping[Value, Value] | Iterable[tuple[Value, Value]] = ()) -> None:
         items = pairs.items() if isinstance(pairs, Mapping) else pairs
@@ -232,6 +234,7 @@ class TlaFunction(_Keyed, Mapping):  # type: ignore[type-arg]
         for key, value in items:
             table.setdefault(value_key(key), (key, value))
         self._pairs = table
+        self._key: Any = None
 
     def __getitem__(self, key: Value) -> Value:
         try:
@@ -277,6 +280,14 @@ def make_function(pairs: Iterable[tuple[Value, Value]]) -> Value:
 # --------------------------------------------------------------------------------------------
 
 
+def _compound_key(value: TlaSet | Record | TlaFunction) -> Any:
+    if isinstance(value, TlaSet):
+        return ("SET", frozenset(value._items))
+    if isinstance(value, TlaFunction):
+        return ("F", frozenset((key, value_key(v)) for key, (_, v) in value._pairs.items()))
+    return ("F", frozenset((("S", name), value_key(v)) for name, v in value._fields.items()))
+
+
 def value_key(value: Value) -> Any:
     """A hashable canonical form: equal iff the TLA+ values are equal (``TRUE`` never equals ``1``).
 
@@ -293,12 +304,12 @@ def value_key(value: Value) -> Any:
         return ("M", value.name)
     if isinstance(value, (tuple, list)):
         return ("F", frozenset((("I", i), value_key(item)) for i, item in enumerate(value, start=1)))
-    if isinstance(value, TlaSet):
-        return ("SET", frozenset(value._items))
+    if isinstance(value, (TlaSet, Record, TlaFunction)):  # immutable: compute the key once
+        if value._key is None:
+            value._key = _compound_key(value)
+        return value._key
     if isinstance(value, (set, frozenset, AbstractSet)) and not isinstance(value, Mapping):
         return ("SET", frozenset(value_key(element) for element in value))
-    if isinstance(value, TlaFunction):
-        return ("F", frozenset((key, value_key(v)) for key, (_, v) in value._pairs.items()))
     if isinstance(value, Mapping):
         return ("F", frozenset((value_key(k), value_key(v)) for k, v in value.items()))
     if isinstance(value, Unserializable):
