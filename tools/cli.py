@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import typer
 
+from .cli_bench import bench
 from .cli_check import check
+from .cli_soak import soak
 from .errors import DeferdumpError
 
 app = typer.Typer(
@@ -29,6 +31,8 @@ def version() -> None:
 
 
 app.command("check")(check)
+app.command("bench")(bench)
+app.command("soak")(soak)
 
 
 def main() -> None:
