@@ -746,6 +746,9 @@ class OuterConnector:
     def _pending_dump_tasks(self) -> list[PendingDumpTask]:
         return self.inner._pending_dump_tasks
 
+    def pending_request_ids(self) -> frozenset[str]:
+        return self.inner.pending_request_ids()
+
     # scheduler side
     def get_num_new_matched_tokens(self, request: RequestView, num_computed_tokens: int) -> tuple[int, bool]:
         return self.inner.get_num_new_matched_tokens(request, num_computed_tokens)

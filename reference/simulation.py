@@ -28,6 +28,7 @@ from .hashing import layer_key, prefix_block_hashes, rank_key
 from .invariants import (
     InvariantViolation,
     PoolState,
+    RankState,
     SchedulerState,
     SystemSnapshot,
     check_block_writes,
@@ -108,6 +109,7 @@ class SimConfig:
     num_layers: int = 2
     token_budget: int = 6
     verify_dumps: bool = False
+    defer_finalize: bool = False  # spec-decode order: get_finished runs before this step's wait_for_save
 
     def connector_config(self) -> ConnectorConfig:
         return ConnectorConfig(
@@ -333,16 +335,38 @@ class ProtocolSimulation:
             writes = self._forward_writes(rank, layer_index, schedule)
             self._write(rank, layer, writes)
             conn.save_kv_layer(layer)
+        if self.config.defer_finalize:
+            sending = self._report_finished(rank, schedule)
+            self._save(rank, meta, tasks_before_save, failures_before)
+        else:
+            self._save(rank, meta, tasks_before_save, failures_before)
+            sending = self._report_finished(rank, schedule)
+        errors = conn.get_block_ids_with_load_errors()
+        self._check_loads(rank, meta, errors)
+        conn.clear_connector_metadata()
+        recorder.phase = "idle"
+        if inner.verify_mismatches:
+            self.violations.append(f"VerifyDumps: rank {rank} counted {inner.verify_mismatches} changed block(s)")
+        return sending
+
+    def _save(self, rank: int, meta: DeferDumpMetadata, tasks_before: set[int], failures_before: int) -> None:
+        """`wait_for_save`, checking it waited no unfinished task and submitted (or tried) every dump slice."""
+        conn, recorder = self.workers[rank], self.recorders[rank]
+        inner = conn.inner
         recorder.phase, mark = "save", len(recorder.waits)
         conn.wait_for_save()
         self.incomplete_save_waits[rank] += sum(1 for _, _, finished in recorder.waits[mark:] if not finished)
         if not (self.config.is_mla and rank != 0) and inner.submit_failures == failures_before:
             covered: frozenset[str] = frozenset().union(
-                *(p.request_ids for p in inner._pending_dump_tasks if p.task.task_id not in tasks_before_save)
+                *(p.request_ids for p in inner._pending_dump_tasks if p.task.task_id not in tasks_before)
             )
             missing = meta.dump_req_ids() - covered
             if missing:
                 self.violations.append(f"DumpAttempted: rank {rank} neither submitted nor attempted dumps of {sorted(missing)}")
+
+    def _report_finished(self, rank: int, schedule: _Schedule) -> set[str]:
+        """`get_finished` with this step's finished ids; records what the rank reported."""
+        conn, recorder = self.workers[rank], self.recorders[rank]
         recorder.phase = "finished"
         finished = schedule.view.finished_req_ids
         self.passed[rank] |= finished
@@ -351,12 +375,6 @@ class ProtocolSimulation:
             self.violations.append(f"NoAsyncLoads: rank {rank} reported finished_recving {sorted(receiving)}")
         for rid in sending or ():
             self.reports[rank][rid] += 1
-        errors = conn.get_block_ids_with_load_errors()
-        self._check_loads(rank, meta, errors)
-        conn.clear_connector_metadata()
-        recorder.phase = "idle"
-        if inner.verify_mismatches:
-            self.violations.append(f"VerifyDumps: rank {rank} counted {inner.verify_mismatches} changed block(s)")
         return set(sending or ())
 
     def _aggregate(self, reported: list[set[str]]) -> None:
@@ -514,7 +532,7 @@ class ProtocolSimulation:
             tensor[block_id].view(torch.uint8).view(-1).copy_(rows[index * per_layer : (index + 1) * per_layer])
 
     # ------------------------------------------------------------- invariants
-    def _rank_state(self, rank: int):  # noqa: ANN202 - RankState
+    def _rank_state(self, rank: int) -> RankState:
         return rank_state(
             self.workers[rank],
             rank,

@@ -31,6 +31,8 @@ DEPLOYMENTS = [
     SimConfig(variant="direct", is_mla=True),
     SimConfig(variant="direct", verify_dumps=True, num_blocks=6),
     SimConfig(variant="layerwise"),
+    SimConfig(variant="layerwise", defer_finalize=True),
+    SimConfig(variant="direct", defer_finalize=True, num_blocks=6),
     SimConfig(variant="layerwise", is_mla=True, block_size=3),
     SimConfig(variant="cp"),
     SimConfig(variant="cp", use_layerwise=True),
