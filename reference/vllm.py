@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -194,6 +195,7 @@ class DeferDumpConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
             raise ConfigError("block_size", f"is {config.block_size} but vLLM's block_size is {vllm_block_size}")
         self.config = config
         self._metrics_dir = adapter_options.get(METRICS_DIR_KEY)
+        self._exported_metrics: bytes | None = None
         self._num_blocks = kv_cache_config.num_blocks
         self._store_key = SHARED_STORES.key(str(transfer.engine_id), config)
         self.store = SHARED_STORES.acquire(self._store_key, config)
@@ -229,7 +231,9 @@ class DeferDumpConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
         self.core.update_state_after_alloc(request_view(request), block_ids, num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> DeferDumpMetadata:
-        return self.core.build_connector_meta(step_view(scheduler_output))
+        metadata = self.core.build_connector_meta(step_view(scheduler_output))
+        self._export_metrics()
+        return metadata
 
     def request_finished(self, request: "Request", block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         return self.core.request_finished(request_view(request), tuple(block_ids))
@@ -262,7 +266,9 @@ class DeferDumpConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
         self.core.wait_for_save()
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
-        return self.core.get_finished(set(finished_req_ids))
+        finished = self.core.get_finished(set(finished_req_ids))
+        self._export_metrics()
+        return finished
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         return set(self.core.get_block_ids_with_load_errors())
@@ -277,26 +283,37 @@ class DeferDumpConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
             self.core.shutdown()
         finally:
             try:
-                self._write_metrics()
+                self._export_metrics()
             finally:
                 SHARED_STORES.release(self._store_key)
 
     def metrics_path(self) -> Path | None:
-        """Where `shutdown` writes this instance's metrics (Prometheus text format), if configured."""
+        """Where this instance exports its metrics (Prometheus text format), if `metrics_dir` is set."""
         if self._metrics_dir is None:
             return None
         role = "scheduler" if self.role == KVConnectorRole.SCHEDULER else "worker"
         config_id = hashlib.sha1(self._store_key[1].encode()).hexdigest()[:8]  # MultiConnector children differ
         return Path(self._metrics_dir) / f"deferdump-{role}-rank{self._rank}-{config_id}.prom"
 
-    def _write_metrics(self) -> None:
+    def _export_metrics(self) -> None:
+        """Write the metrics file when a value changed (once per step at most, and at shutdown).
+
+        Exporting on change, not only at shutdown, because vLLM may kill an engine process that does not
+        finish its shutdown in time; the file is replaced atomically, so readers never see half of it.
+        """
         path = self.metrics_path()
         if path is None:
             return
-        from prometheus_client import write_to_textfile
+        from prometheus_client import generate_latest
 
+        text = generate_latest(self.core.metrics.registry)
+        if text == self._exported_metrics:
+            return
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_to_textfile(str(path), self.core.metrics.registry)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        partial.write_bytes(text)
+        os.replace(partial, path)
+        self._exported_metrics = text
 
 
 def iter_deferdump_connectors(connector: Any) -> Iterable[DeferDumpConnector]:
