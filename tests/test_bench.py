@@ -46,6 +46,7 @@ def tiny_config() -> BenchConfig:
         shape=shape, workload=workload, store_capacity_blocks=32, rounds=2, steps_per_round=4, warmup_steps=2,
         bandwidth_blocks_per_task=4, bandwidth_tasks=2, bandwidth_repeats=2, python_shape=python_shape,
         python_workload=python_workload, python_warmup_max_steps=50, python_steps=3, tlc_timeout_s=60.0,
+        malloc_tuning=False,  # process-wide and permanent: tested in a subprocess below
     )
 
 
@@ -135,10 +136,11 @@ def test_tlc_figure_is_null_with_a_reason_for_an_empty_manifest(tmp_path: Path) 
     assert "no CI models" in figures["tlc_distinct_states_per_s_reason"]
 
 
-def test_replay_figure_is_a_rate_or_null_with_a_reason() -> None:
-    figures = measure_replay()
-    rate = figures["replay_steps_per_s"]
-    assert (rate is None and figures["replay_steps_per_s_reason"]) or rate > 0
+def test_replay_figure_is_null_with_a_reason_without_a_conformance_model(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text(json.dumps({"models": []}))
+    figures = measure_replay(manifest_path=tmp_path / "manifest.json")
+    assert figures["replay_steps_per_s"] is None
+    assert "no conformance CI model" in figures["replay_steps_per_s_reason"] or "no replay" in figures["replay_steps_per_s_reason"]
 
 
 def test_phase_timer_accumulates_per_step() -> None:
@@ -160,3 +162,21 @@ def test_cli_bench_cuda_without_cuda_is_one_line() -> None:
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "Traceback" not in done.stderr
     assert "cuda" in done.stderr
+
+
+def test_malloc_tuning_applies_in_a_fresh_process() -> None:
+    code = "from deferdump.tools.bench import tune_malloc; print(tune_malloc())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: torch.cuda.is_available() is False")
+def test_tiny_bench_on_cuda_produces_every_key() -> None:
+    report, _runs = run_bench(dataclasses.replace(tiny_config(), device="cuda"), include_tlc=False)
+    for key in ISSUE_KEYS:
+        assert key in report, key
+    assert report["device"] == "cuda" and report["gpu"]
+    assert report["bandwidth_path"].startswith("CudaDevice")
+    for key in ("wait_for_save_deferred_over_blocking", "dump_bandwidth_over_memcpy"):
+        assert math.isfinite(report[key]) and report[key] > 0

@@ -9,12 +9,14 @@ Figures that cannot be measured here are `None` with a `<key>_reason` — never 
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import importlib
 import logging
 import os
 import platform
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -71,15 +73,16 @@ class BenchConfig:
     torch_threads: int = max(1, (os.cpu_count() or 2) - 1)
     copy_threads: int = 1
     store_workers: int = 1
+    malloc_tuning: bool = True  # reuse freed block buffers (see `tune_malloc`)
 
     @classmethod
     def full(cls, device: str = "cpu") -> "BenchConfig":
         """A small real model: Llama-3-8B's KV geometry (2 MiB per block across 32 layers)."""
         return cls(
-            shape=ModelShape(layers=32, kv_heads=8, head_dim=128, block_size=16, dtype="bfloat16", hidden_dim=256,
-                             matmuls_per_layer=2),
-            workload=_mode_workload(num_blocks=256, prompt_tokens=(256, 1024)),
-            store_capacity_blocks=256, rounds=5, steps_per_round=30, warmup_steps=5,
+            shape=ModelShape(layers=32, kv_heads=8, head_dim=128, block_size=16, dtype="bfloat16",
+                             hidden_dim=_hidden_dim(device), matmuls_per_layer=2),
+            workload=_mode_workload(num_blocks=1024 if device == "cuda" else 256, prompt_tokens=(256, 1024)),
+            store_capacity_blocks=256, rounds=5, steps_per_round=40, warmup_steps=5,
             bandwidth_blocks_per_task=32, bandwidth_tasks=4, bandwidth_repeats=7,
             python_shape=_python_shape(), python_workload=_python_workload(), python_warmup_max_steps=400,
             python_steps=100, tlc_timeout_s=300.0, device=device,
@@ -89,14 +92,41 @@ class BenchConfig:
     def quick(cls, device: str = "cpu") -> "BenchConfig":
         """The same structure scaled down (8 layers, 512 KiB blocks) to finish within 2 minutes."""
         return cls(
-            shape=ModelShape(layers=8, kv_heads=8, head_dim=128, block_size=16, dtype="bfloat16", hidden_dim=256,
-                             matmuls_per_layer=2),
+            shape=ModelShape(layers=8, kv_heads=8, head_dim=128, block_size=16, dtype="bfloat16",
+                             hidden_dim=_hidden_dim(device), matmuls_per_layer=2),
             workload=_mode_workload(num_blocks=192, prompt_tokens=(256, 768)),
-            store_capacity_blocks=256, rounds=3, steps_per_round=15, warmup_steps=3,
+            store_capacity_blocks=256, rounds=3, steps_per_round=25, warmup_steps=3,
             bandwidth_blocks_per_task=32, bandwidth_tasks=4, bandwidth_repeats=5,
             python_shape=_python_shape(), python_workload=_python_workload(), python_warmup_max_steps=300,
             python_steps=30, tlc_timeout_s=60.0, device=device,
         )
+
+
+M_TRIM_THRESHOLD = -1  # glibc mallopt parameter ids
+M_MMAP_THRESHOLD = -3
+
+
+def tune_malloc() -> bool:
+    """Make glibc keep freed large buffers for reuse instead of unmapping them.
+
+    The reference stores allocate a fresh host tensor per dumped block and free evicted ones; by default
+    glibc serves such >128 KiB buffers with mmap/munmap, so every dump page-faults fresh memory (≈3x
+    slower than a copy into touched memory, shared/notes/kv-offload-peers.md §6) and every eviction
+    pays an munmap inside `store.dump`. Real stores use pre-allocated, pre-touched staging buffers (UCM's
+    pinned buffer pool, vLLM's pinned CPU blocks); a fixed mmap threshold and no trimming make the heap
+    behave like one. Process-wide and permanent; returns False where glibc's `mallopt` is unavailable.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, 1 << 30)) and bool(libc.mallopt(M_TRIM_THRESHOLD, (1 << 31) - 1))
+    except (OSError, AttributeError):
+        return False
+
+
+def _hidden_dim(device: str) -> int:
+    """The forward's matmul width: ~60 ms of 512-token prefill on one CPU core, ~10 ms on an H100-class GPU
+    (an 8B model's 512-token forward is ~15 ms there), so dump bytes per unit of compute stay realistic."""
+    return 2048 if device == "cuda" else 256
 
 
 def _mode_workload(num_blocks: int, prompt_tokens: tuple[int, int]) -> WorkloadConfig:
@@ -265,7 +295,10 @@ def measure_python_time(config: BenchConfig, *, running: int = 256) -> dict[str,
     timer = PhaseTimer()
     store = MemoryStore(8192, workers=config.store_workers)
     connector = ConnectorConfig(variant=config.variant, block_size=config.python_shape.block_size, copy_threads=config.copy_threads)
-    loop = StepLoop(LoopConfig(config.python_workload, config.python_shape, connector, Mode.DEFERRED), store, timer=timer)
+    loop = StepLoop(
+        LoopConfig(config.python_workload, config.python_shape, connector, Mode.DEFERRED, device=config.device),
+        store, timer=timer,
+    )
     try:
         for _ in range(config.python_warmup_max_steps):
             loop.step()
@@ -297,22 +330,45 @@ def measure_python_time(config: BenchConfig, *, running: int = 256) -> dict[str,
 
 
 # ------------------------------------------------------------------------------ replay and TLC figures
-def measure_replay() -> dict[str, Any]:
-    """Conformance replay throughput, from `deferdump.conformance` once it offers a benchmark entry point."""
+def measure_replay(timeout_s: float = 120.0, *, manifest_path: Path | None = None) -> dict[str, Any]:
+    """Conformance replay throughput: TLC-simulated traces of the manifest's conformance CI models,
+    replayed against the reference connector by `deferdump.conformance` (steps replayed per second)."""
     try:
-        module = importlib.import_module("deferdump.conformance.replay")
-    except ModuleNotFoundError:
-        return {"replay_steps_per_s": None,
-                "replay_steps_per_s_reason": "deferdump.conformance has no replay module yet"}
-    bench = getattr(module, "benchmark_replay", None)
-    if not callable(bench):
-        return {"replay_steps_per_s": None,
-                "replay_steps_per_s_reason": "deferdump.conformance.replay has no benchmark_replay() entry point"}
+        replay = importlib.import_module("deferdump.conformance.replay")
+        tracegen = importlib.import_module("deferdump.conformance.tracegen")
+    except ModuleNotFoundError as error:
+        return {"replay_steps_per_s": None, "replay_steps_per_s_reason": f"deferdump.conformance has no replay yet ({error.name})"}
+    from .manifest import load_manifest
+
     try:
-        rate = float(bench())
+        models = [entry for entry in load_manifest(manifest_path).select(tier="ci") if entry.conformance]
+    except DeferdumpError as error:
+        return {"replay_steps_per_s": None, "replay_steps_per_s_reason": f"manifest: {error}"}
+    if not models:
+        return {"replay_steps_per_s": None,
+                "replay_steps_per_s_reason": "spec/manifest.json lists no conformance CI model yet"}
+    steps = 0
+    seconds = 0.0
+    divergences = 0
+    try:
+        with tempfile.TemporaryDirectory(prefix="deferdump-bench-replay-") as scratch:
+            for entry in models:
+                generated = tracegen.generate_traces(entry, "simulate", Path(scratch) / entry.name, num=20,
+                                                     timeout=timeout_s)
+                outcome = replay.replay_paths(generated.files, shrink=False, coverage=False)
+                steps += outcome.steps
+                seconds += outcome.seconds
+                divergences += len(outcome.failed)
     except DeferdumpError as error:
         return {"replay_steps_per_s": None, "replay_steps_per_s_reason": f"replay failed: {error}"}
-    return {"replay_steps_per_s": rate}
+    figures: dict[str, Any] = {"replay_steps": steps, "replay_divergences": divergences,
+                               "replay_models": [entry.name for entry in models]}
+    if seconds > 0 and steps > 0:
+        figures["replay_steps_per_s"] = steps / seconds
+    else:
+        figures["replay_steps_per_s"] = None
+        figures["replay_steps_per_s_reason"] = "no replay step was timed"
+    return figures
 
 
 def measure_tlc(timeout_s: float, *, manifest_path: Path | None = None) -> dict[str, Any]:
@@ -409,6 +465,8 @@ def run_bench(
     started = time.perf_counter()
     try:
         report: dict[str, Any] = machine_info(config)
+        report["malloc_tuning"] = tune_malloc() if config.malloc_tuning else False
+        report["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
         progress = on_progress or (lambda message: None)
         progress("modes")
         runs = run_modes(config, on_progress=progress)
@@ -417,7 +475,7 @@ def run_bench(
         report.update(measure_dump_bandwidth(config))
         progress("python time, 256 running requests")
         report.update(measure_python_time(config))
-        report.update(measure_replay())
+        report.update(measure_replay(config.tlc_timeout_s))
         if include_tlc:
             progress("TLC")
             report.update(measure_tlc(config.tlc_timeout_s))
@@ -425,6 +483,7 @@ def run_bench(
             report.update({"tlc_distinct_states_per_s": None, "tlc_distinct_states_per_s_reason": "skipped"})
     finally:
         torch.set_num_threads(previous_threads)
+    report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report["goals"] = goals_for(report, config.device)
     report["config"] = {
         "shape": dataclasses.asdict(config.shape), "block_nbytes": config.shape.block_nbytes,

@@ -6,6 +6,7 @@ to stderr.
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import logging
@@ -38,6 +39,8 @@ def bench(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write step-time distributions per mode (PNG).",
                                         dir_okay=False, writable=True),
     no_tlc: bool = typer.Option(False, "--no-tlc", help="Skip the TLC states/s figure."),
+    no_malloc_tuning: bool = typer.Option(False, "--no-malloc-tuning",
+                                          help="Keep glibc's default mmap/trim thresholds (see docs/benchmarks.md)."),
 ) -> None:
     """Measure what deferring the dump wait buys (wait_for_save, step time) and what it costs."""
     from .bench import BenchConfig, run_bench  # torch loads only when a benchmark runs
@@ -45,6 +48,8 @@ def bench(
 
     logging.getLogger("deferdump.reference").setLevel(logging.ERROR)
     config = BenchConfig.quick(device.value) if quick else BenchConfig.full(device.value)
+    if no_malloc_tuning:
+        config = dataclasses.replace(config, malloc_tuning=False)
     err = Console(stderr=True)
     with err.status("bench: starting") as status:
         report, runs = run_bench(config, on_progress=lambda message: status.update(f"bench: {message}"),

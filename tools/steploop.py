@@ -254,7 +254,8 @@ class StepLoop:
             connector.bind_connector_metadata(meta)
         with timer.measure("start_load_kv"):
             connector.start_load_kv()
-        forward.begin(batch)
+        with timer.measure("compute"):
+            forward.begin(batch)
         for index, name in enumerate(layer_names):
             with timer.measure("wait_for_layer_load"):
                 connector.wait_for_layer_load(name)
