@@ -5,6 +5,7 @@ import typer
 
 from .cli_bench import bench
 from .cli_check import check
+from .cli_explain import explain
 from .cli_soak import soak
 from .errors import DeferdumpError
 
@@ -31,6 +32,7 @@ def version() -> None:
 
 
 app.command("check")(check)
+app.command("explain")(explain)
 app.command("bench")(bench)
 app.command("soak")(soak)
 
