@@ -6,6 +6,7 @@ import typer
 from .cli_bench import bench
 from .cli_check import check
 from .cli_explain import explain
+from .cli_mro import mro
 from .cli_soak import soak
 from .errors import DeferdumpError
 
@@ -35,6 +36,7 @@ app.command("check")(check)
 app.command("explain")(explain)
 app.command("bench")(bench)
 app.command("soak")(soak)
+app.command("mro")(mro)
 
 
 def main() -> None:

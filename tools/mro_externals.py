@@ -12,7 +12,8 @@ from deferdump.tools.mro_source import CONNECTOR_METHODS, BodyKind, ClassFacts, 
 ROOT_CONNECTOR = "KVConnectorBase_V1"
 HMA_MIXIN = "SupportsHMA"
 
-_ABSTRACT = frozenset(
+#: The methods vLLM's base declares abstract: a class defining all of them is a connector by duck typing.
+ABSTRACT_CONNECTOR_METHODS = frozenset(
     {
         "start_load_kv",
         "wait_for_layer_load",
@@ -27,12 +28,15 @@ _CONSTANTS = {"request_finished": "(False, None)", "get_finished": "(None, None)
 _NOOPS = frozenset({"handle_preemptions", "register_kv_caches", "shutdown", "update_connector_output"})
 _SELF_CALLS = {"get_transfer_results": frozenset({"get_finished"})}
 
+#: vLLM's metadata base classes: ``ABC`` subclasses with no connector methods.
+VLLM_ABC_EXTERNALS: frozenset[str] = frozenset({"KVConnectorMetadata", "KVConnectorWorkerMetadata"})
+
 #: Classes whose ancestry is known to add no connector behaviour.
 BENIGN_EXTERNALS: frozenset[str] = frozenset({"object", "ABC", "Generic", "Protocol"})
 
 
 def _base_method(owner: str, name: str) -> MethodFacts:
-    body: BodyKind = "abstract" if name in _ABSTRACT else "noop" if name in _NOOPS else "code"
+    body: BodyKind = "abstract" if name in ABSTRACT_CONNECTOR_METHODS else "noop" if name in _NOOPS else "code"
     return MethodFacts(
         name=name,
         owner=owner,
@@ -62,6 +66,8 @@ def known_external(name: str) -> ClassFacts:
         return _external("object", (), {})
     if name in BENIGN_EXTERNALS:
         return _external(name, ("object",), {})
+    if name in VLLM_ABC_EXTERNALS:
+        return _external(name, ("ABC",), {})
     if name == ROOT_CONNECTOR:
         methods = {m: _base_method(name, m) for m in CONNECTOR_METHODS if m != "request_finished_all_groups"}
         return _external(name, ("ABC",), methods)

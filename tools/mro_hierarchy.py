@@ -7,7 +7,7 @@ from typing import Mapping, Sequence
 
 from deferdump.tools.c3 import linearize
 from deferdump.tools.mro_errors import NoConnectorError
-from deferdump.tools.mro_externals import HMA_MIXIN, ROOT_CONNECTOR, known_external
+from deferdump.tools.mro_externals import ABSTRACT_CONNECTOR_METHODS, HMA_MIXIN, ROOT_CONNECTOR, known_external
 from deferdump.tools.mro_source import CONNECTOR_METHODS, ClassFacts, Delegation, MethodFacts
 
 
@@ -24,10 +24,22 @@ class Hierarchy:
         return [n for n, c in self.classes.items() if not c.external]
 
     @property
+    def roots(self) -> list[str]:
+        """Connector roots: ``KVConnectorBase_V1``, and any defined class that defines all seven abstract
+        methods of vLLM's base itself (a vLLM-free connector, such as deferdump's reference one)."""
+        ducks = [
+            n
+            for n in self.defined
+            if ROOT_CONNECTOR not in self.mro[n] and ABSTRACT_CONNECTOR_METHODS <= set(self.classes[n].methods)
+        ]
+        return [ROOT_CONNECTOR, *ducks]
+
+    @property
     def connectors(self) -> list[str]:
-        """Defined classes whose MRO reaches ``KVConnectorBase_V1`` (the base and the HMA mixin excluded)."""
+        """Defined classes whose MRO reaches a connector root (vLLM's base and the HMA mixin excluded)."""
+        roots = set(self.roots)
         return [
-            n for n in self.defined if ROOT_CONNECTOR in self.mro[n] and n not in (ROOT_CONNECTOR, HMA_MIXIN)
+            n for n in self.defined if roots & set(self.mro[n]) and n not in (ROOT_CONNECTOR, HMA_MIXIN)
         ]
 
     def supports_hma(self, cls: str) -> bool:
@@ -90,6 +102,7 @@ def build_hierarchy(
     if require_connector and not hierarchy.connectors:
         files = list(sources) or sorted({c.file for c in defined.values()}) or ["the given source"]
         raise NoConnectorError(
-            f"{', '.join(files)}: no connector classes (none of {len(defined)} classes reaches {ROOT_CONNECTOR})"
+            f"{', '.join(files)}: no connector classes (none of {len(defined)} classes reaches {ROOT_CONNECTOR} "
+            "or defines its seven abstract methods)"
         )
     return hierarchy

@@ -86,6 +86,8 @@ class MethodFacts:
     tracking_ops: frozenset[str] = frozenset()
     forwards: tuple[Forward, ...] = ()
     constant_return: str | None = None
+    calls: frozenset[str] = frozenset()  # methods called on objects other than self (``store.wait`` -> "wait")
+    finally_calls: frozenset[str] = frozenset()  # every method called inside a ``finally:`` block
     opaque: tuple[str, ...] = ()  # constructs the analysis could not follow, each as a short reason
 
 
@@ -173,6 +175,7 @@ class _MethodReader:
         self.self_calls: set[str] = set()
         self.tracking_ops: set[str] = set()
         self.forwards: list[Forward] = []
+        self.calls: set[str] = set()
         self.opaque: list[str] = []
 
     def read(self) -> MethodFacts:
@@ -195,6 +198,8 @@ class _MethodReader:
             tracking_ops=frozenset(self.tracking_ops),
             forwards=tuple(dict.fromkeys(self.forwards)),
             constant_return=self._constant_return(),
+            calls=frozenset(self.calls),
+            finally_calls=self._finally_calls(),
             opaque=tuple(dict.fromkeys(self.opaque)),
         )
 
@@ -236,6 +241,8 @@ class _MethodReader:
         if not isinstance(func, ast.Attribute):
             return
         target = func.value
+        if not _is_self(target) and not (isinstance(target, ast.Call) and _dotted(target.func) == "super"):
+            self.calls.add(func.attr)
         if isinstance(target, ast.Call) and isinstance(target.func, ast.Name) and target.func.id == "super":
             self._read_super(call, func.attr, target)
         elif _is_self(target):
@@ -261,6 +268,18 @@ class _MethodReader:
         else:
             self.opaque.append(f"line {call.lineno}: super({ast.unparse(sup.args[0])}, ...) with a dynamic class")
 
+    def _finally_calls(self) -> frozenset[str]:
+        names: set[str] = set()
+        for node in _own_nodes(self.func):
+            if isinstance(node, ast.Try) and node.finalbody:
+                for stmt in node.finalbody:
+                    for sub in ast.walk(stmt):
+                        if isinstance(sub, ast.Call):
+                            name = _dotted(sub.func)
+                            if name:
+                                names.add(_simple(name))
+        return frozenset(names)
+
     def _constant_return(self) -> str | None:
         returns = [n for n in _own_nodes(self.func) if isinstance(n, ast.Return)]
         body = _strip_docstring(self.func.body)
@@ -278,42 +297,97 @@ class _MethodReader:
         return values.pop() if len(values) == 1 else None
 
 
-def _class_names_of(expr: ast.expr, local_classes: dict[str, tuple[str, ...]]) -> tuple[str, ...] | None:
-    """The classes an expression can evaluate to (``A``, ``m.A``, ``a if c else b``, a local bound to them)."""
+@dataclass
+class _ClassExprScope:
+    """What a class-valued expression may refer to: module-level registries (``{"a": A}``), the class's own
+    factory methods (``def inner_class(...): return A``) and the function's local names."""
+
+    registries: dict[str, tuple[str, ...]]
+    factories: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]
+    local_classes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    depth: int = 0
+
+
+def _class_names_of(expr: ast.expr, scope: _ClassExprScope) -> tuple[str, ...] | None:
+    """The classes an expression can evaluate to, or None when it is not recognisably a class.
+
+    Understands ``A``, ``m.A``, ``a if c else b``, a local bound to those, ``REGISTRY[key]`` and
+    ``REGISTRY.get(key, A)`` for a module-level dict of classes, and ``self.factory(...)`` for a method of
+    the class whose returns are such expressions.
+    """
     if isinstance(expr, ast.IfExp):
-        body = _class_names_of(expr.body, local_classes)
-        orelse = _class_names_of(expr.orelse, local_classes)
+        body = _class_names_of(expr.body, scope)
+        orelse = _class_names_of(expr.orelse, scope)
         return None if body is None or orelse is None else body + orelse
-    if isinstance(expr, ast.Name) and expr.id in local_classes:
-        return local_classes[expr.id]
+    if isinstance(expr, ast.Name) and expr.id in scope.local_classes:
+        return scope.local_classes[expr.id]
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name):
+        return scope.registries.get(expr.value.id)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+        owner = expr.func.value
+        if isinstance(owner, ast.Name) and owner.id in scope.registries and expr.func.attr == "get":
+            default = _class_names_of(expr.args[1], scope) if len(expr.args) > 1 else ()
+            return None if default is None else scope.registries[owner.id] + default
+        if isinstance(owner, ast.Name) and owner.id in ("self", "cls") and expr.func.attr in scope.factories:
+            return _factory_returns(scope.factories[expr.func.attr], scope)
+        return None
     dotted = _dotted(expr)
-    return (_simple(dotted),) if dotted else None
+    if dotted is None or dotted.split(".")[0] in ("self", "cls"):
+        return None
+    return (_simple(dotted),) if _simple(dotted)[:1].isupper() else None
+
+
+def _factory_returns(
+    func: ast.FunctionDef | ast.AsyncFunctionDef, scope: _ClassExprScope
+) -> tuple[str, ...] | None:
+    if scope.depth > 3:
+        return None
+    inner = _ClassExprScope(scope.registries, scope.factories, {}, scope.depth + 1)
+    names: list[str] = []
+    returns = [n for n in _own_nodes(func) if isinstance(n, ast.Return) and n.value is not None]
+    for ret in returns:
+        found = _class_names_of(ret.value, inner)  # type: ignore[arg-type]
+        if found is None:
+            return None
+        names.extend(found)
+    return tuple(names) if names else None
 
 
 def _inner_assignments(
-    func: ast.FunctionDef | ast.AsyncFunctionDef, tracking_attr: str
-) -> tuple[dict[str, tuple[str, ...]], list[str]]:
-    """Which classes ``__init__`` may instantiate into each ``self.<attr>`` (every branch counts)."""
-    local_classes: dict[str, list[str]] = {}
+    func: ast.FunctionDef | ast.AsyncFunctionDef, tracking_attr: str, scope: _ClassExprScope
+) -> dict[str, tuple[str, ...]]:
+    """Which classes ``__init__`` may instantiate into each ``self.<attr>`` (every branch counts); an attribute
+    assigned from something unrecognisable is simply absent (the judge then says the inner is unknown)."""
     assigned: dict[str, list[str]] = {}
-    opaque: list[str] = []
     for node in _own_nodes(func):
         if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         for target in targets:
             if isinstance(target, ast.Name):
-                names = _class_names_of(node.value, {k: tuple(v) for k, v in local_classes.items()})
-                if names is not None and all(n[:1].isupper() for n in names):
-                    local_classes.setdefault(target.id, []).extend(names)
+                names = _class_names_of(node.value, scope)
+                if names is not None:
+                    scope.local_classes[target.id] = scope.local_classes.get(target.id, ()) + names
             elif isinstance(target, ast.Attribute) and _is_self(target.value) and target.attr != tracking_attr:
                 if isinstance(node.value, ast.Call):
-                    names = _class_names_of(node.value.func, {k: tuple(v) for k, v in local_classes.items()})
-                    if names is None:
-                        opaque.append(f"line {node.lineno}: self.{target.attr} = {ast.unparse(node.value.func)}(...)")
-                    else:
+                    names = _class_names_of(node.value.func, scope)
+                    if names is not None:
                         assigned.setdefault(target.attr, []).extend(names)
-    return {attr: tuple(dict.fromkeys(names)) for attr, names in assigned.items()}, opaque
+    return {attr: tuple(dict.fromkeys(names)) for attr, names in assigned.items()}
+
+
+def _module_registries(tree: ast.Module) -> dict[str, tuple[str, ...]]:
+    """Module-level ``NAME = {key: Class, ...}`` dicts (a common way to pick a connector variant)."""
+    registries: dict[str, tuple[str, ...]] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and isinstance(stmt.value, ast.Dict):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            values = [_dotted(v) for v in stmt.value.values]
+            if values and all(v is not None and _simple(v)[:1].isupper() for v in values):
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        registries[target.id] = tuple(_simple(v) for v in values if v is not None)
+    return registries
 
 
 def _module_classes(body: Iterable[ast.stmt]) -> Iterator[ast.ClassDef]:
@@ -331,7 +405,9 @@ def _module_classes(body: Iterable[ast.stmt]) -> Iterator[ast.ClassDef]:
                 yield from _module_classes(handler.body)
 
 
-def _read_class(node: ast.ClassDef, file: str, tracking_attr: str) -> ClassFacts:
+def _read_class(
+    node: ast.ClassDef, file: str, tracking_attr: str, registries: dict[str, tuple[str, ...]]
+) -> ClassFacts:
     bases: list[str] = []
     base_exprs: list[str] = []
     opaque: list[str] = []
@@ -350,8 +426,11 @@ def _read_class(node: ast.ClassDef, file: str, tracking_attr: str) -> ClassFacts
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             methods[stmt.name] = _MethodReader(stmt, node.name, tracking_attr).read()
             if stmt.name == "__init__":
-                inner, init_opaque = _inner_assignments(stmt, tracking_attr)
-                opaque.extend(init_opaque)
+                factories = {
+                    f.name: f for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                }
+                scope = _ClassExprScope(registries, factories)
+                inner = _inner_assignments(stmt, tracking_attr, scope)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             for target in targets:
@@ -385,8 +464,9 @@ def read_source(text: str, file: str = "<string>", tracking_attr: str = DEFAULT_
     except ValueError as exc:  # e.g. null bytes
         raise SourceParseError(f"{file}: not Python source: {exc}") from exc
     classes: dict[str, ClassFacts] = {}
+    registries = _module_registries(tree)
     for node in _module_classes(tree.body):
-        classes[node.name] = _read_class(node, file, tracking_attr)
+        classes[node.name] = _read_class(node, file, tracking_attr, registries)
     log.debug("%s: %d classes", file, len(classes))
     return classes
 
