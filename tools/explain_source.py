@@ -49,8 +49,9 @@ def simulate(entry: ModelEntry, *, depth: int = SIMULATION_DEPTH, seed: int = SI
         run_dir = Path(scratch) / "run"
         result = run_tlc(entry.module_path, entry.config_path, workers=1, timeout=timeout, keep_dir=run_dir,
                          extra_args=["-simulate", f"file=sim,num={runs}", "-depth", str(depth), "-seed", str(seed)])
-        if result.status is Status.VIOLATION and result.trace:
-            return from_tlc_result(result, model=entry.name, variant=entry.variant)
+        if result.status is Status.VIOLATION:
+            raise ExplainError(f"{entry.name}: TLC simulation found a violation of {result.property or 'a property'}"
+                               " that model checking did not; run deferdump check " + entry.name)
         files = sorted(run_dir.glob("sim_*"))
         if result.status is Status.ERROR or not files:
             raise ExplainError(f"{entry.name}: TLC simulation gave no trace"

@@ -186,14 +186,9 @@ def _find(trace: ExplainTrace, binding: LaneBinding) -> Finding | None:
     if trace.passes:
         return None
     if trace.kind == "liveness":
-        prop = trace.property_name or "a temporal property"
         loop = trace.loop_index if trace.loop_index is not None else last
-        check = binding.liveness.get(trace.property_name or "")
-        offences = tuple(check(steps, loop)) if check else ()
-        summary = (f"{prop} fails: from step {loop} the behaviour repeats forever"
-                   + (" (the last step loops back)" if loop < last else " (nothing changes any more)")
-                   + " and what the property promises never happens.")
-        return Finding(prop, loop, summary, offences)
+        return _lasso_finding(trace.property_name, steps, loop, binding) or Finding(
+            trace.property_name or "a temporal property", loop, _lasso_summary(trace.property_name, loop, last), ())
     if trace.kind == "deadlock":
         return Finding(trace.property_name or "Deadlock", last, f"No action is enabled after step {last}: deadlock.", ())
     if trace.property_name is not None:
@@ -208,6 +203,27 @@ def _find(trace: ExplainTrace, binding: LaneBinding) -> Finding | None:
             if offences:
                 return Finding(name, index, f"{name} is false in step {index} (found by checking the trace's "
                                             "states):", offences)
+    if trace.loop_index is not None:
+        return _lasso_finding(None, steps, trace.loop_index, binding)
+    return None
+
+
+def _lasso_summary(prop: str | None, loop: int, last: int) -> str:
+    return (f"{prop or 'A temporal property'} fails: from step {loop} the behaviour repeats forever"
+            + (" (the last step loops back)" if loop < last else " (nothing changes any more)")
+            + " and what the property promises never happens.")
+
+
+def _lasso_finding(prop: str | None, steps: Sequence[Step], loop: int, binding: LaneBinding) -> Finding | None:
+    """The named leads-to property's offences on the lasso; unnamed (TLC 2.15 names none when the cfg lists
+    several), the first of the binding's properties that the lasso breaks."""
+    candidates = [prop] if prop in binding.liveness else list(binding.liveness) if prop is None else []
+    for name in candidates:
+        assert name is not None
+        offences = tuple(binding.liveness[name](steps, loop))
+        if offences:
+            label = name if prop is not None else f"{name} (inferred from the states)"
+            return Finding(label, loop, _lasso_summary(label, loop, len(steps) - 1), offences)
     return None
 
 
