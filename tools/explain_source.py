@@ -7,6 +7,7 @@ one that shows the most different actions.
 from __future__ import annotations
 
 import logging
+import re
 import tempfile
 from pathlib import Path
 
@@ -37,6 +38,28 @@ def trace_from_file(path: Path) -> ExplainTrace:
     return from_itf(itf)
 
 
+_CFG_SECTION = re.compile(r"^\s*(CONSTANTS?|INIT|NEXT|SPECIFICATION|INVARIANTS?|PROPERTY|PROPERTIES|SYMMETRY|"
+                          r"CONSTRAINTS?|ACTION_CONSTRAINTS?|VIEW|CHECK_DEADLOCK|POSTCONDITION|ALIAS)\b")
+_DROPPED = {"PROPERTY", "PROPERTIES", "SYMMETRY"}
+SIMULATION_CFG = "deferdump_explain_simulation.cfg"
+
+
+def simulation_cfg(cfg_text: str) -> str:
+    """The cfg without PROPERTY and SYMMETRY sections: TLC checks temporal properties on each finite
+    simulated behaviour and reports spurious violations, and a run needs no symmetry reduction."""
+    text = re.sub(r"\(\*.*?\*\)", " ", cfg_text, flags=re.DOTALL)
+    kept: list[str] = []
+    dropping = False
+    for line in text.splitlines():
+        line = re.sub(r"\\\*.*$", "", line)
+        section = _CFG_SECTION.match(line)
+        if section:
+            dropping = section.group(1) in _DROPPED
+        if not dropping:
+            kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
 def _score(states: list[dict[str, object]]) -> tuple[int, int]:
     steps = make_steps(states)
     return len({step.name for step in steps}), -len(steps)
@@ -47,8 +70,9 @@ def simulate(entry: ModelEntry, *, depth: int = SIMULATION_DEPTH, seed: int = SI
     """A representative behaviour of a passing model from ``runs`` TLC simulations of ``depth`` steps."""
     with tempfile.TemporaryDirectory(prefix="deferdump-explain-") as scratch:
         run_dir = Path(scratch) / "run"
-        result = run_tlc(entry.module_path, entry.config_path, workers=1, timeout=timeout, keep_dir=run_dir,
-                         extra_args=["-simulate", f"file=sim,num={runs}", "-depth", str(depth), "-seed", str(seed)])
+        cfg = simulation_cfg(entry.config_path.read_text(encoding="utf-8"))
+        result = run_tlc(entry.module_path, Path(SIMULATION_CFG), workers=1, timeout=timeout, keep_dir=run_dir,
+                         extra_modules={SIMULATION_CFG: cfg}, extra_args=["-simulate", f"file=sim,num={runs}", "-depth", str(depth), "-seed", str(seed)])
         if result.status is Status.VIOLATION:
             raise ExplainError(f"{entry.name}: TLC simulation found a violation of {result.property or 'a property'}"
                                " that model checking did not; run deferdump check " + entry.name)
