@@ -97,3 +97,17 @@ def test_bad_targets_and_outputs(tmp_path: Path) -> None:
     nowhere = deferdump("explain", str(source), "--svg", str(tmp_path / "no" / "dir" / "x.svg"))
     assert nowhere.returncode == 2
     assert_one_clean_line(nowhere.stderr, "does not exist")
+
+
+def test_values_are_escaped_and_the_page_stays_inert(tmp_path: Path) -> None:
+    """Strings from a trace never become markup: a hostile ITF value shows up as text."""
+    states = [{"note": "<script>alert(1)</script>", "action": {"name": "init"}},
+              {"note": "a & b </svg>", "action": {"name": "Edit", "by": "<img src=x>"}}]
+    source = tmp_path / "hostile.itf.json"
+    source.write_text(json.dumps(itf_trace(["note", "action"], states)), encoding="utf-8")
+    out = deferdump("explain", str(source), "--html", str(tmp_path / "h.html"), "--svg", str(tmp_path / "h.svg"))
+    assert out.returncode == 0, out.stderr
+    for name in ("h.html", "h.svg"):
+        text = (tmp_path / name).read_text(encoding="utf-8")
+        assert "<script" not in text and "<img" not in text and "&lt;script&gt;" in text
+        assert text.count("</svg>") == 1
