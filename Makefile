@@ -46,7 +46,7 @@ $(VLLM_STAMP): pyproject.toml $(VLLM_BASE_STAMP)
 	@touch $(VLLM_STAMP)
 
 test-vllm: $(VLLM_STAMP)
-	$(VLLM_VENV)/bin/pytest -v tests/vllm -p no:cacheprovider
+	$(VLLM_VENV)/bin/pytest -v tests/vllm -p no:cacheprovider --timeout=600 --durations=0
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info .pytest_cache .hypothesis

@@ -33,14 +33,12 @@ from .views import CachedRequestView, NewRequestView, RequestView, StepView
 try:  # vLLM is optional: the adapter is the only module that needs it.
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (
         KVConnectorBase_V1,
-        KVConnectorMetadata,
         KVConnectorRole,
     )
 
     _VLLM_IMPORT_ERROR: ImportError | None = None
 except ImportError as _exc:  # pragma: no cover - exercised by the main suite, which has no vLLM
     KVConnectorBase_V1 = object  # type: ignore[assignment,misc]
-    KVConnectorMetadata = object  # type: ignore[assignment,misc]
     KVConnectorRole = None  # type: ignore[assignment]
     _VLLM_IMPORT_ERROR = _exc
 
