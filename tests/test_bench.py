@@ -77,6 +77,9 @@ def test_raw_figures_have_medians_and_extremes(tiny_bench: tuple[dict, dict]) ->
         assert summary["n"] == expected_steps and 0 < summary["min"] <= summary["median"] <= summary["max"]
     for mode in ("blocking", "deferred"):
         assert report["wait_for_save_ms"][mode]["n"] == expected_steps
+    for mode in ("no_save", "blocking", "deferred"):
+        cpu = report["cpu_ms_per_step"][mode]
+        assert cpu["main_thread"] > 0 and cpu["cores_used"] > 0
     for key in ("dump_bandwidth_gbps", "memcpy_gbps"):
         assert report[key]["n"] == 2 and 0 < report[key]["min"] <= report[key]["median"] <= report[key]["max"]
     assert report["python_running_requests"]["min"] >= 256

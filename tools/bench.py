@@ -22,11 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
 from deferdump.reference.config import ConnectorConfig
 from deferdump.reference.devices import CpuDevice, CudaDevice, Device
 from deferdump.reference.memory_store import MemoryStore
+from deferdump.reference.store_base import StoreError
 
 from .errors import DeferdumpError
 from .forward_sim import ModelShape, make_kv_caches
@@ -158,9 +160,51 @@ class ModeRun:
     timer: PhaseTimer
     store: MemoryStore | None
     measured_from: int = 0  # steps before this index are warm-up
+    wall_s: float = 0.0  # measured chunks only
+    cpu_main_s: float = 0.0  # CPU time of the stepping thread
+    cpu_process_s: float = 0.0  # CPU time of the whole process (the other modes' threads are idle then)
 
     def series(self, phase: str) -> list[float]:
         return self.timer.series(phase)[self.measured_from :]
+
+    def run_chunk(self, steps: int) -> None:
+        """Measured steps, then let the dumps still in flight finish (outside the timings) so they cannot
+        steal CPU from the next mode's chunk."""
+        process = psutil.Process()
+        cpu_before, main_before, wall_before = _cpu_seconds(process), time.thread_time(), time.perf_counter()
+        self.loop.run(steps=steps)
+        self.wall_s += time.perf_counter() - wall_before
+        self.cpu_main_s += time.thread_time() - main_before
+        self.quiesce()
+        self.cpu_process_s += _cpu_seconds(process) - cpu_before
+
+    def quiesce(self, timeout_s: float = 60.0) -> None:
+        """Wait until every pending dump reports finished (`check` consumes nothing)."""
+        deadline = time.monotonic() + timeout_s
+        for rank in self.loop.ranks:
+            if rank.connector is None or rank.probe is None:
+                continue
+            for pending in list(rank.connector._pending_dump_tasks):
+                while time.monotonic() < deadline:
+                    try:
+                        if rank.probe.inner.check(pending.task):
+                            break
+                    except StoreError:
+                        break
+                    time.sleep(0.0005)
+
+    def cpu_per_step_ms(self) -> dict[str, float]:
+        steps = max(1, len(self.timer.steps) - self.measured_from)
+        return {
+            "main_thread": round(self.cpu_main_s / steps * 1000.0, 3),
+            "other_threads": round((self.cpu_process_s - self.cpu_main_s) / steps * 1000.0, 3),
+            "cores_used": round(self.cpu_process_s / self.wall_s, 3) if self.wall_s else 0.0,
+        }
+
+
+def _cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
 
 
 def _connector_config(config: BenchConfig) -> ConnectorConfig:
@@ -182,9 +226,11 @@ def run_modes(config: BenchConfig, *, on_progress: Callable[[str], None] | None 
     for run in runs.values():
         run.loop.run(steps=config.warmup_steps)
         run.measured_from = len(run.timer.steps)
+    for run in runs.values():
+        run.quiesce()
     for round_index in range(config.rounds):
         for mode in order[round_index % 3 :] + order[: round_index % 3]:
-            runs[mode].loop.run(steps=config.steps_per_round)
+            runs[mode].run_chunk(config.steps_per_round)
             if on_progress is not None:
                 on_progress(f"round {round_index + 1}/{config.rounds}: {mode.value}")
     for run in runs.values():
@@ -213,6 +259,7 @@ def mode_figures(runs: dict[Mode, ModeRun]) -> dict[str, Any]:
         "step_ms": {mode.value: _ms(step[mode]) for mode in Mode},
         "wait_for_save_ms": {mode.value: _ms(wait[mode]) for mode in wait},
         "compute_ms": {mode.value: _ms(runs[mode].series("compute")) for mode in Mode},
+        "cpu_ms_per_step": {mode.value: runs[mode].cpu_per_step_ms() for mode in Mode},
         "deferred_phase_ms": {
             phase: _ms([s.get(phase, 0.0) for s in deferred_steps])
             for phase in ("handle_preemptions", "save_kv_layer", "wait_for_save", "get_finished", "sched_connector")
