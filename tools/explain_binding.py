@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .explain_timeline import (ActionLabel, Cell, LaneBinding, LaneGroup, Offence, generic_binding, lane_id, show,
-                               show_set)
+from .explain_timeline import (ActionLabel, Cell, LaneBinding, LaneGroup, Offence, generic_binding, lane_id,
+                               natural_key, show, show_set)
 from .explain_trace import Step
 from .tlavalue import Value
 
@@ -132,6 +132,7 @@ def _ids(records: Iterable[Mapping[str, Any]], field: str = "task") -> str:
 TONES = {
     "waiting": "request waiting", "running": "request running", "preempted": "request preempted",
     "delayed": "finished, free delayed until finished_sending", "done": "freed",
+    "reused": "block given to another request while a dump reads it",
     "rewritten": "block rewritten in this step", "clobbered": "a running dump reads a rewritten block",
     "busy": "dump tasks still running", "alert": "a call that breaks the protocol",
 }
@@ -146,6 +147,10 @@ def _request_cell(req: Value, steps: Sequence[Step], i: int) -> Cell:
         lines.append("blocks " + " ".join(show(b) for b in blocks))
     if req in _set(step, "schedAsync"):
         lines.append("dump tracked")
+    dumping = sorted({str(_get(t, "id")) for rank in _fn(step, "pending") for t in _tasks(step, rank)
+                      if _get(t, "status") == "running" and req in _get(t, "reqs", ())}, key=natural_key)
+    if dumping:
+        lines.append(f"dump pending: task {' '.join(dumping)}")
     return Cell(tuple(lines), tone=state, hint=f"request {show(req)}: {state}")
 
 
@@ -162,6 +167,9 @@ def _block_cell(block: Value, steps: Sequence[Step], i: int) -> Cell:
         tone = "rewritten"
     readers: dict[str, list[str]] = {}
     for rank, task in _running_readers(step, block):
+        if owner and write is not None and owner[0] != write[0] and block not in clobbered_blocks(steps, rank, task, i):
+            lines.append(f"given to {show(owner[0])} while task {_get(task, 'id')} reads {content(write)}")
+            tone = "reused"
         if block in clobbered_blocks(steps, rank, task, i):
             old = version(steps, block, submitted_at(steps, rank, task, i))
             lines.append(f"rank {show(rank)} task {_get(task, 'id')} still reads v{old[0]}: {content(old[1])}!")

@@ -48,6 +48,7 @@ svg.timeline {{ font-family: {FONT}; font-size: {FONT_PX}px; }}
 .cell.owned {{ fill: #f0f9ff; }}
 .cell.free {{ fill: #fafafa; }}
 .cell.busy {{ fill: #fef3c7; }}
+.cell.reused {{ fill: #fdba74; }}
 .cell.rewritten {{ fill: #fecaca; }}
 .cell.clobbered {{ fill: #f87171; }}
 .cell.alert {{ fill: #fecaca; }}
@@ -90,7 +91,7 @@ table.steps code { white-space: pre-wrap; word-break: break-word; }
 
 LEGEND_FILL = {
     "waiting": "#f3f4f6", "running": "#dbeafe", "preempted": "#fed7aa", "delayed": "#e9d5ff", "done": "#dcfce7",
-    "rewritten": "#fecaca", "clobbered": "#f87171", "busy": "#fef3c7", "alert": "#fecaca",
+    "reused": "#fdba74", "rewritten": "#fecaca", "clobbered": "#f87171", "busy": "#fef3c7", "alert": "#fecaca",
 }
 
 

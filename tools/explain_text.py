@@ -16,7 +16,7 @@ from .explain_timeline import Lane, Timeline, TimelineCell
 
 TONE_STYLE = {
     "waiting": "white", "running": "blue", "preempted": "dark_orange", "delayed": "magenta", "done": "green",
-    "rewritten": "red", "clobbered": "bold red", "busy": "yellow", "alert": "bold red",
+    "reused": "dark_orange", "rewritten": "red", "clobbered": "bold red", "busy": "yellow", "alert": "bold red",
 }
 
 

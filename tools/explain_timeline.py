@@ -101,23 +101,23 @@ def show(value: Value) -> str:
             return "⟨⟩"
         return "[" + ", ".join(f"{show(k)}: {show(v)}" for k, v in sorted(value.items(), key=_by_text)) + "]"
     if isinstance(value, Iterable):
-        items = sorted((show(item) for item in value), key=_natural)
+        items = sorted((show(item) for item in value), key=natural_key)
         return "{" + ", ".join(items) + "}" if items else "∅"
     return repr(value)
 
 
 def _by_text(pair: tuple[Value, Value]) -> tuple[object, ...]:
-    return _natural(show(pair[0]))
+    return natural_key(show(pair[0]))
 
 
-def _natural(text: str) -> tuple[object, ...]:
+def natural_key(text: str) -> tuple[object, ...]:
     """Sort key that puts r2 before r10."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
 
 
 def show_set(values: Iterable[Value]) -> str:
     """Elements separated by spaces (``r1 r2``), or ``—`` for none."""
-    items = sorted((show(v) for v in values), key=_natural)
+    items = sorted((show(v) for v in values), key=natural_key)
     return " ".join(items) if items else "—"
 
 
@@ -255,7 +255,7 @@ def build_timeline(trace: ExplainTrace, binding: LaneBinding) -> Timeline:
         for step in trace.steps:
             for key in group.keys(step):
                 keys.setdefault(group.label(key), key)
-        for label in sorted(keys, key=_natural):
+        for label in sorted(keys, key=natural_key):
             key = keys[label]
             ident = lane_id(group.title, label)
             cells: list[TimelineCell] = []
