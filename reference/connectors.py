@@ -181,7 +181,9 @@ class DirectConnector:
             return [layer_key(h, 0) for h in hashes]
         return list(hashes)
 
-    def update_state_after_alloc(self, request: RequestView, block_ids: Sequence[int], num_external_tokens: int) -> None:
+    def update_state_after_alloc(
+        self, request: RequestView, block_ids: Sequence[int], num_external_tokens: int
+    ) -> None:
         """Decide from `num_external_tokens` (not `block_ids`) whether the hit range is loaded."""
         plan = self._request_plans.get(request.req_id)
         if plan is None:
@@ -209,7 +211,9 @@ class DirectConnector:
             load_block_ids = tuple(plan.vllm_block_ids[hbm:total])
             plan.load_wanted = False
             if len(load_block_ids) != total - hbm:
-                logger.error("load range of %d blocks has only %d vLLM blocks: not loaded", total - hbm, len(load_block_ids))
+                logger.error(
+                    "load range of %d blocks has only %d vLLM blocks: not loaded", total - hbm, len(load_block_ids)
+                )
                 load_hashes, load_block_ids = (), ()
         dump_hashes: tuple[bytes, ...] = ()
         dump_block_ids: tuple[int, ...] = ()
@@ -753,7 +757,9 @@ class OuterConnector:
     def get_num_new_matched_tokens(self, request: RequestView, num_computed_tokens: int) -> tuple[int, bool]:
         return self.inner.get_num_new_matched_tokens(request, num_computed_tokens)
 
-    def update_state_after_alloc(self, request: RequestView, block_ids: Sequence[int], num_external_tokens: int) -> None:
+    def update_state_after_alloc(
+        self, request: RequestView, block_ids: Sequence[int], num_external_tokens: int
+    ) -> None:
         self.inner.update_state_after_alloc(request, block_ids, num_external_tokens)
 
     def build_connector_meta(self, step: StepView) -> DeferDumpMetadata:

@@ -135,7 +135,8 @@ def check_snapshot(snapshot: SystemSnapshot) -> list[str]:
         expected = req_id in sched.had_dumps
         if answer != expected:
             violations.append(
-                f"RequestFinished: request_finished({req_id}) returned {answer}, but dumps submitted/attempted={expected}"
+                f"RequestFinished: request_finished({req_id}) returned {answer}, "
+                f"but dumps submitted/attempted={expected}"
             )
     for rank in snapshot.ranks:
         violations += _check_rank(rank, sched, snapshot.pool)
@@ -168,10 +169,16 @@ def _check_rank(rank: RankState, sched: SchedulerState, pool: PoolState) -> list
         if any(req_id in task.request_ids for task in rank.pending):
             out.append(f"ReportedHasNoTask: rank {w} reported {req_id} while a pending task still covers it")
     if rank.incomplete_waits_in_wait_for_save:
-        out.append(f"SaveNeverBlocks: rank {w} waited {rank.incomplete_waits_in_wait_for_save} unfinished task(s) in wait_for_save")
+        out.append(
+            f"SaveNeverBlocks: rank {w} waited {rank.incomplete_waits_in_wait_for_save} unfinished task(s) "
+            "in wait_for_save"
+        )
     for task_ids, preempted in rank.preemption_waits:
         if task_ids.isdisjoint(preempted):
-            out.append(f"PreemptWaitsOnlyPreempted: rank {w} waited a task of {sorted(task_ids)} for preempted {sorted(preempted)}")
+            out.append(
+                f"PreemptWaitsOnlyPreempted: rank {w} waited a task of {sorted(task_ids)} "
+                f"for preempted {sorted(preempted)}"
+            )
     if rank.bad_releases:
         out.append(f"ReleaseOnce: rank {w} released {rank.bad_releases} handle(s) twice or never acquired")
     held = frozenset(t.event_handle for t in rank.pending if t.event_handle)

@@ -26,7 +26,9 @@ class ConnectorMetrics:
         self.loads_completed = Counter("deferdump_loads_completed", "Load tasks that filled blocks", registry=r)
         self.load_errors = Counter("deferdump_load_error_blocks", "Blocks whose load failed", registry=r)
         self.pending_tasks = Gauge("deferdump_pending_dump_tasks", "Dump tasks submitted, not yet waited", registry=r)
-        self.live_handles = Gauge("deferdump_live_event_handles", "Event handles acquired, not yet released", registry=r)
+        self.live_handles = Gauge(
+            "deferdump_live_event_handles", "Event handles acquired, not yet released", registry=r
+        )
         self.get_finished_wait = Histogram(
             "deferdump_get_finished_wait_seconds", "Time get_finished spent waiting dump tasks",
             buckets=_WAIT_BUCKETS, registry=r,

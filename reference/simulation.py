@@ -184,7 +184,9 @@ class ProtocolSimulation:
         self.reports: list[Counter[str]] = [Counter() for _ in range(config.world_size)]
         self.passed: list[set[str]] = [set() for _ in range(config.world_size)]
         self.incomplete_save_waits = [0] * config.world_size
-        self.preemption_waits: list[list[tuple[frozenset[str], frozenset[str]]]] = [[] for _ in range(config.world_size)]
+        self.preemption_waits: list[list[tuple[frozenset[str], frozenset[str]]]] = [
+            [] for _ in range(config.world_size)
+        ]
         self.expected_rows: dict[bytes, torch.Tensor] = {}
         self.violations: list[str] = []
         self.steps = 0
@@ -362,7 +364,9 @@ class ProtocolSimulation:
             )
             missing = meta.dump_req_ids() - covered
             if missing:
-                self.violations.append(f"DumpAttempted: rank {rank} neither submitted nor attempted dumps of {sorted(missing)}")
+                self.violations.append(
+                    f"DumpAttempted: rank {rank} neither submitted nor attempted dumps of {sorted(missing)}"
+                )
 
     def _report_finished(self, rank: int, schedule: _Schedule) -> set[str]:
         """`get_finished` with this step's finished ids; records what the rank reported."""
@@ -520,7 +524,9 @@ class ProtocolSimulation:
                 if block_id in errors:
                     self._recompute(rank, block_id, expected)
                     continue
-                actual = torch.cat([self.kv[rank][layer][block_id].view(torch.uint8).flatten() for layer in self.layers])
+                actual = torch.cat(
+                    [self.kv[rank][layer][block_id].view(torch.uint8).flatten() for layer in self.layers]
+                )
                 if not torch.equal(actual, expected):
                     self.violations.append(f"LoadedBytes: rank {rank} block {block_id} of {rid} differs from the store")
 

@@ -37,7 +37,9 @@ def new_req(view: RequestView, block_ids: Sequence[int], scheduled: int, compute
     return NewRequestView(view.req_id, view.token_ids, view.num_prompt_tokens, tuple(block_ids), computed, scheduled)
 
 
-def cached_req(req_id: str, new_block_ids: Sequence[int], scheduled: int, computed: int, resumed: bool = False) -> CachedRequestView:
+def cached_req(
+    req_id: str, new_block_ids: Sequence[int], scheduled: int, computed: int, resumed: bool = False
+) -> CachedRequestView:
     return CachedRequestView(req_id, tuple(new_block_ids), resumed, computed, scheduled)
 
 

@@ -52,7 +52,9 @@ def test_outer_connector_forwards_every_method_of_the_call_surface() -> None:
         assert name in vars(OuterConnector)
 
 
-@pytest.mark.parametrize(("variant", "cls"), [("direct", DirectConnector), ("layerwise", LayerWiseConnector), ("cp", CPConnector)])
+@pytest.mark.parametrize(
+    ("variant", "cls"), [("direct", DirectConnector), ("layerwise", LayerWiseConnector), ("cp", CPConnector)]
+)
 def test_outer_connector_chooses_the_inner_class_from_config(variant: str, cls: type) -> None:
     outer = OuterConnector(ConnectorConfig(variant=variant, block_size=4), Role.SCHEDULER, store=ManualStore())
     assert type(outer.inner) is cls

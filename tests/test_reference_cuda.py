@@ -84,7 +84,9 @@ def test_connector_dumps_and_loads_gpu_blocks_through_a_store() -> None:
     dumper = DirectConnector(config, Role.WORKER, store=store, device=CudaDevice())
     dumper.register_kv_caches(source, NUM_BLOCKS)
     hashes = (b"h0", b"h1")
-    dumper.bind_connector_metadata(DeferDumpMetadata({"a": RequestDispatchMeta(dump_hashes=hashes, dump_block_ids=(3, 4))}))
+    dumper.bind_connector_metadata(
+        DeferDumpMetadata({"a": RequestDispatchMeta(dump_hashes=hashes, dump_block_ids=(3, 4))})
+    )
     dumper.wait_for_save()
     dumper.clear_connector_metadata()
     assert dumper.events.live() == 1
@@ -94,7 +96,9 @@ def test_connector_dumps_and_loads_gpu_blocks_through_a_store() -> None:
     target = {k: torch.zeros_like(v) for k, v in source.items()}
     loader = DirectConnector(config, Role.WORKER, store=store)  # picks CudaDevice from the tensors
     loader.register_kv_caches(target, NUM_BLOCKS)
-    loader.bind_connector_metadata(DeferDumpMetadata({"b": RequestDispatchMeta(load_hashes=hashes, load_block_ids=(0, 1))}))
+    loader.bind_connector_metadata(
+        DeferDumpMetadata({"b": RequestDispatchMeta(load_hashes=hashes, load_block_ids=(0, 1))})
+    )
     loader.start_load_kv()
     loader.clear_connector_metadata()
     assert loader.get_block_ids_with_load_errors() == set()
