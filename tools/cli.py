@@ -5,6 +5,7 @@ import typer
 
 from .cli_bench import bench
 from .cli_check import check
+from .cli_conformance import replay, traces, verify
 from .cli_explain import explain
 from .cli_mro import mro
 from .cli_soak import soak
@@ -33,6 +34,9 @@ def version() -> None:
 
 
 app.command("check")(check)
+app.command("traces")(traces)
+app.command("replay")(replay)
+app.command("verify")(verify)
 app.command("explain")(explain)
 app.command("bench")(bench)
 app.command("soak")(soak)

@@ -1,0 +1,397 @@
+"""The replay driver of the DeferDump model: model actions -> calls on the reference connector.
+
+The driver plays vLLM, reading vLLM's own state (request states, block lists, finished ids) from the
+model's state *before* each step, and makes exactly the connector calls vLLM would make:
+
+=====================  =======================================================================
+model action           calls on the reference connector
+=====================  =======================================================================
+``schedule``           ``get_num_new_matched_tokens`` + ``update_state_after_alloc`` for admitted
+                       requests, then ``build_connector_meta(StepView)``; the metadata is queued
+``execute_model``      per rank, in the order of ``action.ranks[w]``: ``handle_preemptions(meta)``,
+                       ``bind_connector_metadata`` + ``start_load_kv`` (``forward``),
+                       ``save_kv_layer`` per layer, ``wait_for_save``, ``get_finished``, then
+                       ``clear_connector_metadata``; store faults are injected exactly where the
+                       call record says (``submit_error``, ``check_error``)
+``update_from_output`` ``request_finished`` (``request_finished_all_groups`` on the HMA path) per
+                       finished request
+``task_complete``      the rank's :class:`ManualStore` completes or fails the task
+=====================  =======================================================================
+
+Each rank has its own ManualStore (``auto_complete_on_wait``: a wait on a running task drains it, as a
+blocking wait does); the scheduler's store is empty, which realises the model's "lookups miss".
+
+Refinement mapping ``abstract_state()`` (model variable <- implementation):
+
+- ``schedAsync``  <- scheduler connector ``_async_dump_req_ids``
+- ``workerAsync[w]`` <- rank w's ``_async_dump_req_ids``
+- ``pending[w]``  <- rank w's ``_pending_dump_tasks``, each as ``[id, reqs, blocks, layer, status,
+  event]``: ``id`` is the model id the task got when its submit matched the call record's
+  ``submitted``; ``status`` is the store's (running until completed or failed); ``event`` is the id
+  while the task holds a non-zero handle. The model's ``snap`` (KV contents at submit) is not compared.
+- ``live[w]``     <- rank w's ``events.live_handles()``, each as the id of the task it was acquired for
+- ``reported[w][r]`` <- how often rank w's ``get_finished`` returned r (capped at 2); only without
+  MultiConnector, whose emission logic is vLLM's, not the connector's.
+
+Call results are checked where they happen (a :class:`StepMismatch`): the dump slices of
+``build_connector_meta``, ``request_finished``'s answer, ``get_finished``'s ``finished_sending``, which
+tasks each call waited, and whether a submit happened.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from deferdump.reference.config import ConnectorConfig
+from deferdump.reference.connectors import VARIANT_CLASSES, DirectConnector, OuterConnector, Role
+from deferdump.reference.devices import DeferredCpuDevice
+from deferdump.reference.manual_store import ManualStore
+from deferdump.reference.metadata import DeferDumpMetadata
+from deferdump.reference.pending import PendingDumpTask
+from deferdump.reference.store_base import StoreTask
+from deferdump.reference.views import CachedRequestView, NewRequestView, RequestView, StepView
+from deferdump.tools.tlavalue import ItfError, ItfTrace, ModelValue, Record, TlaFunction, TlaSet, Value, from_itf
+
+from .driver import StepMismatch
+
+__all__ = ["DeferDumpDriver", "ModelConstants", "DEFERDUMP_VARS"]
+
+log = logging.getLogger(__name__)
+
+BLOCK_SIZE = 2  # tokens per block: the model counts blocks, any size works
+DEFERDUMP_VARS = frozenset({"schedAsync", "workerAsync", "pending", "live", "reqState", "blocksOf", "finishedIds"})
+ACTIONS = frozenset({"init", "schedule", "execute_model", "update_from_output", "task_complete"})
+INNER_VARIANTS = {"UCMDirectConnector": "direct", "UCMLayerWiseConnector": "layerwise", "UCMCPConnector": "cp"}
+_TASK_FIELDS = ("id", "reqs", "blocks", "layer", "status", "event")
+
+
+@dataclass(frozen=True)
+class ModelConstants:
+    """The model constants a replay needs (from the trace's ``#meta.constants``)."""
+
+    requests: tuple[str, ...]
+    blocks: tuple[str, ...]
+    num_ranks: int
+    prompt_blocks: int
+    layers: int
+    variant: str
+    wrapper: bool
+    hma: bool
+    multi: bool
+    mla: bool
+
+    @classmethod
+    def from_trace(cls, trace: ItfTrace) -> "ModelConstants":
+        raw = trace.meta.get("constants")
+        if not isinstance(raw, dict):
+            raise ItfError("'#meta.constants' (the model's constants) is missing", json_path='$["#meta"]',
+                           file=trace.path)
+        values: dict[str, Value] = {}
+        for name in ("Req", "Block", "NumRanks", "PromptBlocks", "Layers", "InnerClass", "Wrapper", "HMA",
+                     "Multi", "MLA"):
+            where = f'$["#meta"].constants.{name}'
+            if name not in raw:
+                raise ItfError(f"constant {name} is missing", json_path=where, file=trace.path)
+            try:
+                values[name] = from_itf(raw[name], where)
+            except ItfError as error:
+                raise ItfError(error.problem, json_path=error.json_path, file=trace.path) from None
+        inner = values["InnerClass"]
+        if inner not in INNER_VARIANTS:
+            raise ItfError(f"InnerClass {inner!r} has no reference connector", json_path='$["#meta"].constants',
+                           file=trace.path)
+        return cls(
+            requests=tuple(sorted(_name(v) for v in values["Req"])),
+            blocks=tuple(sorted(_name(v) for v in values["Block"])),
+            num_ranks=int(values["NumRanks"]), prompt_blocks=int(values["PromptBlocks"]),
+            layers=int(values["Layers"]), variant=INNER_VARIANTS[inner], wrapper=bool(values["Wrapper"]),
+            hma=bool(values["HMA"]), multi=bool(values["Multi"]), mla=bool(values["MLA"]),
+        )
+
+
+def _name(value: Value) -> str:
+    return value.name if isinstance(value, ModelValue) else str(value)
+
+
+def _names(values: Iterable[Value]) -> set[str]:
+    return {_name(v) for v in values}
+
+
+def _reqs(names: Iterable[str]) -> TlaSet:
+    return TlaSet(ModelValue(n) for n in names)
+
+
+class DeferDumpDriver:
+    """Replays DeferDump traces on the reference connector (see the module docstring)."""
+
+    actions = ACTIONS
+
+    def __init__(self, constants: ModelConstants) -> None:
+        self.constants = constants
+        observed = ["schedAsync", "workerAsync", "pending", "live"]
+        if not constants.multi:
+            observed.append("reported")
+        self.observed: tuple[str, ...] = tuple(observed)
+        self.block_ids = {name: index for index, name in enumerate(constants.blocks)}
+        self.block_names = {index: name for name, index in self.block_ids.items()}
+        prompt_len = constants.prompt_blocks * BLOCK_SIZE
+        self.requests = {
+            name: RequestView(name, tuple(range(1000 * (i + 1), 1000 * (i + 1) + prompt_len)), prompt_len)
+            for i, name in enumerate(constants.requests)
+        }
+        self.config = ConnectorConfig(
+            variant=constants.variant, block_size=BLOCK_SIZE, is_mla=constants.mla, copy_threads=1,
+            cp_world_size=constants.num_ranks if constants.variant == "cp" else 1,
+            use_layerwise=constants.variant == "cp",
+        )
+        self.scheduler: Any = None
+        self.workers: list[Any] = []
+        self.stores: list[ManualStore] = []
+        self.devices: list[DeferredCpuDevice] = []
+
+    # ------------------------------------------------------------------ lifecycle
+    def _connector(self, role: Role, store: ManualStore, rank: int = 0) -> Any:
+        kwargs: dict[str, Any] = {"store": store, "rank": rank, "world_size": self.constants.num_ranks}
+        if role is Role.WORKER:
+            device = DeferredCpuDevice()
+            self.devices.append(device)
+            kwargs["device"] = device
+        if self.constants.wrapper:
+            return OuterConnector(self.config, role, **kwargs)
+        cls: type[DirectConnector] = VARIANT_CLASSES[self.config.variant]
+        return cls(self.config, role, **kwargs)
+
+    def reset(self, initial: Mapping[str, Value]) -> None:
+        self.close()
+        n = self.constants.num_ranks
+        self.scheduler = self._connector(Role.SCHEDULER, ManualStore())
+        self.stores = [ManualStore(auto_complete_on_wait=True) for _ in range(n)]
+        self.workers = [self._connector(Role.WORKER, self.stores[w], w) for w in range(n)]
+        caches = {f"layer.{i}": torch.zeros(len(self.constants.blocks), 1, BLOCK_SIZE, 2)
+                  for i in range(self.constants.layers)}
+        for worker in self.workers:
+            worker.register_kv_caches(caches)
+        self.inflight: collections.deque[DeferDumpMetadata] = collections.deque()
+        self.executed = 0
+        self.model_ids: list[dict[int, int]] = [{} for _ in range(n)]  # id(PendingDumpTask) -> model id
+        self.by_model_id: list[dict[int, PendingDumpTask]] = [{} for _ in range(n)]
+        self.store_task_ids: list[dict[int, int]] = [{} for _ in range(n)]  # StoreTask.task_id -> model id
+        self.handle_ids: list[dict[int, int]] = [{} for _ in range(n)]  # event handle -> model id
+        self.outcomes: list[dict[int, str]] = [{} for _ in range(n)]
+        self.reports: list[collections.Counter[str]] = [collections.Counter() for _ in range(n)]
+
+    def close(self) -> None:
+        for device in self.devices:
+            device.close()
+        self.devices = []
+
+    # ------------------------------------------------------------------ steps
+    def step(self, before: Mapping[str, Value], after: Mapping[str, Value]) -> None:
+        action = after["action"]
+        name = action["name"]
+        if name == "schedule":
+            self._schedule(before, action)
+        elif name == "execute_model":
+            self._execute_model(action)
+        elif name == "update_from_output":
+            self._update_from_output(before, action)
+        elif name == "task_complete":
+            self._task_complete(action)
+        else:
+            raise StepMismatch(f"action {name!r} is not a step the driver can take")
+
+    def _schedule(self, before: Mapping[str, Value], action: Record) -> None:
+        req_state, blocks_of = before["reqState"], before["blocksOf"]
+        new: list[NewRequestView] = []
+        cached: list[CachedRequestView] = []
+        scheduled: set[str] = set()
+        for alloc in sorted(action["allocated"], key=lambda a: _name(a["req"])):
+            req = alloc["req"]
+            rid, block = _name(req), self.block_ids[_name(alloc["block"])]
+            view = self.requests[rid]
+            scheduled.add(rid)
+            if req_state[req] in ("waiting", "preempted"):
+                matched, _ = self.scheduler.get_num_new_matched_tokens(view, 0)
+                self.scheduler.update_state_after_alloc(view, [block], matched)
+                if req_state[req] == "waiting":
+                    new.append(NewRequestView(rid, view.token_ids, view.num_prompt_tokens, (block,), 0, BLOCK_SIZE))
+                else:
+                    cached.append(CachedRequestView(rid, (block,), True, 0, BLOCK_SIZE))
+            else:
+                computed = (int(alloc["idx"]) - 1) * BLOCK_SIZE
+                cached.append(CachedRequestView(rid, (block,), False, computed, BLOCK_SIZE))
+        preempted = _names(action["preempted"])
+        for req, state in req_state.items():
+            rid = _name(req)
+            if (state == "running" and rid not in scheduled and rid not in preempted
+                    and len(blocks_of[req]) == self.constants.prompt_blocks):
+                prompt = self.requests[rid].num_prompt_tokens
+                cached.append(CachedRequestView(rid, (), False, prompt, 1))  # a decode step: never dumped
+        step = StepView(tuple(new), tuple(cached), frozenset(_names(before["finishedIds"])), frozenset(preempted))
+        meta = self.scheduler.build_connector_meta(step)
+        self.inflight.append(meta)
+        call = action["calls"][0]
+        got = {(rid, b) for rid, m in meta.request_meta.items() for b in m.dump_block_ids}
+        want = {(_name(d["req"]), self.block_ids[_name(d["block"])]) for d in call["dump"]}
+        if got != want:
+            raise StepMismatch(f"build_connector_meta dump slices: model {self._slices(want)}, "
+                               f"implementation {self._slices(got)}")
+
+    def _slices(self, pairs: set[tuple[str, int]]) -> str:
+        return "{" + ", ".join(f"{r}:{self.block_names[b]}" for r, b in sorted(pairs)) + "}"
+
+    def _execute_model(self, action: Record) -> None:
+        if self.executed >= len(self.inflight):
+            raise StepMismatch("execute_model with no scheduled step to run")
+        meta = self.inflight[self.executed]
+        self.executed += 1
+        ranks = action["ranks"]
+        for w in range(self.constants.num_ranks):
+            self._rank_step(w, meta, list(ranks[w]))
+
+    def _rank_step(self, w: int, meta: DeferDumpMetadata, calls: list[Record]) -> None:
+        worker, store = self.workers[w], self.stores[w]
+        layer_records = any(c["name"] == "save_kv_layer" for c in calls)
+        for call in calls:
+            name = call["name"]
+            waited_from = len(store.waited)
+            if name == "handle_preemptions":
+                worker.handle_preemptions(meta)
+                self._check_waits(w, "handle_preemptions", store.waited[waited_from:], call["waited"])
+            elif name == "forward":
+                worker.bind_connector_metadata(meta)
+                worker.start_load_kv()
+                if not layer_records:  # vLLM calls save_kv_layer for every layer; none may submit here
+                    for layer in range(self.constants.layers):
+                        self._submitting(w, f"save_kv_layer(layer.{layer})", 0, False,
+                                         lambda layer=layer: worker.save_kv_layer(f"layer.{layer}"))
+            elif name == "save_kv_layer":
+                layer_name = f"layer.{int(call['layer']) - 1}"
+                self._submitting(w, f"save_kv_layer({layer_name})", int(call["submitted"]),
+                                 bool(call["submit_error"]), lambda: worker.save_kv_layer(layer_name))
+            elif name == "wait_for_save":
+                store.check_fail = bool(call["check_error"])
+                try:
+                    self._submitting(w, "wait_for_save", int(call["submitted"]), bool(call["submit_error"]),
+                                     worker.wait_for_save)
+                finally:
+                    store.check_fail = False
+                expected = set(call["reaped"]) | {Record(task=t) for t in call["blocked"]}
+                self._check_waits(w, "wait_for_save", store.waited[waited_from:], expected)
+            elif name == "get_finished":
+                finished = _names(call["finished_req_ids"])
+                sending, receiving = worker.get_finished(set(finished))
+                self._check_waits(w, "get_finished", store.waited[waited_from:], call["waited"])
+                got, want = set(sending or ()), _names(call["ucm_sending"])
+                if got != want or receiving:
+                    raise StepMismatch(f"rank {w} get_finished({sorted(finished)}): finished_sending model "
+                                       f"{sorted(want)}, implementation {sorted(got)} (receiving {receiving})")
+                for rid in got:
+                    self.reports[w][rid] = min(2, self.reports[w][rid] + 1)
+            else:
+                raise StepMismatch(f"rank {w}: unknown call record {name!r}")
+        worker.clear_connector_metadata()
+
+    def _submitting(self, w: int, what: str, submitted: int, submit_error: bool, call: Any) -> None:
+        """Run a call that may submit one dump task; inject a submit failure if the record has one."""
+        worker, store = self.workers[w], self.stores[w]
+        before = {id(p) for p in worker._pending_dump_tasks}
+        store.submit_fail_next = 1 if submit_error else 0
+        try:
+            call()
+        finally:
+            unused = store.submit_fail_next
+            store.submit_fail_next = 0
+        if submit_error and unused:
+            raise StepMismatch(f"rank {w} {what}: the model submits (and fails), the implementation did not submit")
+        new = [p for p in worker._pending_dump_tasks if id(p) not in before]
+        if submitted == 0 and new:
+            raise StepMismatch(f"rank {w} {what}: the implementation submitted {len(new)} task(s), the model none")
+        if submitted != 0:
+            if len(new) != 1:
+                raise StepMismatch(f"rank {w} {what}: the model submits task {submitted}, "
+                                   f"the implementation submitted {len(new)}")
+            task = new[0]
+            self.model_ids[w][id(task)] = submitted
+            self.by_model_id[w][submitted] = task
+            self.store_task_ids[w][task.task.task_id] = submitted
+            if task.event_handle:
+                self.handle_ids[w][task.event_handle] = submitted
+
+    def _check_waits(self, w: int, what: str, waited: list[StoreTask], expected: Iterable[Record]) -> None:
+        got = sorted(self.store_task_ids[w].get(t.task_id, -t.task_id) for t in waited)
+        want = sorted(int(x["task"]) for x in expected)
+        if got != want:
+            raise StepMismatch(f"rank {w} {what} waited tasks: model {want}, implementation {got}")
+
+    def _update_from_output(self, before: Mapping[str, Value], action: Record) -> None:
+        if not self.inflight or self.executed < 1:
+            raise StepMismatch("update_from_output with no executed step")
+        self.inflight.popleft()
+        self.executed -= 1
+        delayed = _names(action["calls"][0]["ucm_delayed"])
+        use_all_groups = self.constants.hma and not self.constants.multi
+        for req in sorted(action["finished"], key=_name):
+            rid = _name(req)
+            view = self.requests[rid]
+            blocks = [self.block_ids[_name(b)] for b in before["blocksOf"][req]]
+            if use_all_groups:
+                delay, params = self.scheduler.request_finished_all_groups(view, (blocks,))
+            else:
+                delay, params = self.scheduler.request_finished(view, blocks)
+            if bool(delay) != (rid in delayed) or params is not None:
+                call = "request_finished_all_groups" if use_all_groups else "request_finished"
+                raise StepMismatch(f"{call}({rid}): model delays={rid in delayed}, implementation "
+                                   f"returned ({delay}, {params})")
+
+    def _task_complete(self, action: Record) -> None:
+        w, task_id, outcome = int(action["rank"]), int(action["task"]), action["outcome"]
+        pending = self.by_model_id[w].get(task_id)
+        if pending is None or id(pending) not in {id(p) for p in self.workers[w]._pending_dump_tasks}:
+            raise StepMismatch(f"task_complete: rank {w} has no pending task {task_id} in the implementation")
+        if outcome == "ok":
+            self.stores[w].complete(pending.task)
+            self.outcomes[w][task_id] = "done"
+        else:
+            self.stores[w].fail(pending.task)
+            self.outcomes[w][task_id] = "failed"
+
+    # ------------------------------------------------------------------ refinement mapping
+    def _task_record(self, w: int, pending: PendingDumpTask) -> Record:
+        model_id = self.model_ids[w].get(id(pending), -1)
+        store = self.stores[w]
+        try:
+            finished = store.finished(pending.task)
+        except Exception:  # already waited (the implementation kept a waited task)
+            finished = True
+        status = self.outcomes[w].get(model_id, "done") if finished else "running"
+        layer = 0 if pending.layer_name is None else int(pending.layer_name.rsplit(".", 1)[1]) + 1
+        return Record(id=model_id, reqs=_reqs(pending.request_ids),
+                      blocks=TlaSet(ModelValue(self.block_names[b]) for b in pending.block_ids),
+                      layer=layer, status=status, event=model_id if pending.event_handle else 0)
+
+    def abstract_state(self) -> dict[str, Value]:
+        ranks = range(self.constants.num_ranks)
+        state: dict[str, Value] = {
+            "schedAsync": _reqs(self.scheduler._async_dump_req_ids),
+            "workerAsync": TlaFunction((w, _reqs(self.workers[w]._async_dump_req_ids)) for w in ranks),
+            "pending": TlaFunction((w, TlaSet(self._task_record(w, p) for p in self.workers[w]._pending_dump_tasks))
+                                   for w in ranks),
+            "live": TlaFunction((w, TlaSet(self.handle_ids[w].get(h, -h) for h in self.workers[w].events.live_handles()))
+                                for w in ranks),
+        }
+        if "reported" in self.observed:
+            state["reported"] = TlaFunction(
+                (w, TlaFunction((ModelValue(r), self.reports[w][r]) for r in self.constants.requests)) for w in ranks)
+        return state
+
+    def model_view(self, state: Mapping[str, Value]) -> dict[str, Value]:
+        view = {name: state[name] for name in self.observed}
+        view["pending"] = TlaFunction(
+            (w, TlaSet(Record({f: t[f] for f in _TASK_FIELDS}) for t in tasks)) for w, tasks in state["pending"].items())
+        return view
