@@ -79,9 +79,9 @@ def test_super_with_a_class_argument_skips_a_level(runner: ModelRunner) -> None:
 
 
 def test_diamonds_follow_the_instance_mro(runner: ModelRunner) -> None:
-    verdicts = _judge("diamond.py", runner, "LoaderTracking", "ReplanningFirst", "CooperativeFirst", "Cooperative")
-    assert verdicts["LoaderTracking"].resolves["build_connector_meta"] == "Tracking"
-    assert verdicts["LoaderTracking"].verdict == "safe"
+    verdicts = _judge("diamond.py", runner, "ReplanningFirst", "CooperativeFirst", "Cooperative")
+    assert verdicts["ReplanningFirst"].resolves["build_connector_meta"] == "Replanning"
+    assert verdicts["CooperativeFirst"].resolves["build_connector_meta"] == "Cooperative"
     assert verdicts["ReplanningFirst"].verdict == "unsafe"
     assert verdicts["CooperativeFirst"].verdict == "safe"
     assert verdicts["Cooperative"].verdict == "unsafe"

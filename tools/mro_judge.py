@@ -21,7 +21,16 @@ from deferdump.tools.mro_errors import MroError
 from deferdump.tools.mro_hierarchy import Hierarchy, build_hierarchy
 from deferdump.tools.mro_source import DEFAULT_TRACKING_ATTR, read_files
 from deferdump.tools.mro_tla import WRAPPER_NAME, ClassTable, ModelBounds, Path as ModelPath
-from deferdump.tools.mro_tla import config_text, module_name, module_text
+from deferdump.tools.mro_tla import (
+    ASSIGNED_CONSTANTS,
+    PROTOCOL_MODULE,
+    TEMPLATE_CFG,
+    cfg_assignments,
+    config_text,
+    declared_constants,
+    module_name,
+    module_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +133,27 @@ class ModelRunner:
         self.runs = 0
         self.cached = 0
 
+    def _inherited_constants(self, directory: Path) -> dict[str, str]:
+        """Constants the protocol declares beyond the ones the judge sets (its context and bounds): their
+        values come from the spec's template cfg, so a new model switch keeps the spec's own choice."""
+        declared: set[str] = set()
+        for module in (f"{PROTOCOL_MODULE}.tla", "Connectors.tla"):
+            path = directory / module
+            if not path.is_file():
+                raise JudgeError(f"{path}: the protocol model is missing")
+            declared |= declared_constants(path.read_text(encoding="utf-8"))
+        missing = sorted(declared - ASSIGNED_CONSTANTS)
+        if not missing:
+            return {}
+        template = directory / TEMPLATE_CFG
+        values = cfg_assignments(template.read_text(encoding="utf-8")) if template.is_file() else {}
+        unset = [name for name in missing if name not in values]
+        if unset:
+            raise JudgeError(
+                f"{directory}: the model declares constants `deferdump mro` cannot set: {', '.join(unset)}"
+            )
+        return {name: values[name] for name in missing}
+
     def check(self, table: ClassTable, inner: str, wrapper: bool, path: ModelPath) -> _Outcome:
         key = (table.key(), inner, wrapper, path)
         if key in self._cache:
@@ -133,8 +163,7 @@ class ModelRunner:
         from deferdump.tools.tlc import run_tlc
 
         directory = self.spec_dir or spec_dir()
-        if not (directory / "DeferDump.tla").is_file():
-            raise JudgeError(f"{directory}: the protocol model DeferDump.tla is missing")
+        inherited = self._inherited_constants(directory)
         name = module_name(table, inner, wrapper, path, self.bounds)
         result = run_tlc(
             directory / f"{name}.tla",
@@ -143,7 +172,7 @@ class ModelRunner:
             timeout=self.timeout,
             heap="512m",
             jvm_args=("-XX:TieredStopAtLevel=1",),
-            extra_modules={name: module_text(name, table), f"{name}.cfg": config_text(inner, wrapper, path, self.bounds)},
+            extra_modules={name: module_text(name, table), f"{name}.cfg": config_text(inner, wrapper, path, self.bounds, inherited)},
         )
         self.runs += 1
         status = getattr(result.status, "value", result.status)
