@@ -25,33 +25,44 @@ _VERDICT_STYLE = {"safe": "bold green", "unsafe": "bold red", "unknown": "bold y
 
 
 def _render(report: MroReport, console: Console) -> None:
-    """One table per class: its bases and MRO, what it defines, and for a connector which definition of each
-    connector method runs and the model's verdict."""
+    """Per class: its bases and MRO; for a connector, a table of which definition of each connector method
+    runs (with the model label it was judged by), the verdict per context, and why it is not safe."""
     hierarchy = report.hierarchy
     for name in hierarchy.defined:
         facts = hierarchy.classes[name]
         judgement = report.connectors.get(name)
-        title = Text(name, style="bold")
+        head = Text(name, style="bold")
         if judgement is not None:
-            title.append("  ")
-            title.append(judgement.verdict, style=_VERDICT_STYLE[judgement.verdict])
-        table = Table(title=title, title_justify="left", show_header=True, header_style="bold")
+            head.append("  ")
+            head.append(judgement.verdict, style=_VERDICT_STYLE[judgement.verdict])
+        elif name not in hierarchy.connectors:
+            head.append("  (not a connector)", style="dim")
+        console.print(head)
+        console.print(f"  bases: {', '.join(facts.base_exprs) or '-'}")
+        console.print(f"  MRO:   {' -> '.join(hierarchy.mro[name])}")
+        if judgement is None:
+            if facts.methods:
+                console.print(f"  defines: {', '.join(facts.methods)}")
+            console.print()
+            continue
+        labels: dict[str, str] = {}
+        for context_judgement in reversed(judgement.judgements):
+            labels.update(context_judgement.labels)
+        table = Table(show_header=True, header_style="bold", box=None, padding=(0, 2))
         table.add_column("method")
         table.add_column("runs the definition in")
-        caption = f"bases: {', '.join(facts.base_exprs) or '-'}   MRO: {' -> '.join(hierarchy.mro[name])}"
-        table.caption = caption
-        table.caption_justify = "left"
-        rows = judgement.resolves if judgement is not None else {m: name for m in facts.methods}
-        for method, owner in rows.items():
-            style = "cyan" if owner == name else ""
-            table.add_row(method, Text(owner, style=style))
+        table.add_column("model label")
+        for method, owner in judgement.resolves.items():
+            table.add_row(method, Text(owner, style="cyan" if owner == name else ""), labels.get(f"{owner}.{method}", ""))
         console.print(table)
-        if judgement is not None and judgement.verdict != "safe" and judgement.context is not None:
-            line = Text("  ")
-            line.append(judgement.verdict, style=_VERDICT_STYLE[judgement.verdict])
-            line.append(f": {judgement.violated} violated in context: {judgement.context.describe()}")
+        for context_judgement in judgement.judgements:
+            line = Text(f"  {context_judgement.context.describe()}: ")
+            line.append(context_judgement.verdict, style=_VERDICT_STYLE[context_judgement.verdict])
+            if context_judgement.violated:
+                verb = "could be violated" if context_judgement.verdict == "unknown" else "violated"
+                line.append(f" ({context_judgement.violated} {verb})")
             console.print(line)
-            for reason in judgement.reasons:
+            for reason in context_judgement.reasons:
                 console.print(Text(f"    because {reason}", style="yellow"))
         console.print()
     console.print(
@@ -73,6 +84,8 @@ def mro(
 ) -> None:
     """Judge connector classes in FILE… with the model: MRO, method ownership, safe/unsafe/unknown."""
     console = Console(stderr=json_out)
+    if not console.is_terminal:
+        console = Console(stderr=json_out, width=120)  # files and pipes: do not squeeze method names into 80
     if json_out:
         report = judge_files(files, tracking_attr=tracking_attr, only=only, timeout=timeout)
         typer.echo(json.dumps(report.to_json(), indent=2))
