@@ -63,7 +63,7 @@ def _owner(step: Step, block: Value) -> tuple[Value, int] | None:
 def _writes(step: Step) -> dict[Value, tuple[Value, Value]]:
     """Block -> (request, prompt index) written by this step's forward (every rank writes the same)."""
     written: dict[Value, tuple[Value, Value]] = {}
-    for rank in _get(step.action, "ranks", {}) if step.name == "execute_model" else ():
+    for rank in _get(_phase(step.action, "execute_model"), "ranks", {}):
         for call in _calls(step.action, rank):
             if call.get("name") == "forward":
                 for write in _get(call, "writes", ()):
@@ -115,14 +115,18 @@ def _running_readers(step: Step, block: Value) -> list[tuple[Value, Mapping[str,
             if _get(task, "status") == "running" and block in _get(task, "blocks", ())]
 
 
+def _phase(action: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """The action's record of one engine-loop phase: the action itself, or one of an ``engine_step``'s
+    fused ``phases`` (schedule, execute_model, update_from_output); empty when the step has no such phase."""
+    records = _get(action, "phases", ()) if action.get("name") == "engine_step" else (action,)
+    return next((r for r in records if isinstance(r, Mapping) and r.get("name") == name), {})
+
+
 def _calls(action: Mapping[str, Any], rank: Value) -> list[Mapping[str, Any]]:
-    if action.get("name") != "execute_model":
-        return []
-    return [c for c in _get(action.get("ranks", {}), rank, ()) if isinstance(c, Mapping)]
+    """Rank ``rank``'s connector calls in this step's execute_model, in vLLM's order."""
+    return [c for c in _get(_get(_phase(action, "execute_model"), "ranks", {}), rank, ()) if isinstance(c, Mapping)]
 
 
-def _ids(records: Iterable[Mapping[str, Any]], field: str = "task") -> str:
-    return " ".join(str(_get(r, field)) for r in sorted(records, key=lambda r: _get(r, field, 0)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -250,9 +254,14 @@ def _call_lines(call: Mapping[str, Any]) -> list[str]:
     return [f"{name}: " + ", ".join(f"{k}={show(v)}" for k, v in call.items() if k != "name")]
 
 
-def _completed(action: Mapping[str, Any]) -> str:
-    """The task id(s) a task_complete event finished (``tasks`` set, or one ``task``)."""
-    return show_set(_get(action, "tasks", ())) if "tasks" in action else str(_get(action, "task", "?"))
+def _completions(action: Mapping[str, Any]) -> dict[Value, str]:
+    """Rank -> the task ids a ``task_complete`` finished there (one task, or every rank in lockstep)."""
+    if action.get("name") != "task_complete":
+        return {}
+    tasks = _get(action, "tasks")
+    if isinstance(tasks, Mapping):
+        return {rank: show_set(ids) for rank, ids in tasks.items()}
+    return {_get(action, "rank"): str(_get(action, "task", "?"))}
 
 
 def _calls_cell(rank: Value, steps: Sequence[Step], i: int) -> Cell:
@@ -260,8 +269,9 @@ def _calls_cell(rank: Value, steps: Sequence[Step], i: int) -> Cell:
     lines: list[str] = []
     for call in _calls(action, rank):
         lines.extend(_call_lines(call))
-    if action.get("name") == "task_complete" and _get(action, "rank") == rank:
-        lines.append(f"store: task {_completed(action)} completes ({_get(action, 'outcome')})")
+    done = _completions(action)
+    if rank in done:
+        lines.append(f"store: task {done[rank]} completes ({_get(action, 'outcome')})")
     blocked = any(_get(c, "blocked") for c in _calls(action, rank))
     return Cell(tuple(lines) or ("—",), tone="alert" if blocked else "", hint=f"rank {show(rank)}: calls")
 
@@ -276,10 +286,10 @@ def _scheduler_cell(lane: Value, steps: Sequence[Step], i: int) -> Cell:
         delayed = [r for r, s in states.items() if s == "delayed"]
         return Cell((f"holding {show_set(delayed)}",) if delayed else ("—",), tone="delayed" if delayed else "")
     if lane == "finished_sending":
-        action = step.action
-        if action.get("name") != "update_from_output":
+        update = _phase(step.action, "update_from_output")
+        if not update:
             return Cell(("—",))
-        calls = list(_get(action, "calls", ()))
+        calls = list(_get(update, "calls", ()))
         xfer = next((c for c in calls if _get(c, "name") == "_update_from_kv_xfer_finished"), {})
         emitted, unexpected = _get(xfer, "finished_sending", ()), _get(xfer, "unexpected", ())
         lines = [f"freed {show_set(set(emitted) - set(unexpected))}"] if emitted else ["—"]
@@ -319,50 +329,73 @@ GROUPS = (
 # --------------------------------------------------------------------------------------------
 
 
+def _schedule_params(record: Mapping[str, Any]) -> list[str]:
+    params = []
+    allocated = sorted(_get(record, "allocated", ()), key=lambda a: show(_get(a, "block")))
+    if allocated:
+        params.append("allocate " + ", ".join(f"{show(_get(a, 'block'))}→{show(_get(a, 'req'))}#{_get(a, 'idx')}"
+                                              for a in allocated))
+    if _get(record, "preempted"):
+        params.append(f"PREEMPT {show_set(_get(record, 'preempted', ()))} (blocks freed)")
+    for call in _get(record, "calls", ()):
+        if _get(call, "name") == "build_connector_meta":
+            dump = sorted(_get(call, "dump", ()), key=lambda d: show(_get(d, "block")))
+            parts = []
+            if dump:
+                parts.append("dump " + ", ".join(f"{show(_get(d, 'req'))}:{show(_get(d, 'block'))}" for d in dump))
+            if _get(call, "tracked"):
+                parts.append(f"track {show_set(_get(call, 'tracked', ()))}")
+            if _get(call, "finished_req_ids"):
+                parts.append(f"finished_req_ids {show_set(_get(call, 'finished_req_ids', ()))}")
+            params.append("build_connector_meta: " + ("; ".join(parts) if parts else "nothing to dump"))
+    return params
+
+
+def _execute_params(record: Mapping[str, Any]) -> list[str]:
+    params = []
+    ranks = _get(record, "ranks", {})
+    first = next(iter(ranks.values()), ()) if isinstance(ranks, Mapping) else ()
+    for call in first:
+        if _get(call, "name") == "handle_preemptions" and _get(call, "preempted_req_ids"):
+            params.append(f"preempted_req_ids {show_set(_get(call, 'preempted_req_ids', ()))}")
+        if _get(call, "name") == "get_finished" and _get(call, "finished_req_ids"):
+            params.append(f"finished_req_ids {show_set(_get(call, 'finished_req_ids', ()))}")
+    params.append(f"on {len(ranks)} rank{'s' if len(ranks) != 1 else ''}")
+    return params
+
+
+def _update_params(record: Mapping[str, Any]) -> list[str]:
+    params = []
+    if _get(record, "finished"):
+        params.append(f"finish {show_set(_get(record, 'finished', ()))}")
+    for call in _get(record, "calls", ()):
+        if _get(call, "name") == "request_finished" and _get(call, "reqs"):
+            params.append(f"request_finished → delay {show_set(_get(call, 'delayed', ()))}")
+        if _get(call, "name") == "_update_from_kv_xfer_finished" and _get(call, "finished_sending"):
+            params.append(f"finished_sending {show_set(_get(call, 'finished_sending', ()))}")
+    return params
+
+
+_PHASE_PARAMS = {"schedule": _schedule_params, "execute_model": _execute_params,
+                 "update_from_output": _update_params}
+
+
 def describe_action(action: Mapping[str, Any]) -> ActionLabel:
     """The step's vLLM/UCM method or environment event, with its parameters in words."""
     name = str(action.get("name", "step"))
     params: list[str] = []
-    if name == "schedule":
-        allocated = sorted(_get(action, "allocated", ()), key=lambda a: show(_get(a, "block")))
-        if allocated:
-            params.append("allocate " + ", ".join(f"{show(_get(a, 'block'))}→{show(_get(a, 'req'))}#"
-                                                  f"{_get(a, 'idx')}" for a in allocated))
-        if _get(action, "preempted"):
-            params.append(f"PREEMPT {show_set(_get(action, 'preempted', ()))} (blocks freed)")
-        for call in _get(action, "calls", ()):
-            if _get(call, "name") == "build_connector_meta":
-                dump = sorted(_get(call, "dump", ()), key=lambda d: show(_get(d, "block")))
-                parts = []
-                if dump:
-                    parts.append("dump " + ", ".join(f"{show(_get(d, 'req'))}:{show(_get(d, 'block'))}" for d in dump))
-                if _get(call, "tracked"):
-                    parts.append(f"track {show_set(_get(call, 'tracked', ()))}")
-                if _get(call, "finished_req_ids"):
-                    parts.append(f"finished_req_ids {show_set(_get(call, 'finished_req_ids', ()))}")
-                params.append("build_connector_meta: " + ("; ".join(parts) if parts else "nothing to dump"))
-    elif name == "execute_model":
-        ranks = _get(action, "ranks", {})
-        first = next(iter(ranks.values()), ()) if isinstance(ranks, Mapping) else ()
-        for call in first:
-            if _get(call, "name") == "handle_preemptions" and _get(call, "preempted_req_ids"):
-                params.append(f"preempted_req_ids {show_set(_get(call, 'preempted_req_ids', ()))}")
-            if _get(call, "name") == "get_finished" and _get(call, "finished_req_ids"):
-                params.append(f"finished_req_ids {show_set(_get(call, 'finished_req_ids', ()))}")
-        params.append(f"on {len(ranks)} rank{'s' if len(ranks) != 1 else ''}")
-    elif name == "update_from_output":
-        finished = _get(action, "finished", ())
-        if finished:
-            params.append(f"finish {show_set(finished)}")
-        for call in _get(action, "calls", ()):
-            if _get(call, "name") == "request_finished" and _get(call, "reqs"):
-                params.append(f"request_finished → delay {show_set(_get(call, 'delayed', ()))}")
-            if _get(call, "name") == "_update_from_kv_xfer_finished" and _get(call, "finished_sending"):
-                params.append(f"finished_sending {show_set(_get(call, 'finished_sending', ()))}")
+    if name in _PHASE_PARAMS:
+        params = _PHASE_PARAMS[name](action)
+    elif name == "engine_step":  # sync scheduling fused into one step: each phase, then its parameters
+        for phase in _get(action, "phases", ()):
+            phase_name = str(_get(phase, "name", "?"))
+            params.append(f"{phase_name}:")
+            params.extend("  " + line for line in _PHASE_PARAMS.get(phase_name, lambda _: [])(phase))
     elif name == "task_complete":
-        params.append(f"rank {_get(action, 'rank')} task {_completed(action)}: {_get(action, 'outcome')}")
+        params = [f"rank {show(rank)} task {ids}: {_get(action, 'outcome')}"
+                  for rank, ids in _completions(action).items()]
     elif name != "init":
-        params.extend(f"{k}: {show(v)}" for k, v in action.items() if k != "name")
+        params = [f"{k}: {show(v)}" for k, v in action.items() if k != "name"]
     return ActionLabel(name, tuple(params))
 
 
@@ -440,10 +473,8 @@ def _first_true(steps: Sequence[Step], i: int, variable: str) -> int | None:
 def no_unexpected_report(steps: Sequence[Step], i: int) -> list[Offence]:
     """finished_sending for a request whose free was not delayed (from the action, or the history set)."""
     unexpected: set[Value] = set()
-    action = steps[i].action
-    if action.get("name") == "update_from_output":
-        for call in _get(action, "calls", ()):
-            unexpected |= set(_get(call, "unexpected", ()) or ())
+    for call in _get(_phase(steps[i].action, "update_from_output"), "calls", ()):
+        unexpected |= set(_get(call, "unexpected", ()) or ())
     unexpected |= _set(steps[i], "unexpectedReports")
     offences = []
     for req in sorted(unexpected, key=show):
@@ -503,8 +534,7 @@ def no_event_leak(steps: Sequence[Step], i: int) -> list[Offence]:
 
 def _each_call(steps: Sequence[Step], i: int, name: str) -> Iterable[tuple[Value, Mapping[str, Any]]]:
     action = steps[i].action
-    ranks = _get(action, "ranks", {}) if action.get("name") == "execute_model" else {}
-    for rank in ranks:
+    for rank in _get(_phase(action, "execute_model"), "ranks", {}):
         for call in _calls(action, rank):
             if call.get("name") == name:
                 yield rank, call
