@@ -155,6 +155,11 @@ def test_phase_timer_accumulates_per_step() -> None:
     timer.end_step()
     assert timer.series("a") == [0.75, 0.0] and timer.total(("a", "b")) == [0.75, 1.0]
     assert summarize([3.0, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
+    assert timer.totals == {"a": 0.75, "b": 1.0} and timer.closed == 2
+    lean = PhaseTimer(keep_steps=False)
+    lean.add("a", 1.0)
+    lean.end_step()
+    assert lean.steps == [] and lean.totals == {"a": 1.0} and lean.closed == 1
     assert summarize([])["median"] is None
 
 

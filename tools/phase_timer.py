@@ -13,11 +13,18 @@ from collections.abc import Iterator
 
 
 class PhaseTimer:
-    """Accumulates seconds per phase for the current step; keeps every closed step."""
+    """Accumulates seconds per phase for the current step; keeps every closed step.
 
-    def __init__(self) -> None:
+    `keep_steps=False` keeps only running totals (`totals`, `closed`): a 100,000-request soak would
+    otherwise hold one dict per step and its resident memory would grow with the run.
+    """
+
+    def __init__(self, *, keep_steps: bool = True) -> None:
         self._current: dict[str, float] = {}
+        self.keep_steps = keep_steps
         self.steps: list[dict[str, float]] = []
+        self.totals: dict[str, float] = {}
+        self.closed = 0
 
     @contextlib.contextmanager
     def measure(self, phase: str) -> Iterator[None]:
@@ -33,7 +40,11 @@ class PhaseTimer:
     def end_step(self) -> dict[str, float]:
         """Close the current step and return its phases."""
         closed, self._current = self._current, {}
-        self.steps.append(closed)
+        if self.keep_steps:
+            self.steps.append(closed)
+        for phase, seconds in closed.items():
+            self.totals[phase] = self.totals.get(phase, 0.0) + seconds
+        self.closed += 1
         return closed
 
     def series(self, phase: str) -> list[float]:

@@ -30,6 +30,7 @@ from deferdump.reference.store_base import KVStore
 from .errors import DeferdumpError
 from .forward_sim import ModelShape
 from .lagging_device import LaggingCpuDevice
+from .phase_timer import PhaseTimer
 from .sim_scheduler import WorkloadConfig
 from .steploop import LoopConfig, Mode, StepLoop
 
@@ -225,6 +226,7 @@ def run_cell(
         loop = StepLoop(
             LoopConfig(workload, config.shape, connector, Mode.DEFERRED, world_size=world_size, check_invariants=True),
             store,
+            timer=PhaseTimer(keep_steps=False),
             device_factory=lambda rank: LaggingCpuDevice(config.copy_lag_s, seed=cell_seed + rank),
         )
         freed_seen = 0
