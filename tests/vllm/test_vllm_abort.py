@@ -13,10 +13,10 @@ import pytest
 
 from vllm_harness import (
     FreeGuard,
+    HeldCopies,
     assert_drained_worker,
     deferdump_connectors,
     deferdump_transfer_config,
-    delay_device_copies,
     drain,
     engine_core,
     free_block_count,
@@ -32,7 +32,6 @@ from vllm_harness import (
 CHUNK_TOKENS = 64  # max_num_batched_tokens: a 200-token prompt needs four prefill steps
 [VICTIM_PROMPT] = token_prompts(1, 200, seed=41)
 [BYSTANDER_PROMPT] = token_prompts(1, 30, seed=42)  # no full block: nothing to dump
-COPY_DELAY_S = 0.5  # the first chunk's dump is still being read when the abort arrives
 
 
 def _record_request_finished(scheduler: Any) -> dict[str, bool]:
@@ -49,7 +48,7 @@ def _record_request_finished(scheduler: Any) -> dict[str, bool]:
 
 
 def test_abort_mid_prefill_frees_after_dump(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    delay_device_copies(monkeypatch, COPY_DELAY_S)
+    held = HeldCopies().install(monkeypatch)  # the first chunk's dump is still unread when the abort arrives
     extra = {"store": "memory", "verify_dumps": True}
     with running_llm(tiny_model, deferdump_transfer_config(extra), max_num_batched_tokens=CHUNK_TOKENS) as llm:
         [scheduler] = deferdump_connectors(scheduler_connector(llm))
@@ -82,3 +81,4 @@ def test_abort_mid_prefill_frees_after_dump(tiny_model: Path, monkeypatch: pytes
         assert_drained_worker(worker)
     assert_drained_worker(worker)
     assert worker.core.events.leaked == 0
+    assert held.held > 0 and held.timeouts == 0

@@ -1,6 +1,11 @@
 """[preempt] A KV cache so small that vLLM preempts: `handle_preemptions` waits exactly the preempted
 requests' dump tasks (their blocks are freed at once and may be rewritten by this very step), every
 request completes, and shutdown leaves no pending task or live event handle.
+
+Dump copies are held until the connector first waits (`HeldCopies`), so a victim's dump is still unread
+when it is preempted. In the `rewrite` workload a running request is then given the victim's freed,
+dumped block and writes it: a connector that ignores `handle_preemptions` dumps rewritten bytes, and
+the `verify_dumps` guard counts them.
 """
 from __future__ import annotations
 
@@ -9,12 +14,13 @@ from typing import Any
 
 import pytest
 
+from deferdump.reference.vllm import DeferDumpConnector
 from vllm_harness import (
     FreeGuard,
+    HeldCopies,
     assert_drained_worker,
     deferdump_connectors,
     deferdump_transfer_config,
-    delay_device_copies,
     generate_and_drain,
     metric,
     running_llm,
@@ -23,13 +29,14 @@ from vllm_harness import (
     worker_connector,
 )
 
-# shared/notes/vllm-cpu-e2e.md: 9 blocks (8 usable), 6 prompts of 100 tokens, 60 new tokens each -> preemptions.
-NUM_BLOCKS = 9
-PROMPTS = token_prompts(6, 100, seed=21)
-MAX_TOKENS = 60
-# Copies read their source this long after submit: a victim's prefill dump is still in flight when the
-# scheduler preempts it (tens of decode steps later), so handle_preemptions has a real task to wait.
-COPY_DELAY_S = 1.0
+NUM_BLOCKS = 9  # 8 usable
+WORKLOADS = {
+    # shared/notes/vllm-cpu-e2e.md: 6 prompts of 100 tokens, 60 new tokens each -> 3 preemptions.
+    "notes": (token_prompts(6, 100, seed=21), 60),
+    # 3 requests of 2 blocks: at 64 tokens one is preempted; at 96 the others take its freed blocks,
+    # the dumped one included, and write them while its dump is still unread.
+    "rewrite": (token_prompts(3, 40, seed=22), 64),
+}
 
 
 class PreemptionSpy:
@@ -49,26 +56,27 @@ class PreemptionSpy:
 
         core.handle_preemptions = spied
 
-    @property
-    def preempted_ids(self) -> set[str]:
-        return set().union(*(preempted for preempted, _, _ in self.calls))
 
-
-@pytest.mark.parametrize("variant", ["direct", "layerwise"])
+@pytest.mark.parametrize(("workload", "variant"), [("notes", "direct"), ("notes", "layerwise"), ("rewrite", "direct")])
 def test_preempt_waits_only_preempted_tasks(
-    tiny_model: Path, variant: str, monkeypatch: pytest.MonkeyPatch
+    tiny_model: Path, workload: str, variant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    delay_device_copies(monkeypatch, COPY_DELAY_S)
+    prompts, max_tokens = WORKLOADS[workload]
+    # Copies read their source only when the connector first waits: a victim's prefill dump is still in
+    # flight when the scheduler preempts it, so handle_preemptions has a real task to wait.
+    held = HeldCopies().install(monkeypatch)
     extra = {"variant": variant, "store": "memory", "verify_dumps": True}
-    with running_llm(tiny_model, deferdump_transfer_config(extra), num_gpu_blocks_override=NUM_BLOCKS) as llm:
+    with running_llm(
+        tiny_model, deferdump_transfer_config(extra), num_gpu_blocks_override=NUM_BLOCKS, enable_prefix_caching=False
+    ) as llm:
         [scheduler] = deferdump_connectors(scheduler_connector(llm))
         [worker] = deferdump_connectors(worker_connector())
         guard = FreeGuard(llm, [worker])
         spy = PreemptionSpy(worker)
 
-        outputs = generate_and_drain(llm, PROMPTS, MAX_TOKENS)
+        outputs = generate_and_drain(llm, prompts, max_tokens)
 
-        assert all(len(tokens) == MAX_TOKENS for tokens in outputs), "a request did not complete"
+        assert all(len(tokens) == max_tokens for tokens in outputs), "a request did not complete"
         assert spy.calls, "the scheduler never preempted: the KV cache is not small enough"
         assert metric(worker, "deferdump_handle_preemptions_wait_seconds_count") == len(spy.calls)
         waited_any = False
@@ -78,12 +86,30 @@ def test_preempt_waits_only_preempted_tasks(
             assert all(task.overlaps(preempted) for task in waited), "waited a task of a running request"
             assert not any(task.overlaps(preempted) for task in kept), "left a preempted request's task pending"
             waited_any = waited_any or bool(waited)
-        guard.assert_each_freed_once(len(PROMPTS))
+        guard.assert_each_freed_once(len(prompts))
         assert metric(worker, "deferdump_dumps_submitted_total") > 0
         assert_drained_worker(worker)
         # The hazard was real: a preempted request still had a dump in flight, and it was waited before the
         # forward that rewrites its blocks (verify_dumps found no changed block: assert_drained_worker).
         assert waited_any, "no preempted request had a dump in flight: the test did not exercise the hazard"
     assert_drained_worker(worker)  # after shutdown: no pending task, no live handle
+    assert held.held > 0 and held.timeouts == 0  # every held copy was released by a protocol wait
     assert worker.core.events.leaked == 0
     assert scheduler.core._async_dump_req_ids == set()
+
+
+def test_preempt_ignored_lets_vllm_rewrite_blocks_under_a_dump(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutant: a connector that ignores `handle_preemptions` (the pre-#34805 hook, or none at all)."""
+    held = HeldCopies().install(monkeypatch)
+    monkeypatch.setattr(DeferDumpConnector, "handle_preemptions", lambda self, kv_connector_metadata: None)
+    prompts, max_tokens = WORKLOADS["rewrite"]
+    extra = {"store": "memory", "verify_dumps": True}
+    with running_llm(
+        tiny_model, deferdump_transfer_config(extra), num_gpu_blocks_override=NUM_BLOCKS, enable_prefix_caching=False
+    ) as llm:
+        [worker] = deferdump_connectors(worker_connector())
+        outputs = generate_and_drain(llm, prompts, max_tokens)
+        assert all(len(tokens) == max_tokens for tokens in outputs)
+        assert metric(worker, "deferdump_handle_preemptions_wait_seconds_count") == 0
+        assert metric(worker, "deferdump_verify_mismatches_total") > 0, "no dumped block was rewritten under its dump"
+    assert held.timeouts == 0

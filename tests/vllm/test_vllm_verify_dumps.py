@@ -1,8 +1,8 @@
 """The `verify_dumps` guard under real vLLM: silent with the protocol, firing when the delayed free is broken.
 
 `verify_dumps` checksums each source block when its dump is submitted and compares the bytes the task
-stored. Dump copies are delayed (they read their source well after submit) and the KV cache is tiny,
-so freed blocks are reallocated and rewritten within a few steps. With the protocol intact,
+stored. Dump copies are held (they read their source only when the connector first waits for dumps)
+and the KV cache is tiny, so freed blocks are reallocated and rewritten within a step. With the protocol intact,
 `request_finished` delays the free until the dump finished: zero mismatches. With the delay broken
 (`request_finished` answers False, as a wrapper that fails to forward it would), vLLM rewrites blocks
 the copy has not read yet: the guard counts mismatches, and the free guard sees frees of blocks whose
@@ -18,9 +18,9 @@ import pytest
 from deferdump.reference.vllm import DeferDumpConnector
 from vllm_harness import (
     FreeGuard,
+    HeldCopies,
     deferdump_connectors,
     deferdump_transfer_config,
-    delay_device_copies,
     generate_and_drain,
     metric,
     running_llm,
@@ -32,7 +32,6 @@ from vllm_harness import (
 NUM_BLOCKS = 9  # 8 usable: every finished request's blocks are reallocated almost at once
 PROMPTS = token_prompts(12, 70, seed=51)  # 2 full blocks each, 3 blocks with their outputs
 MAX_TOKENS = 4
-COPY_DELAY_S = 0.4
 
 
 def _run(tiny_model: Path) -> tuple[float, FreeGuard]:
@@ -48,14 +47,15 @@ def _run(tiny_model: Path) -> tuple[float, FreeGuard]:
 
 
 def test_verify_dumps_silent_when_free_is_delayed(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    delay_device_copies(monkeypatch, COPY_DELAY_S)
+    held = HeldCopies().install(monkeypatch)
     mismatches, guard = _run(tiny_model)
     assert mismatches == 0
+    assert held.held > 0 and held.timeouts == 0
     guard.assert_each_freed_once(len(PROMPTS))
 
 
 def test_verify_dumps_fires_when_free_is_not_delayed(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    delay_device_copies(monkeypatch, COPY_DELAY_S)
+    HeldCopies().install(monkeypatch)
     real_request_finished = DeferDumpConnector.request_finished
     real_get_finished = DeferDumpConnector.get_finished
 

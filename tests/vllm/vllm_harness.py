@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -216,23 +217,64 @@ def assert_drained_worker(worker: Any) -> None:
     assert metric(worker, "deferdump_verify_mismatches_total") == 0
 
 
-def delay_device_copies(monkeypatch: Any, seconds: float) -> None:
-    """Make every asynchronous dump copy wait `seconds` before it reads its source blocks.
 
-    This widens the window the protocol must protect (submit -> source read) from microseconds to
-    many engine steps, so a block freed or reallocated too early is really rewritten before it is read.
-    Checksums taken at submit (`verify_dumps`) run on the caller's thread and are not delayed.
+class HeldCopies:
+    """The adversarial device: every dump copy reads its source blocks as late as the protocol allows.
+
+    A copy (on a `deferdump-copy` thread) waits until the connector next blocks on dump tasks
+    (`_flush_pending_dump_tasks`: `get_finished`, `handle_preemptions`, `shutdown`) — the earliest
+    moment the protocol admits it needs the bytes. vLLM keeps stepping meanwhile, so a block freed or
+    reallocated too early is really rewritten before it is read, deterministically, whatever the
+    machine's speed. `timeout_s` is only a safety net; `timeouts` counts copies it had to release.
+    Checksums taken at submit (`verify_dumps`) run on the connector's thread and are never held.
     """
-    import threading
-    import time
 
-    from deferdump.reference.devices import CpuDevice
+    def __init__(self, timeout_s: float = 60.0) -> None:
+        self.timeout_s = timeout_s
+        self.timeouts = 0
+        self.held = 0
+        self._condition = threading.Condition()
+        self._generation = 0  # bumped whenever the connector starts waiting dump tasks
+        self._waiting = 0  # connector threads inside a wait right now
 
-    original_gather = CpuDevice._gather
+    def hold(self) -> None:
+        with self._condition:
+            since = self._generation
+            self.held += 1
+            released = self._condition.wait_for(
+                lambda: self._generation > since or self._waiting > 0, timeout=self.timeout_s
+            )
+            if not released:
+                self.timeouts += 1
 
-    def delayed_gather(self: Any, ids: list[int], layers: Any) -> Any:
-        if threading.current_thread().name.startswith("deferdump-copy"):
-            time.sleep(seconds)
-        return original_gather(self, ids, layers)
+    @contextlib.contextmanager
+    def connector_waiting(self) -> Iterator[None]:
+        with self._condition:
+            self._generation += 1
+            self._waiting += 1
+            self._condition.notify_all()
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._waiting -= 1
 
-    monkeypatch.setattr(CpuDevice, "_gather", delayed_gather)
+    def install(self, monkeypatch: Any) -> "HeldCopies":
+        from deferdump.reference.connectors import DirectConnector
+        from deferdump.reference.devices import CpuDevice
+
+        original_gather = CpuDevice._gather
+        original_flush = DirectConnector._flush_pending_dump_tasks
+
+        def held_gather(device: Any, ids: list[int], layers: Any) -> Any:
+            if threading.current_thread().name.startswith("deferdump-copy"):
+                self.hold()
+            return original_gather(device, ids, layers)
+
+        def flush_releasing_copies(connector: Any, request_ids: Any = None) -> None:
+            with self.connector_waiting():
+                original_flush(connector, request_ids)
+
+        monkeypatch.setattr(CpuDevice, "_gather", held_gather)
+        monkeypatch.setattr(DirectConnector, "_flush_pending_dump_tasks", flush_releasing_copies)
+        return self
