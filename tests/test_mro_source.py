@@ -200,3 +200,21 @@ def test_ucm_shaped_cp_resolves_build_connector_meta_to_direct() -> None:
     assert hierarchy.resolves("UCMCPConnector")["build_connector_meta"] == "UCMDirectConnector"
     assert "PendingDumpTask" not in hierarchy.connectors
     assert hierarchy.supports_hma("UCMConnector") and not hierarchy.supports_hma("UCMCPConnector")
+
+
+def test_tracking_attr_option_changes_what_counts_as_tracking() -> None:
+    from deferdump.tools.mro_behaviour import EffectReader
+
+    source = textwrap.dedent(
+        """
+        class Saver(KVConnectorBase_V1):
+            def build_connector_meta(self, out):
+                self._note(out)
+                return out
+            def _note(self, out):
+                self._saving_ids.update(out.dumping)
+        """
+    )
+    for attr, expected in (("_saving_ids", "track"), ("_async_dump_req_ids", "notrack")):
+        hierarchy = build_hierarchy(read_source(source, "<test>", tracking_attr=attr))
+        assert EffectReader(hierarchy).label("Saver", "Saver", "build_connector_meta").label == expected
