@@ -22,3 +22,7 @@ class HierarchyError(MroError):
 
 class NoConnectorError(MroError):
     """None of the analysed classes reaches ``KVConnectorBase_V1``: there is nothing to judge."""
+
+
+class JudgeError(MroError):
+    """TLC could not check a generated model (a spec error, a timeout): no verdict is possible."""

@@ -15,16 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Literal, Sequence
 
-from deferdump.tools.errors import DeferdumpError
 from deferdump.tools.mro_behaviour import OPTIMISTIC, PESSIMISTIC, SPEC_METHODS, UNKNOWN, DefinitionLabel, EffectReader
-from deferdump.tools.mro_errors import MroError
+from deferdump.tools.mro_errors import JudgeError, MroError
 from deferdump.tools.mro_hierarchy import Hierarchy, build_hierarchy
 from deferdump.tools.mro_source import DEFAULT_TRACKING_ATTR, read_files
-from deferdump.tools.mro_tla import WRAPPER_NAME, ClassTable, ModelBounds, Path as ModelPath
 from deferdump.tools.mro_tla import (
     ASSIGNED_CONSTANTS,
     PROTOCOL_MODULE,
     TEMPLATE_CFG,
+    WRAPPER_NAME,
+    CallPath,
+    ClassTable,
+    ModelBounds,
     cfg_assignments,
     config_text,
     declared_constants,
@@ -43,15 +45,11 @@ _PATH_WORDS: dict[str, str] = {
 }
 
 
-class JudgeError(MroError):
-    """TLC could not check a generated model (a spec error, a timeout): no verdict is possible."""
-
-
 @dataclass(frozen=True)
 class Context:
     """Where a connector class runs: vLLM's call path, and for a wrapper the inner class it was given."""
 
-    path: ModelPath
+    path: CallPath
     inner: str | None = None
 
     def describe(self) -> str:
@@ -154,7 +152,7 @@ class ModelRunner:
             )
         return {name: values[name] for name in missing}
 
-    def check(self, table: ClassTable, inner: str, wrapper: bool, path: ModelPath) -> _Outcome:
+    def check(self, table: ClassTable, inner: str, wrapper: bool, path: CallPath) -> _Outcome:
         key = (table.key(), inner, wrapper, path)
         if key in self._cache:
             self.cached += 1
@@ -228,7 +226,7 @@ class Judge:
         return list(unique), reasons
 
     def contexts(self, cls: str) -> list[Context]:
-        paths: list[ModelPath] = ["hma" if self.hierarchy.supports_hma(cls) else "non_hma", "multi"]
+        paths: list[CallPath] = ["hma" if self.hierarchy.supports_hma(cls) else "non_hma", "multi"]
         inners, _ = self.inner_choices(cls)
         return [Context(path, inner) for inner in inners for path in paths]
 
@@ -363,9 +361,7 @@ __all__ = [
     "Context",
     "ContextJudgement",
     "ConnectorJudgement",
-    "DeferdumpError",
     "Judge",
-    "JudgeError",
     "ModelRunner",
     "MroReport",
     "judge_files",

@@ -27,7 +27,8 @@ JUDGED_INVARIANTS: tuple[str, ...] = (
     "NoEventLeakInv",
 )
 
-Path = Literal["hma", "non_hma", "multi"]
+#: vLLM's call path to the connector: HMA top level, non-HMA top level, or a MultiConnector child.
+CallPath = Literal["hma", "non_hma", "multi"]
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ MCDefines == [c \\in MCClasses |-> {{p[2] : p \\in {{q \\in DOMAIN MCBehaviour :
 
 
 def config_text(
-    inner: str, wrapper: bool, path: Path, bounds: ModelBounds, inherited: Mapping[str, str] | None = None
+    inner: str, wrapper: bool, path: CallPath, bounds: ModelBounds, inherited: Mapping[str, str] | None = None
 ) -> str:
     """The cfg: the injected table, the model's bounds and the context (wrapper, HMA, MultiConnector);
     ``inherited`` assigns further constants the protocol declares (values taken from a spec cfg)."""
@@ -170,7 +171,7 @@ def cfg_assignments(cfg_source: str) -> dict[str, str]:
     return {name: value for name, value in _CFG_ASSIGNMENT.findall(_LINE_COMMENT.sub("", cfg_source))}
 
 
-def module_name(table: ClassTable, inner: str, wrapper: bool, path: Path, bounds: ModelBounds) -> str:
+def module_name(table: ClassTable, inner: str, wrapper: bool, path: CallPath, bounds: ModelBounds) -> str:
     """A stable module name per (table, context), so a kept run directory says what it checked."""
     digest = hashlib.sha256(repr((table.key(), inner, wrapper, path, bounds)).encode()).hexdigest()[:12]
     return f"MCMro_{digest}"
