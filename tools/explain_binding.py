@@ -9,6 +9,7 @@ If the spec renames a variable or an action field, this module is the fix.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -427,8 +428,8 @@ def no_overwrite_while_dumping(steps: Sequence[Step], i: int) -> list[Offence]:
                     if now[0] > then[0] else i
                 owner = _owner(step, block)
                 victim = then[1][0] if then[1] is not None else None
-                text = (f"Block {show(block)} was rewritten while its dump was still pending: rank {show(rank)}'s "
-                        f"dump task {_get(task, 'id')} (requests {show_set(_get(task, 'reqs', ()))}, submitted in "
+                text = (f"Block {show(block)} was rewritten while its dump was still pending: dump task "
+                        f"{_get(task, 'id')} on rank {show(rank)} (requests {show_set(_get(task, 'reqs', ()))}, submitted in "
                         f"step {submitted}) is still running and reads {show(block)} for {content(then[1])}, but "
                         f"in step {since} {show(block)} was rewritten with {content(now[1])}"
                         + (f" ({show(owner[0])} was given the block)." if owner else "."))
@@ -448,6 +449,16 @@ def no_overwrite_while_dumping(steps: Sequence[Step], i: int) -> list[Offence]:
 def _preemption_story(steps: Sequence[Step], i: int, rank: Value, victim: Value, task: Value) -> str:
     """How a preempted request's block got reused: when it was preempted and what handle_preemptions waited."""
     states = [_get(_fn(s, "reqState"), victim) for s in steps[: i + 1]]
+    if states[-1] == "done":
+        freed = _when(steps, i, lambda s: _get(_fn(s, "reqState"), victim) == "done")
+        update = _phase(steps[freed or 0].action, "update_from_output")
+        calls = {_get(c, "name"): c for c in _get(update, "calls", ())}
+        why = ""
+        if victim in _get(calls.get("_update_from_kv_xfer_finished", {}), "finished_sending", ()):
+            why = ": finished_sending reported it before its dump ended"
+        elif victim in _get(calls.get("request_finished", {}), "reqs", ()):
+            why = ": request_finished did not delay the free"
+        return f" {show(victim)} finished and its blocks were freed in step {freed}{why}."
     if states[-1] != "preempted":
         return f" {show(victim)} is {states[-1]}."
     since = _when(steps, i, lambda s: _get(_fn(s, "reqState"), victim) == "preempted")
@@ -544,7 +555,7 @@ def no_wait_in_wait_for_save(steps: Sequence[Step], i: int) -> list[Offence]:
     """A wait_for_save that waited a still-running task (its call record, or the spec's history flag)."""
     when = _first_true(steps, i, "blockingWaits")
     k = i if when is None else when
-    offences = [Offence(f"step {k}: rank {show(rank)}'s wait_for_save blocked on still-running task(s) "
+    offences = [Offence(f"step {k}: wait_for_save on rank {show(rank)} blocked on still-running task(s) "
                         f"{show_set(_get(call, 'blocked', ()))}; the PR promises it only submits",
                         frozenset({lane_id(CALLS, _rank_label(rank))}))
                 for rank, call in _each_call(steps, k, "wait_for_save") if _get(call, "blocked")]
@@ -563,7 +574,7 @@ def preempt_waits_only_preempted(steps: Sequence[Step], i: int) -> list[Offence]
         for record in _get(call, "waited", ()):
             if not set(_get(record, "reqs", ())) & preempted:
                 offences.append(Offence(
-                    f"step {k}: rank {show(rank)}'s handle_preemptions({show_set(preempted)}) waited task "
+                    f"step {k}: handle_preemptions({show_set(preempted)}) on rank {show(rank)} waited task "
                     f"{_get(record, 'task')} of requests {show_set(_get(record, 'reqs', ()))}, none of them "
                     "preempted: a needless block of the step", frozenset({lane_id(CALLS, _rank_label(rank))})))
     if not offences and when is not None:
@@ -611,12 +622,30 @@ def _always_in_loop(variable: str, what: str) -> Any:
     return check
 
 
+_RANK = re.compile(r"\brank ([A-Za-z0-9_]+)")
+
+
+def merged_over_ranks(check: Any) -> Any:
+    """Ranks often break a property identically (lockstep stores): one offence naming all those ranks."""
+    def merged(steps: Sequence[Step], i: int) -> list[Offence]:
+        groups: dict[str, tuple[list[str], set[str]]] = {}
+        for offence in check(steps, i):
+            ranks = _RANK.findall(offence.text)
+            key = _RANK.sub("rank ?", offence.text) if len(ranks) == 1 else offence.text
+            names, lanes = groups.setdefault(key, ([], set()))
+            names.extend(r for r in ranks[:1] if r not in names)
+            lanes.update(offence.lanes)
+        return [Offence(key.replace("rank ?", f"rank{'s' if len(names) > 1 else ''} {' '.join(names)}", 1)
+                        if "rank ?" in key else key, frozenset(lanes)) for key, (names, lanes) in groups.items()]
+    return merged
+
+
 BINDING = LaneBinding(
     name="DeferDump",
     required=REQUIRED,
     groups=GROUPS,
     describe_action=describe_action,
-    invariants={
+    invariants={name: merged_over_ranks(check) for name, check in {
         "NoOverwriteWhileDumpingInv": no_overwrite_while_dumping,
         "NoUnexpectedReportInv": no_unexpected_report,
         "ReportOnceInv": report_once,
@@ -624,12 +653,12 @@ BINDING = LaneBinding(
         "NoEventLeakInv": no_event_leak,
         "NoWaitInWaitForSaveInv": no_wait_in_wait_for_save,
         "PreemptWaitsOnlyPreemptedInv": preempt_waits_only_preempted,
-    },
-    liveness={
+    }.items()},
+    liveness={name: merged_over_ranks(check) for name, check in {
         "DelayedEventuallyFreedProp": delayed_eventually_freed,
         "PendingEventuallyDrainedProp": _always_in_loop("pending", "pending dump tasks"),
         "EventsEventuallyReleasedProp": _always_in_loop("live", "live event handles"),
-    },
+    }.items()},
     tones=TONES,
 )
 
