@@ -11,7 +11,7 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .explain_timeline import Column, Lane, Timeline, TimelineCell
+from .explain_timeline import Column, Timeline, TimelineCell
 
 FONT = "'DejaVu Sans Mono', 'Liberation Mono', Menlo, Consolas, monospace"
 FONT_PX = 12
