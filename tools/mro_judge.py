@@ -133,7 +133,8 @@ class ModelRunner:
 
     def _inherited_constants(self, directory: Path) -> dict[str, str]:
         """Constants the protocol declares beyond the ones the judge sets (its context and bounds): their
-        values come from the spec's template cfg, so a new model switch keeps the spec's own choice."""
+        values come from the spec's own cfgs (``DirectSafety.cfg`` first), so a new model switch keeps the
+        spec's choice."""
         declared: set[str] = set()
         for module in (f"{PROTOCOL_MODULE}.tla", "Connectors.tla"):
             path = directory / module
@@ -143,8 +144,10 @@ class ModelRunner:
         missing = sorted(declared - ASSIGNED_CONSTANTS)
         if not missing:
             return {}
-        template = directory / TEMPLATE_CFG
-        values = cfg_assignments(template.read_text(encoding="utf-8")) if template.is_file() else {}
+        values: dict[str, str] = {}
+        templates = [directory / TEMPLATE_CFG, *sorted(directory.glob("*.cfg"))]
+        for template in reversed([t for t in templates if t.is_file()]):  # the preferred template wins
+            values.update(cfg_assignments(template.read_text(encoding="utf-8")))
         unset = [name for name in missing if name not in values]
         if unset:
             raise JudgeError(
