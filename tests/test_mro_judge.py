@@ -100,3 +100,15 @@ def test_identical_runs_are_cached_within_one_judge() -> None:
     runs = fresh.runs
     again = judge_files([FIXTURES / "override_no_super.py"], only=["PoliteLoggingConnector"], runner=fresh)
     assert fresh.runs == runs and again.tlc_runs == 0 and again.cached_runs == 2
+
+
+def test_liveness_option_catches_a_get_finished_that_never_reports(runner: ModelRunner) -> None:
+    """Reporting nothing overwrites no dump (safety holds) but never frees the delayed blocks."""
+    hierarchy = build_hierarchy(read_files([FIXTURES / "silent_get_finished.py"]))
+    safety = Judge(hierarchy, runner).judge_context("Silent", Context("non_hma"), [])
+    live = Judge(hierarchy, ModelRunner(ModelBounds(), timeout=300, liveness=True)).judge_context(
+        "Silent", Context("non_hma"), []
+    )
+    assert safety.verdict == "safe"
+    assert (live.verdict, live.violated) == ("unsafe", "DelayedEventuallyFreedProp")
+    assert live.labels["Silent.get_finished"] == "base"

@@ -52,3 +52,13 @@ def test_module_text_holds_the_table_and_names_are_stable() -> None:
     assert text.startswith(f"---- MODULE {name} ----") and "EXTENDS DeferDump" in text
     assert '<<"Direct", "build_connector_meta">> :> "track"' in text
     assert '"Direct" :> <<"Base">>' in text
+
+
+def test_liveness_cfg_checks_the_property_without_symmetry() -> None:
+    plain = config_text("Direct", False, "non_hma", ModelBounds())
+    live = config_text("Direct", False, "non_hma", ModelBounds(), liveness=True)
+    assert "SYMMETRY Symmetry" in plain and "PROPERTY" not in plain
+    assert "SYMMETRY" not in live and "PROPERTY\n    DelayedEventuallyFreedProp" in live
+    assert module_name(TABLE, "Direct", False, "non_hma", ModelBounds(), True) != module_name(
+        TABLE, "Direct", False, "non_hma", ModelBounds()
+    )

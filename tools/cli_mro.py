@@ -81,13 +81,16 @@ def mro(
         None, "--class", help="Judge only this connector class (repeatable); all classes are still listed."
     ),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds allowed per TLC run."),
+    liveness: bool = typer.Option(
+        False, "--liveness", help="Also check that every delayed request is eventually freed (slower)."
+    ),
 ) -> None:
     """Judge connector classes in FILE… with the model: MRO, method ownership, safe/unsafe/unknown."""
     console = Console(stderr=json_out)
     if not console.is_terminal:
         console = Console(stderr=json_out, width=120)  # files and pipes: do not squeeze method names into 80
     if json_out:
-        report = judge_files(files, tracking_attr=tracking_attr, only=only, timeout=timeout)
+        report = judge_files(files, tracking_attr=tracking_attr, only=only, timeout=timeout, liveness=liveness)
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:
         with console.status("judging connectors with TLC") as status:
@@ -96,6 +99,7 @@ def mro(
                 tracking_attr=tracking_attr,
                 only=only,
                 timeout=timeout,
+                liveness=liveness,
                 on_connector=lambda name: status.update(f"judging {name} with TLC"),
             )
         _render(report, console)

@@ -123,8 +123,11 @@ class _Outcome:
 class ModelRunner:
     """Runs generated models with TLC, caching identical (table, context) runs within one judge."""
 
-    def __init__(self, bounds: ModelBounds, timeout: float | None, spec_dir: Path | None = None) -> None:
+    def __init__(
+        self, bounds: ModelBounds, timeout: float | None, spec_dir: Path | None = None, liveness: bool = False
+    ) -> None:
         self.bounds = bounds
+        self.liveness = liveness
         self.timeout = timeout
         self.spec_dir = spec_dir
         self._cache: dict[tuple[object, ...], _Outcome] = {}
@@ -156,7 +159,7 @@ class ModelRunner:
         return {name: values[name] for name in missing}
 
     def check(self, table: ClassTable, inner: str, wrapper: bool, path: CallPath) -> _Outcome:
-        key = (table.key(), inner, wrapper, path)
+        key = (table.key(), inner, wrapper, path, self.liveness)
         if key in self._cache:
             self.cached += 1
             return self._cache[key]
@@ -165,7 +168,7 @@ class ModelRunner:
 
         directory = self.spec_dir or spec_dir()
         inherited = self._inherited_constants(directory)
-        name = module_name(table, inner, wrapper, path, self.bounds)
+        name = module_name(table, inner, wrapper, path, self.bounds, self.liveness)
         result = run_tlc(
             directory / f"{name}.tla",
             f"{name}.cfg",  # type: ignore[arg-type]
@@ -173,7 +176,7 @@ class ModelRunner:
             timeout=self.timeout,
             heap="512m",
             jvm_args=("-XX:TieredStopAtLevel=1",),
-            extra_modules={name: module_text(name, table), f"{name}.cfg": config_text(inner, wrapper, path, self.bounds, inherited)},
+            extra_modules={name: module_text(name, table), f"{name}.cfg": config_text(inner, wrapper, path, self.bounds, inherited, self.liveness)},
         )
         self.runs += 1
         status = getattr(result.status, "value", result.status)
@@ -329,6 +332,7 @@ def judge_files(
     bounds: ModelBounds = ModelBounds(),
     timeout: float | None = 300.0,
     only: Sequence[str] | None = None,
+    liveness: bool = False,
     runner: ModelRunner | None = None,
     on_connector: Callable[[str], None] | None = None,
 ) -> MroReport:
@@ -337,7 +341,8 @@ def judge_files(
     Raises :class:`MroError` subclasses for a file that cannot be read or parsed, an impossible hierarchy,
     no connector classes, or a model TLC cannot check; any other :class:`DeferdumpError` from the TLC bridge
     (no Java, a bad jar) passes through. ``only`` restricts judging to some connector classes (every class
-    is still read and linearized); a shared ``runner`` shares its cache of TLC runs.
+    is still read and linearized); ``liveness`` also checks that delayed requests are eventually freed; a
+    shared ``runner`` (which then decides ``bounds``/``timeout``/``liveness``) shares its cache of TLC runs.
     """
     started = time.perf_counter()
     hierarchy = build_hierarchy(read_files(paths, tracking_attr), sources=[str(p) for p in paths])
@@ -347,7 +352,7 @@ def judge_files(
         if missing:
             raise MroError(f"not a connector class in the given files: {', '.join(missing)}")
         selected = [name for name in selected if name in only]
-    runner = runner or ModelRunner(bounds, timeout)
+    runner = runner or ModelRunner(bounds, timeout, liveness=liveness)
     runs_before, cached_before = runner.runs, runner.cached
     judge = Judge(hierarchy, runner)
     connectors: dict[str, ConnectorJudgement] = {}

@@ -10,6 +10,9 @@ from typing import Literal, Mapping, Sequence
 #: The protocol module every judgment extends.
 PROTOCOL_MODULE = "DeferDump"
 
+#: The temporal property ``--liveness`` adds: a delayed request's blocks are eventually freed.
+LIVENESS_PROPERTY = "DelayedEventuallyFreedProp"
+
 #: The spec cfg whose values the judge copies for protocol constants it does not set itself.
 TEMPLATE_CFG = "DirectSafety.cfg"
 
@@ -103,10 +106,17 @@ MCDefines == [c \\in MCClasses |-> {{p[2] : p \\in {{q \\in DOMAIN MCBehaviour :
 
 
 def config_text(
-    inner: str, wrapper: bool, path: CallPath, bounds: ModelBounds, inherited: Mapping[str, str] | None = None
+    inner: str,
+    wrapper: bool,
+    path: CallPath,
+    bounds: ModelBounds,
+    inherited: Mapping[str, str] | None = None,
+    liveness: bool = False,
 ) -> str:
     """The cfg: the injected table, the model's bounds and the context (wrapper, HMA, MultiConnector);
-    ``inherited`` assigns further constants the protocol declares (values taken from a spec cfg)."""
+    ``inherited`` assigns further constants the protocol declares (values taken from a spec cfg). With
+    ``liveness`` it also checks that every delayed request is eventually freed (no SYMMETRY then, as the
+    spec's own liveness models)."""
 
     def values(prefix: str, count: int) -> str:
         return "{" + ", ".join(f"{prefix}{i}" for i in range(1, count + 1)) + "}"
@@ -122,8 +132,8 @@ CONSTANTS
     Behaviour <- MCBehaviour
     Req = {values("r", bounds.requests)}
     Block = {values("b", bounds.blocks)}
-    Rank = {{{", ".join(f"w{i}" for i in range(bounds.ranks))}}}
-    Rank0 = w0
+    Rank = {{{", ".join(str(i) for i in range(bounds.ranks))}}}
+    Rank0 = 0
     PromptBlocks = {bounds.prompt_blocks}
     Layers = {bounds.layers}
     MaxPreempt = {bounds.max_preempt}
@@ -135,7 +145,7 @@ CONSTANTS
     MLA = FALSE
     Faults = {faults}
 {extra}SPECIFICATION Spec
-SYMMETRY Symmetry
+{"PROPERTY" + chr(10) + "    " + LIVENESS_PROPERTY if liveness else "SYMMETRY Symmetry"}
 INVARIANTS
 {invariants}
 """
@@ -171,7 +181,9 @@ def cfg_assignments(cfg_source: str) -> dict[str, str]:
     return {name: value for name, value in _CFG_ASSIGNMENT.findall(_LINE_COMMENT.sub("", cfg_source))}
 
 
-def module_name(table: ClassTable, inner: str, wrapper: bool, path: CallPath, bounds: ModelBounds) -> str:
+def module_name(
+    table: ClassTable, inner: str, wrapper: bool, path: CallPath, bounds: ModelBounds, liveness: bool = False
+) -> str:
     """A stable module name per (table, context), so a kept run directory says what it checked."""
-    digest = hashlib.sha256(repr((table.key(), inner, wrapper, path, bounds)).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(repr((table.key(), inner, wrapper, path, bounds, liveness)).encode()).hexdigest()[:12]
     return f"MCMro_{digest}"
