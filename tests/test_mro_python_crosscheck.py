@@ -20,7 +20,8 @@ from deferdump.tools.mro_tla import ModelBounds
 
 FIXTURES = Path(__file__).parent / "fixtures" / "mro"
 EXECUTABLE_FIXTURES = ["ucm_shaped.py", "cp_override_no_track.py", "outer_no_forward.py", "diamond.py",
-                       "super_skip.py", "override_no_super.py", "wrapper_multi_inner.py", "unknown_policy.py"]
+                       "super_skip.py", "override_no_super.py", "wrapper_multi_inner.py", "unknown_policy.py",
+                       "silent_get_finished.py"]
 
 
 def _python_owner(cls: type, method: str) -> str | None:
