@@ -56,7 +56,7 @@ OPTIMISTIC: dict[str, str] = {
 
 #: A wrapper's method also counts as forwarding when it calls a related inner method (the HMA variant
 #: falling back to the inner ``request_finished``).
-_FORWARD_ALIASES: dict[str, tuple[str, ...]] = {"request_finished_all_groups": ("request_finished",)}
+FORWARD_ALIASES: dict[str, tuple[str, ...]] = {"request_finished_all_groups": ("request_finished",)}
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ class EffectReader:
                 return DefinitionLabel(owner, method, UNKNOWN, owner_facts.opaque, phantom=True)
             return DefinitionLabel(owner, method, "base")
         facts = self.hierarchy.method(owner, method)
-        related = (method, *_FORWARD_ALIASES.get(method, ()))
+        related = (method, *FORWARD_ALIASES.get(method, ()))
         if any(f.method in related for f in facts.forwards):
             return DefinitionLabel(owner, method, "forward")
         own = self.effect(cls, owner, method, delegations=False)

@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Literal, Sequence
 
-from deferdump.tools.mro_behaviour import OPTIMISTIC, PESSIMISTIC, SPEC_METHODS, UNKNOWN, DefinitionLabel, EffectReader
+from deferdump.tools.mro_behaviour import (
+    FORWARD_ALIASES,
+    OPTIMISTIC,
+    PESSIMISTIC,
+    SPEC_METHODS,
+    UNKNOWN,
+    DefinitionLabel,
+    EffectReader,
+)
 from deferdump.tools.mro_errors import JudgeError, MroError
 from deferdump.tools.mro_hierarchy import Hierarchy, build_hierarchy
 from deferdump.tools.mro_source import DEFAULT_TRACKING_ATTR, read_files
@@ -204,8 +212,10 @@ class Judge:
             owner = self.hierarchy.lookup(cls, method)
             if owner is None or self.hierarchy.classes[owner].external:
                 continue
+            related = (method, *FORWARD_ALIASES.get(method, ()))
             for forward in self.hierarchy.method(owner, method).forwards:
-                attrs.setdefault(forward.attr, []).append(method)
+                if forward.method in related:
+                    attrs.setdefault(forward.attr, []).append(method)
         return attrs
 
     def inner_choices(self, cls: str) -> tuple[list[str | None], list[str]]:
