@@ -37,8 +37,8 @@ def test_generated_cfg_assigns_every_constant_the_protocol_declares() -> None:
     declared = declared_constants((directory / "DeferDump.tla").read_text()) | declared_constants(
         (directory / "Connectors.tla").read_text()
     )
-    inherited = ModelRunner(ModelBounds(), timeout=None)._inherited_constants(directory)
-    cfg = config_text("Direct", False, "multi", ModelBounds(), inherited)
+    inherited, rank0 = ModelRunner(ModelBounds(), timeout=None).spec_settings(directory)
+    cfg = config_text("Direct", False, "multi", ModelBounds(), inherited, rank0=rank0)
     assigned = set(cfg_assignments(cfg)) | {"Classes", "Bases", "Defines", "Behaviour"}
     assert declared <= assigned
     assert "Multi = TRUE" in cfg and "HMA = FALSE" in cfg and 'InnerClass = "Direct"' in cfg
@@ -62,3 +62,8 @@ def test_liveness_cfg_checks_the_property_without_symmetry() -> None:
     assert module_name(TABLE, "Direct", False, "non_hma", ModelBounds(), True) != module_name(
         TABLE, "Direct", False, "non_hma", ModelBounds()
     )
+
+
+def test_ranks_are_spelled_like_the_spec_cfgs() -> None:
+    assert "Rank = {0, 1}\n    Rank0 = 0" in config_text("D", False, "multi", ModelBounds(ranks=2))
+    assert "Rank = {w0, w1}\n    Rank0 = w0" in config_text("D", False, "multi", ModelBounds(ranks=2), rank0="w0")

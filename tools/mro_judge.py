@@ -142,10 +142,10 @@ class ModelRunner:
         self.runs = 0
         self.cached = 0
 
-    def _inherited_constants(self, directory: Path) -> dict[str, str]:
-        """Constants the protocol declares beyond the ones the judge sets (its context and bounds): their
-        values come from the spec's own cfgs (``DirectSafety.cfg`` first), so a new model switch keeps the
-        spec's choice."""
+    def spec_settings(self, directory: Path) -> tuple[dict[str, str], str]:
+        """Values for the constants the protocol declares beyond the ones the judge sets (its context and
+        bounds), and the spelling of the first rank (``0`` or ``w0``). Both come from the spec's own cfgs
+        (``DirectSafety.cfg`` first), so a new model switch keeps the spec's choice."""
         declared: set[str] = set()
         for module in (f"{PROTOCOL_MODULE}.tla", "Connectors.tla"):
             path = directory / module
@@ -153,8 +153,6 @@ class ModelRunner:
                 raise JudgeError(f"{path}: the protocol model is missing")
             declared |= declared_constants(path.read_text(encoding="utf-8"))
         missing = sorted(declared - ASSIGNED_CONSTANTS)
-        if not missing:
-            return {}
         values: dict[str, str] = {}
         templates = [directory / TEMPLATE_CFG, *sorted(directory.glob("*.cfg"))]
         for template in reversed([t for t in templates if t.is_file()]):  # the preferred template wins
@@ -164,7 +162,7 @@ class ModelRunner:
             raise JudgeError(
                 f"{directory}: the model declares constants `deferdump mro` cannot set: {', '.join(unset)}"
             )
-        return {name: values[name] for name in missing}
+        return {name: values[name] for name in missing}, values.get("Rank0", "0")
 
     def check(self, table: ClassTable, inner: str, wrapper: bool, path: CallPath) -> _Outcome:
         key = (table.key(), inner, wrapper, path, self.liveness)
@@ -175,7 +173,7 @@ class ModelRunner:
         from deferdump.tools.tlc import run_tlc
 
         directory = self.spec_dir or spec_dir()
-        inherited = self._inherited_constants(directory)
+        inherited, rank0 = self.spec_settings(directory)
         name = module_name(table, inner, wrapper, path, self.bounds, self.liveness)
         result = run_tlc(
             directory / f"{name}.tla",
@@ -184,7 +182,9 @@ class ModelRunner:
             timeout=self.timeout,
             heap="512m",
             jvm_args=("-XX:TieredStopAtLevel=1",),
-            extra_modules={name: module_text(name, table), f"{name}.cfg": config_text(inner, wrapper, path, self.bounds, inherited, self.liveness)},
+            extra_modules={name: module_text(name, table), f"{name}.cfg": config_text(
+                inner, wrapper, path, self.bounds, inherited, self.liveness, rank0
+            )},
         )
         self.runs += 1
         status = getattr(result.status, "value", result.status)

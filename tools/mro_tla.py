@@ -112,11 +112,14 @@ def config_text(
     bounds: ModelBounds,
     inherited: Mapping[str, str] | None = None,
     liveness: bool = False,
+    rank0: str = "0",
 ) -> str:
     """The cfg: the injected table, the model's bounds and the context (wrapper, HMA, MultiConnector);
     ``inherited`` assigns further constants the protocol declares (values taken from a spec cfg). With
     ``liveness`` it also checks that every delayed request is eventually freed (no SYMMETRY then, as the
-    spec's own liveness models)."""
+    spec's own liveness models). Ranks are spelled like the spec's cfgs spell ``Rank0`` (``0`` or ``w0``)."""
+    stem = rank0.rstrip("0123456789")
+    ranks = [f"{stem}{i}" for i in range(bounds.ranks)]
 
     def values(prefix: str, count: int) -> str:
         return "{" + ", ".join(f"{prefix}{i}" for i in range(1, count + 1)) + "}"
@@ -132,8 +135,8 @@ CONSTANTS
     Behaviour <- MCBehaviour
     Req = {values("r", bounds.requests)}
     Block = {values("b", bounds.blocks)}
-    Rank = {{{", ".join(str(i) for i in range(bounds.ranks))}}}
-    Rank0 = 0
+    Rank = {{{", ".join(ranks)}}}
+    Rank0 = {ranks[0]}
     PromptBlocks = {bounds.prompt_blocks}
     Layers = {bounds.layers}
     MaxPreempt = {bounds.max_preempt}
