@@ -218,3 +218,14 @@ def test_tracking_attr_option_changes_what_counts_as_tracking() -> None:
     for attr, expected in (("_saving_ids", "track"), ("_async_dump_req_ids", "notrack")):
         hierarchy = build_hierarchy(read_source(source, "<test>", tracking_attr=attr))
         assert EffectReader(hierarchy).label("Saver", "Saver", "build_connector_meta").label == expected
+
+
+def test_files_are_analysed_together(tmp_path: Path) -> None:
+    (tmp_path / "base.py").write_text(
+        "class Direct(KVConnectorBase_V1):\n    def build_connector_meta(self, out):\n        return out\n"
+    )
+    (tmp_path / "cp.py").write_text("from base import Direct\n\n\nclass CP(Direct):\n    pass\n")
+    hierarchy = build_hierarchy(read_files([tmp_path / "base.py", tmp_path / "cp.py"]))
+    assert hierarchy.mro["CP"] == ["CP", "Direct", "KVConnectorBase_V1", "ABC", "object"]
+    assert hierarchy.resolves("CP")["build_connector_meta"] == "Direct"
+    assert hierarchy.classes["CP"].file.endswith("cp.py")
