@@ -110,6 +110,29 @@ def clobbered_blocks(steps: Sequence[Step], rank: Value, task: Mapping[str, Any]
     return rewritten or (blocks if _get(task, "clobbered") is True else [])
 
 
+def overwrites(steps: Sequence[Step], i: int) -> list[tuple[Value, Mapping[str, Any], Value]]:
+    """(rank, task, block) for each block that step i's forward wrote while ``task`` still read it: the task
+    was pending and running before the step and handle_preemptions did not wait it first. The task may
+    be waited later in the same step (get_finished), so the event need not show in any state."""
+    if i == 0:
+        return []
+    events = []
+    for rank in _get(_phase(steps[i].action, "execute_model"), "ranks", {}):
+        waited: set[Value] = set()
+        written: set[Value] = set()
+        for call in _calls(steps[i].action, rank):
+            if call.get("name") == "handle_preemptions":
+                waited |= {_get(record, "task") for record in _get(call, "waited", ())}
+            if call.get("name") == "forward":
+                written = {w[0] for w in _get(call, "writes", ()) if isinstance(w, tuple) and w}
+                break
+        for task in _tasks(steps[i - 1], rank):
+            if _get(task, "status") == "running" and _get(task, "id") not in waited:
+                events.extend((rank, task, block) for block in sorted(set(_get(task, "blocks", ())) & written,
+                                                                      key=show))
+    return events
+
+
 def _running_readers(step: Step, block: Value) -> list[tuple[Value, Mapping[str, Any]]]:
     """(rank, task) for every still-running pending task that reads ``block``."""
     return [(rank, task) for rank in _fn(step, "pending") for task in _tasks(step, rank)
@@ -170,17 +193,26 @@ def _block_cell(block: Value, steps: Sequence[Step], i: int) -> Cell:
     if count > before and before:
         lines.append(f"REWRITTEN (was v{before}: {content(previous)})")
         tone = "rewritten"
+    under: dict[str, list[str]] = {}
+    for rank, task, _ in (event for event in overwrites(steps, i) if event[2] == block):
+        under.setdefault(str(_get(task, "id")), []).append(show(rank))
+    for task_id, ranks in under.items():
+        lines.append(f"rewritten under running dump task {task_id} (rank{'s' if len(ranks) > 1 else ''} "
+                     f"{' '.join(ranks)})!")
+        tone = "clobbered"
     readers: dict[str, list[str]] = {}
     for rank, task in _running_readers(step, block):
-        if owner and write is not None and owner[0] != write[0] and block not in clobbered_blocks(steps, rank, task, i):
-            lines.append(f"given to {show(owner[0])} while task {_get(task, 'id')} reads {content(write)}")
+        task_id = str(_get(task, "id"))
+        clobbered = block in clobbered_blocks(steps, rank, task, i)
+        if owner and write is not None and owner[0] != write[0] and not clobbered:
+            lines.append(f"given to {show(owner[0])} while task {task_id} reads {content(write)}")
             tone = "reused"
-        if block in clobbered_blocks(steps, rank, task, i):
+        if clobbered and task_id not in under:
             old = version(steps, block, submitted_at(steps, rank, task, i))
-            lines.append(f"rank {show(rank)} task {_get(task, 'id')} still reads v{old[0]}: {content(old[1])}!")
+            lines.append(f"rank {show(rank)} task {task_id} still reads v{old[0]}: {content(old[1])}!")
             tone = "clobbered"
-        else:
-            readers.setdefault(str(_get(task, "id")), []).append(show(rank))
+        elif not clobbered:
+            readers.setdefault(task_id, []).append(show(rank))
     for task_id, ranks in readers.items():
         lines.append(f"read by task {task_id} (rank{'s' if len(ranks) > 1 else ''} {' '.join(ranks)})")
     return Cell(tuple(lines), tone=tone, hint=f"block {show(block)}")
@@ -416,33 +448,32 @@ def _when(steps: Sequence[Step], until: int, predicate: Any) -> int | None:
 
 
 def no_overwrite_while_dumping(steps: Sequence[Step], i: int) -> list[Offence]:
-    """A running pending task reads a block that was rewritten since it was submitted."""
-    step = steps[i]
+    """A forward rewrote a block that a still-running dump task read (the spec's ``dumpOverwrites`` history
+    flag when the trace has it: the step that set it; otherwise the overwrites of step i)."""
+    flagged = "dumpOverwrites" in steps[i].values
+    k = _first_true(steps, i, "dumpOverwrites") if flagged else i
+    if k is None:
+        return []
     offences = []
-    for rank in _fn(step, "pending"):
-        for task in _tasks(step, rank):
-            submitted = submitted_at(steps, rank, task, i)
-            for block in clobbered_blocks(steps, rank, task, i):
-                then, now = version(steps, block, submitted), version(steps, block, i)
-                since = next(k for k in range(submitted, i + 1) if version(steps, block, k)[0] > then[0]) \
-                    if now[0] > then[0] else i
-                owner = _owner(step, block)
-                victim = then[1][0] if then[1] is not None else None
-                text = (f"Block {show(block)} was rewritten while its dump was still pending: dump task "
-                        f"{_get(task, 'id')} on rank {show(rank)} (requests {show_set(_get(task, 'reqs', ()))}, submitted in "
-                        f"step {submitted}) is still running and reads {show(block)} for {content(then[1])}, but "
-                        f"in step {since} {show(block)} was rewritten with {content(now[1])}"
-                        + (f" ({show(owner[0])} was given the block)." if owner else "."))
-                lanes = {lane_id(BLOCKS, show(block)), lane_id(TASKS, _rank_label(rank))}
-                if victim is not None:
-                    lanes.add(lane_id(REQUESTS, show(victim)))
-                    text += _preemption_story(steps, i, rank, victim, _get(task, "id"))
-                    if _get(_fn(step, "reqState"), victim) == "preempted":
-                        lanes.add(lane_id(CALLS, _rank_label(rank)))
-                if owner is not None:
-                    lanes.add(lane_id(REQUESTS, show(owner[0])))
-                text += f" The dump would store {content(now[1])}'s data under {content(then[1])}'s key."
-                offences.append(Offence(text, frozenset(lanes)))
+    for rank, task, block in overwrites(steps, k):
+        submitted = submitted_at(steps, rank, task, k - 1)
+        then, now = version(steps, block, k - 1)[1], version(steps, block, k)[1]
+        owner = _owner(steps[k], block)
+        victim = then[0] if then is not None else None
+        text = (f"Block {show(block)} was rewritten while its dump was still pending: in step {k} the forward "
+                f"wrote {content(now)} into {show(block)} while dump task {_get(task, 'id')} on rank {show(rank)} "
+                f"(requests {show_set(_get(task, 'reqs', ()))}, submitted in step {submitted}) was still running "
+                f"and reading it for {content(then)}" + (f" ({show(owner[0])} was given the block)." if owner else "."))
+        lanes = {lane_id(BLOCKS, show(block)), lane_id(TASKS, _rank_label(rank)), lane_id(CALLS, _rank_label(rank))}
+        if victim is not None:
+            lanes.add(lane_id(REQUESTS, show(victim)))
+            text += _preemption_story(steps, k, rank, victim, _get(task, "id"))
+        if owner is not None:
+            lanes.add(lane_id(REQUESTS, show(owner[0])))
+        text += f" The dump would store {content(now)}'s data under {content(then)}'s key."
+        offences.append(Offence(text, frozenset(lanes)))
+    if flagged and not offences:
+        offences.append(Offence(f"step {k}: a forward rewrote a block that a still-running dump task read"))
     return offences
 
 
