@@ -190,15 +190,14 @@ def _block_cell(block: Value, steps: Sequence[Step], i: int) -> Cell:
              f"v{count}: {content(write)}" if count else "empty"]
     tone = "owned" if owner else "free"
     before, previous = version(steps, block, i - 1) if i else (0, None)
-    if count > before and before:
-        lines.append(f"REWRITTEN (was v{before}: {content(previous)})")
-        tone = "rewritten"
     under: dict[str, list[str]] = {}
     for rank, task, _ in (event for event in overwrites(steps, i) if event[2] == block):
         under.setdefault(str(_get(task, "id")), []).append(show(rank))
+    if count > before and before:
+        lines.append(f"REWRITTEN (was v{before}: {content(previous)})")
+        tone = "rewritten"
     for task_id, ranks in under.items():
-        lines.append(f"rewritten under running dump task {task_id} (rank{'s' if len(ranks) > 1 else ''} "
-                     f"{' '.join(ranks)})!")
+        lines.append(f"  under running dump task {task_id} (rank{'s' if len(ranks) > 1 else ''} {' '.join(ranks)})!")
         tone = "clobbered"
     readers: dict[str, list[str]] = {}
     for rank, task in _running_readers(step, block):
