@@ -216,6 +216,11 @@ class DeferDumpConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
 
     # ---------------------------------------------------------------- properties
     @property
+    def closed(self) -> bool:
+        """True once `shutdown` ran (vLLM calls it on engine and worker teardown)."""
+        return self._closed
+
+    @property
     def requires_kv_delivery(self) -> bool:
         """A best-effort cache: a dump lost to preemption is only a future miss (UCM #1350)."""
         return False

@@ -14,6 +14,7 @@ from vllm_harness import (
     TINY_LLAMA_CONFIG,
     FreeGuard,
     assert_drained_worker,
+    assert_shut_down,
     deferdump_connectors,
     generate_and_drain,
     metric,
@@ -73,5 +74,6 @@ def test_multi_two_children_count_two_async_saves(tiny_model: Path, store_dir: P
         for worker, child, blocks in zip(workers, ("child-a", "child-b"), (FULL_BLOCKS, FULL_BLOCKS * layers)):
             assert worker.store.stats().blocks == blocks  # the layer-wise child keys every layer's slice
             assert len(list((store_dir / child).rglob("*.blk"))) == blocks  # and the files are on disk
+    assert_shut_down(*schedulers, *workers)
     for worker in workers:
         assert_drained_worker(worker)

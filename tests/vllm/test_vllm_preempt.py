@@ -19,6 +19,7 @@ from vllm_harness import (
     FreeGuard,
     HeldCopies,
     assert_drained_worker,
+    assert_shut_down,
     deferdump_connectors,
     deferdump_transfer_config,
     generate_and_drain,
@@ -92,6 +93,7 @@ def test_preempt_waits_only_preempted_tasks(
         # The hazard was real: a preempted request still had a dump in flight, and it was waited before the
         # forward that rewrites its blocks (verify_dumps found no changed block: assert_drained_worker).
         assert waited_any, "no preempted request had a dump in flight: the test did not exercise the hazard"
+    assert_shut_down(scheduler, worker)
     assert_drained_worker(worker)  # after shutdown: no pending task, no live handle
     assert held.held > 0 and held.timeouts == 0  # every held copy was released by a protocol wait
     assert worker.core.events.leaked == 0

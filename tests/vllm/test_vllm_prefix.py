@@ -15,6 +15,7 @@ from vllm_harness import (
     TINY_LLAMA_CONFIG,
     FreeGuard,
     assert_drained_worker,
+    assert_shut_down,
     deferdump_connectors,
     deferdump_transfer_config,
     drain,
@@ -70,6 +71,7 @@ def test_prefix_second_generation_loads_from_store(tiny_model: Path, store_dir: 
         guard.assert_each_freed_once(2 * len(PROMPTS))
         assert free_block_count(llm) == total_block_count(llm) - 1  # every block back, but the null block
         assert_drained_worker(worker)
+    assert_shut_down(scheduler, worker)
     assert_drained_worker(worker)
     assert worker.core._async_dump_req_ids == set() and scheduler.core._async_dump_req_ids == set()
 

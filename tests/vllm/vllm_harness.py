@@ -208,6 +208,11 @@ def metric(connector: Any, name: str, labels: dict[str, str] | None = None) -> f
     return connector.core.metrics.value(name, labels)
 
 
+def assert_shut_down(*connectors: Any) -> None:
+    """vLLM's teardown called `shutdown` on every connector instance (both roles, every child)."""
+    assert all(connector.closed for connector in connectors), [connector.closed for connector in connectors]
+
+
 def assert_drained_worker(worker: Any) -> None:
     """No pending dump task, no live event handle, no verify mismatch on a worker connector."""
     assert worker.core._pending_dump_tasks == []
