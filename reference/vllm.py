@@ -205,7 +205,9 @@ class DeferDumpConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
             else:
                 self._rank, world_size = _worker_rank(vllm_config)
                 # The device (CPU thread pool or CUDA copy stream) follows the registered KV tensors.
-                self.core = OuterConnector(config, Role.WORKER, store=self.store, rank=self._rank, world_size=world_size)
+                self.core = OuterConnector(
+                    config, Role.WORKER, store=self.store, rank=self._rank, world_size=world_size
+                )
         except BaseException:
             SHARED_STORES.release(self._store_key)
             raise

@@ -100,9 +100,11 @@ def test_adapter_step_view_reads_new_cached_finished_and_preempted() -> None:
     )
     step = step_view(output)
     [a] = step.new_requests
-    assert (a.req_id, a.token_ids, a.num_prompt_tokens, a.block_ids, a.num_scheduled_tokens) == ("a", (5, 6, 7), 3, (3, 4), 3)
+    assert (a.req_id, a.token_ids, a.num_prompt_tokens) == ("a", (5, 6, 7), 3)
+    assert (a.block_ids, a.num_computed_tokens, a.num_scheduled_tokens) == ((3, 4), 0, 3)
     b, c = step.cached_requests
-    assert (b.new_block_ids, b.resumed_from_preemption, b.num_computed_tokens, b.num_scheduled_tokens) == ((), False, 40, 1)
+    assert (b.new_block_ids, b.resumed_from_preemption) == ((), False)
+    assert (b.num_computed_tokens, b.num_scheduled_tokens) == (40, 1)
     assert (c.new_block_ids, c.resumed_from_preemption, c.num_scheduled_tokens) == ((8, 9), True, 64)
     assert step.finished_req_ids == {"z"} and step.preempted_req_ids == {"y"}
     assert output.finished_req_ids == {"z"}  # read, never modified

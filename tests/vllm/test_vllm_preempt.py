@@ -100,7 +100,9 @@ def test_preempt_waits_only_preempted_tasks(
     assert scheduler.core._async_dump_req_ids == set()
 
 
-def test_preempt_ignored_lets_vllm_rewrite_blocks_under_a_dump(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_preempt_ignored_lets_vllm_rewrite_blocks_under_a_dump(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The mutant: a connector that ignores `handle_preemptions` (the pre-#34805 hook, or none at all)."""
     held = HeldCopies().install(monkeypatch)
     monkeypatch.setattr(DeferDumpConnector, "handle_preemptions", lambda self, kv_connector_metadata: None)

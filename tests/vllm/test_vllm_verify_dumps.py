@@ -59,7 +59,9 @@ def test_verify_dumps_fires_when_free_is_not_delayed(tiny_model: Path, monkeypat
     real_request_finished = DeferDumpConnector.request_finished
     real_get_finished = DeferDumpConnector.get_finished
 
-    def request_finished_without_delay(self: DeferDumpConnector, request: Any, block_ids: list[int]) -> tuple[bool, Any]:
+    def request_finished_without_delay(
+        self: DeferDumpConnector, request: Any, block_ids: list[int]
+    ) -> tuple[bool, Any]:
         real_request_finished(self, request, block_ids)  # tracking as usual, but the free is not delayed
         return False, None
 
