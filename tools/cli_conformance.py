@@ -52,6 +52,13 @@ def _pct(value: float | None) -> str:
 # --------------------------------------------------------------------------------------------- traces
 
 
+def _check_out_dir(out: Path) -> None:
+    """``--out`` must be a directory, or creatable as one (its nearest existing ancestor is a directory)."""
+    existing = next(path for path in (out, *out.absolute().parents) if path.exists())
+    if not existing.is_dir():
+        raise DeferdumpError(f"--out {out}: {existing} exists and is not a directory")
+
+
 def traces(
     name: str = typer.Argument(..., metavar="NAME", help="A model of the manifest."),
     mode: Mode = typer.Option(Mode.cover, "--mode", help="cover: an edge cover of the state graph; "
@@ -68,6 +75,7 @@ def traces(
     from deferdump.conformance.tracegen import generate_traces
 
     try:
+        _check_out_dir(out)  # before TLC runs: a bad --out found after minutes of TLC is a waste
         entry = load_manifest(manifest).get(name)
         result = generate_traces(entry, mode.value, out, num=num, seed=seed, max_len=max_len)
     except DeferdumpError as error:

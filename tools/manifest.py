@@ -187,6 +187,10 @@ def load_manifest(path: Path | None = None) -> Manifest:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ManifestError(f"manifest not found: {path}") from None
+    except OSError as error:  # a directory, no permission...
+        raise ManifestError(f"{path}: cannot read: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise ManifestError(f"{path}: not UTF-8 text (byte {error.start}): not a JSON manifest") from None
     except json.JSONDecodeError as error:
         raise ManifestError(f"{path}: bad JSON at line {error.lineno}, column {error.colno}: {error.msg}") from None
     if not isinstance(data, dict) or not isinstance(data.get("models"), list):

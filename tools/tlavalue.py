@@ -745,6 +745,8 @@ def load_itf(path: Path | str) -> ItfTrace:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise ItfError(f"cannot read: {error.strerror or error}", file=path) from None
+    except UnicodeDecodeError as error:  # a binary or otherwise non-UTF-8 file is bad input, not a bug
+        raise ItfError(f"not UTF-8 text (byte {error.start}): not an ITF JSON file", file=path) from None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as error:
