@@ -21,6 +21,7 @@ from vllm_harness import (
     engine_core,
     free_block_count,
     greedy,
+    record_request_finished,
     metric,
     running_llm,
     scheduler_connector,
@@ -34,19 +35,6 @@ CHUNK_TOKENS = 64  # max_num_batched_tokens: a 200-token prompt needs four prefi
 [BYSTANDER_PROMPT] = token_prompts(1, 30, seed=42)  # no full block: nothing to dump
 
 
-def _record_request_finished(scheduler: Any) -> dict[str, bool]:
-    original = scheduler.request_finished
-    delayed: dict[str, bool] = {}
-
-    def recording(request: Any, block_ids: list[int]) -> tuple[bool, Any]:
-        delay, params = original(request, block_ids)
-        delayed[request.request_id] = delay
-        return delay, params
-
-    scheduler.request_finished = recording
-    return delayed
-
-
 def test_abort_mid_prefill_frees_after_dump(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     held = HeldCopies().install(monkeypatch)  # the first chunk's dump is still unread when the abort arrives
     extra = {"store": "memory", "verify_dumps": True}
@@ -54,7 +42,7 @@ def test_abort_mid_prefill_frees_after_dump(tiny_model: Path, monkeypatch: pytes
         [scheduler] = deferdump_connectors(scheduler_connector(llm))
         [worker] = deferdump_connectors(worker_connector())
         guard = FreeGuard(llm, [worker])
-        delayed = _record_request_finished(scheduler)
+        delayed = record_request_finished(scheduler)
         engine = llm.llm_engine
         victim = engine.add_request("victim", VICTIM_PROMPT, greedy(8))
         bystander = engine.add_request("bystander", BYSTANDER_PROMPT, greedy(8))

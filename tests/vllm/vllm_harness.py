@@ -283,3 +283,17 @@ class HeldCopies:
         monkeypatch.setattr(CpuDevice, "_gather", held_gather)
         monkeypatch.setattr(DirectConnector, "_flush_pending_dump_tasks", flush_releasing_copies)
         return self
+
+
+def record_request_finished(connector: Any) -> dict[str, bool]:
+    """Wrap a scheduler-side connector's `request_finished`: whether it delayed each request's free."""
+    original = connector.request_finished
+    delayed: dict[str, bool] = {}
+
+    def recording(request: Any, block_ids: list[int]) -> tuple[bool, Any]:
+        delay, params = original(request, block_ids)
+        delayed[request.request_id] = delay
+        return delay, params
+
+    connector.request_finished = recording
+    return delayed
