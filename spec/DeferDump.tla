@@ -21,7 +21,7 @@ EXTENDS Naturals, Sequences, FiniteSets, TLC, Connectors
 CONSTANTS
     Req,            \* requests (model values; symmetric)
     Block,          \* KV-cache blocks of the pool (model values; symmetric)
-    Rank,           \* worker ranks (model values)
+    Rank,           \* worker ranks (integers)
     Rank0,          \* the rank with tp_rank 0 (the one that dumps under MLA)
     PromptBlocks,   \* prompt length of every request, in blocks
     Layers,         \* attention layers (LayerWise submits one task per layer)
@@ -33,12 +33,13 @@ CONSTANTS
     Multi,          \* MultiConnector(UCM, a second delaying child), non-HMA path
     MLA,            \* MLA model: ranks other than 0 track ids but do not dump
     Faults,         \* SUBSET {"submit", "wait", "check"}: store faults on
-    Lockstep        \* ranks see the same store events (README "Abstractions")
+    Lockstep,       \* ranks see the same store events (README "Abstractions")
+    FusedStep       \* sync scheduling as one engine_step action (MaxInflight = 1)
 
 ASSUME TableOK
 ASSUME InnerClass \in Classes /\ (Wrapper => "UCMConnector" \in Classes)
 ASSUME Faults \subseteq {"submit", "wait", "check"}
-ASSUME Lockstep \in BOOLEAN
+ASSUME Lockstep \in BOOLEAN /\ FusedStep \in BOOLEAN /\ (FusedStep => MaxInflight = 1)
 ASSUME Rank0 \in Rank /\ PromptBlocks \in Nat \ {0} /\ Layers \in Nat \ {0}
 
 NumRanks == Cardinality(Rank)
@@ -65,23 +66,26 @@ VARIABLES
     sibPending,   \* [Rank -> SUBSET Req]: ids the second child has yet to report
     reported,     \* [Rank -> [Req -> 0..2]]: finished_sending reports sent (capped)
     \* ---- history -------------------------------------------------------
+    dumpOverwrites, \* has a forward rewritten a block that a still-running
+                  \*   dump task was reading (freed and reused under the dump)?
     unexpectedReports, \* requests the scheduler got finished_sending for while
                   \*   not delayed (vLLM: `assert req_id in self.requests` fails)
     blockingWaits,\* has some wait_for_save waited a still-running task?
     preemptOverWaits, \* has some handle_preemptions waited a task holding no
                   \*   preempted request?
+    tick,         \* flips at the end of every engine step (liveness premise only)
     action        \* the step just taken: [name |-> method/event, params...]
 
 schedVars  == <<reqState, blocksOf, finishedIds, preemptions, inflight, executed, agg,
                 schedAsync, extraSaves>>
 workerVars == <<workerAsync, pending, live, releaseErrors, workerExtra, sibPending,
                 reported>>
-historyVars == <<unexpectedReports, blockingWaits, preemptOverWaits>>
-vars == <<schedVars, workerVars, historyVars, action>>
+historyVars == <<unexpectedReports, blockingWaits, preemptOverWaits, dumpOverwrites>>
+vars == <<schedVars, workerVars, historyVars, tick, action>>
 
-(* The fingerprint view of the safety models: everything but `action`      *)
-(* (the invariants never read `action`, so merging states that differ     *)
-(* only in how they were reached loses nothing).                           *)
+(* The fingerprint view of the safety models: everything but `action` and  *)
+(* `tick` (no invariant reads them, so merging states that differ only in *)
+(* how they were reached loses nothing).                                   *)
 View == <<schedVars, workerVars, historyVars>>
 
 -----------------------------------------------------------------------------
@@ -105,7 +109,8 @@ HPLabel   == Eff("handle_preemptions")
 SKLLabel  == Eff("save_kv_layer")
 WFSLabel  == Eff("wait_for_save")
 GFLabel   == Eff("get_finished")
-WaitLabel == Eff("_wait_pending_dump_task")
+\* an internal helper: called on the inner connector itself, never through the wrapper
+WaitLabel == Effective(InnerClass, InnerClass, "_wait_pending_dump_task")
 
 -----------------------------------------------------------------------------
 (* Value domains.                                                          *)
@@ -115,16 +120,13 @@ MaxTasks  == Cardinality(Req) * PromptBlocks * (MaxPreempt + 1) * Layers + 1
 TaskIds   == 1..MaxTasks
 TaskStatus == {"running", "done", "failed"}
 IsTask(t) ==
-    /\ DOMAIN t = {"id", "reqs", "blocks", "clobbered", "layer", "status", "event"}
+    /\ DOMAIN t = {"id", "reqs", "blocks", "layer", "status", "event"}
     /\ t.id \in TaskIds /\ t.event \in TaskIds
     /\ t.reqs \subseteq Req /\ t.reqs # {}
     /\ t.blocks \subseteq Block /\ t.blocks # {}
-    /\ t.clobbered \in BOOLEAN
     /\ t.layer \in 0..Layers
     /\ t.status \in TaskStatus
 
-Held    == UNION {Range(blocksOf[r]) : r \in Req}
-FreeBlk == Block \ Held
 Dumps(w) == ~MLA \/ w = Rank0     \* does this rank submit dumps?
 
 -----------------------------------------------------------------------------
@@ -148,86 +150,99 @@ Init ==
     /\ unexpectedReports = {}
     /\ blockingWaits = FALSE
     /\ preemptOverWaits = FALSE
+    /\ dumpOverwrites = FALSE
+    /\ tick = 0
     /\ action = [name |-> "init"]
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
-(* Scheduler.                                                              *)
+(* Scheduler.  The phases are written as operators from a state record to *)
+(* the set of possible results, so that they compose: `schedule`,          *)
+(* `execute_model` and `update_from_output` apply one phase each;          *)
+(* `engine_step` (FusedStep, sync scheduling) applies all three at once.   *)
 (***************************************************************************)
+
+SchedState == [rs |-> reqState, bo |-> blocksOf, fin |-> finishedIds, pre |-> preemptions,
+               sa |-> schedAsync, ex |-> extraSaves, agg |-> agg, unexp |-> unexpectedReports]
+
+SetSched(S) ==
+    /\ reqState' = S.rs /\ blocksOf' = S.bo /\ finishedIds' = S.fin /\ preemptions' = S.pre
+    /\ schedAsync' = S.sa /\ extraSaves' = S.ex /\ agg' = S.agg /\ unexpectedReports' = S.unexp
+
+HeldIn(S) == UNION {Range(S.bo[r]) : r \in Req}
 
 (* UCMDirectConnector.build_connector_meta: one dump slice per request     *)
 (* whose scheduled chunk completed a prompt block (lookups miss, so every  *)
 (* prompt block is dumped, again after a resume); "track" adds those       *)
 (* requests to _async_dump_req_ids (_track_async_dump_requests).           *)
-build_connector_meta(alloc, preempted) ==
+build_connector_meta(S, alloc, preempted) ==
     LET dump == IF BCMLabel = "base" THEN {}
                 ELSE {[req |-> a.req, block |-> a.block] : a \in alloc}
         newly == IF BCMLabel = "track" THEN {d.req : d \in dump} ELSE {}
     IN  [meta |-> [writes    |-> alloc,
                    dump      |-> dump,
                    preempted |-> IF BCMLabel = "base" THEN {} ELSE preempted,
-                   finished  |-> finishedIds,
+                   finished  |-> S.fin,
                    sibNow    |-> FALSE,
-                   extra     |-> extraSaves,
+                   extra     |-> S.ex,
                    sending   |-> [w \in Rank |-> {}]],
          tracked |-> newly]
+
+CanSchedule(S) == \E r \in Req : S.rs[r] # "done"
 
 (* Scheduler.schedule: each request in `adv` is given a one-block chunk    *)
 (* (admission for waiting/preempted ones, the next prefill chunk for       *)
 (* running ones); running requests with a complete prompt decode (never    *)
 (* dumped).  If the free blocks do not suffice, one running victim is      *)
 (* preempted: its blocks are freed at once, request_finished is NOT called *)
-(* and nothing waiting is admitted in that step.                           *)
-schedule ==
-    /\ Len(inflight) < MaxInflight
-    /\ \E r \in Req : reqState[r] \notin {"done"}
-    /\ LET running == {r \in Req : reqState[r] = "running"}
-           admit   == {r \in Req : reqState[r] \in {"waiting", "preempted"}}
-           prefill == {r \in running : Len(blocksOf[r]) < PromptBlocks}
-       IN  \E adv \in SUBSET (admit \cup prefill),
-              victim \in {<<>>} \cup {<<v>> : v \in running} :
-             LET preempt == Range(victim)
-                 free    == FreeBlk \cup UNION {Range(blocksOf[v]) : v \in preempt}
-             IN  /\ (preempt # {}) =>
-                        /\ preemptions < MaxPreempt
-                        /\ Cardinality(FreeBlk) < Cardinality(adv)
-                        /\ adv \cap admit = {}
-                        /\ preempt \cap adv = {}
-                 /\ Cardinality(adv) <= Cardinality(free)
-                 /\ \E pick \in [adv -> free] :
-                      /\ \A x, y \in adv : x # y => pick[x] # pick[y]
-                      /\ LET alloc == {[req |-> r, idx |-> IF r \in admit THEN 1
-                                                         ELSE Len(blocksOf[r]) + 1,
-                                        block |-> pick[r]] : r \in adv}
-                             bcm == build_connector_meta(alloc, preempt)
-                         IN  /\ reqState' = [r \in Req |->
-                                   IF r \in preempt THEN "preempted"
-                                   ELSE IF r \in adv THEN "running" ELSE reqState[r]]
-                             /\ blocksOf' = [r \in Req |->
-                                   IF r \in preempt THEN <<>>
-                                   ELSE IF r \in adv THEN
-                                        (IF r \in admit THEN <<>> ELSE blocksOf[r]) \o <<pick[r]>>
-                                   ELSE blocksOf[r]]
-                             /\ preemptions' = preemptions + Cardinality(preempt)
-                             /\ inflight' = Append(inflight, bcm.meta)
-                             /\ schedAsync' = schedAsync \cup bcm.tracked
-                             /\ finishedIds' = {}
-                             /\ extraSaves' = {}
-                             /\ action' = [name |-> "schedule",
-                                           allocated |-> alloc,
-                                           preempted |-> preempt,
-                                           calls |-> << [name |-> "build_connector_meta",
-                                                         dump |-> bcm.meta.dump,
-                                                         tracked |-> bcm.tracked,
-                                                         preempted_req_ids |-> bcm.meta.preempted,
-                                                         finished_req_ids |-> bcm.meta.finished,
-                                                         extra_async_saves |-> bcm.meta.extra] >>]
-    /\ UNCHANGED <<executed, agg, workerVars, historyVars>>
+(* and nothing waiting is admitted in that step.  Results:                 *)
+(* [S |-> new scheduler state, meta |-> SchedulerOutput, rec |-> record].  *)
+ScheduleResults(S) ==
+    LET running == {r \in Req : S.rs[r] = "running"}
+        admit   == {r \in Req : S.rs[r] \in {"waiting", "preempted"}}
+        prefill == {r \in running : Len(S.bo[r]) < PromptBlocks}
+        freeNow == Block \ HeldIn(S)
+        Free(p) == freeNow \cup UNION {Range(S.bo[v]) : v \in p}
+        OK(adv, p) ==
+            /\ (p # {}) => /\ S.pre < MaxPreempt
+                           /\ Cardinality(freeNow) < Cardinality(adv)
+                           /\ adv \cap admit = {}
+                           /\ p \cap adv = {}
+            /\ Cardinality(adv) <= Cardinality(Free(p))
+        Opts == {o \in (SUBSET (admit \cup prefill)) \X ({{}} \cup {{v} : v \in running}) :
+                    OK(o[1], o[2])}
+        Picks(adv, p) == {pick \in [adv -> Free(p)] : \A x, y \in adv : x # y => pick[x] # pick[y]}
+        Result(adv, p, pick) ==
+            LET alloc == {[req |-> r, idx |-> IF r \in admit THEN 1 ELSE Len(S.bo[r]) + 1,
+                           block |-> pick[r]] : r \in adv}
+                bcm == build_connector_meta(S, alloc, p)
+            IN  [S |-> [S EXCEPT
+                          !.rs = [r \in Req |-> IF r \in p THEN "preempted"
+                                                ELSE IF r \in adv THEN "running" ELSE S.rs[r]],
+                          !.bo = [r \in Req |-> IF r \in p THEN <<>>
+                                                ELSE IF r \in adv
+                                                     THEN (IF r \in admit THEN <<>> ELSE S.bo[r])
+                                                          \o <<pick[r]>>
+                                                ELSE S.bo[r]],
+                          !.pre = @ + Cardinality(p),
+                          !.sa = @ \cup bcm.tracked,
+                          !.fin = {},
+                          !.ex = {}],
+                 meta |-> bcm.meta,
+                 rec |-> [name |-> "schedule", allocated |-> alloc, preempted |-> p,
+                          calls |-> << [name |-> "build_connector_meta",
+                                        dump |-> bcm.meta.dump,
+                                        tracked |-> bcm.tracked,
+                                        preempted_req_ids |-> bcm.meta.preempted,
+                                        finished_req_ids |-> bcm.meta.finished,
+                                        extra_async_saves |-> bcm.meta.extra] >>]]
+    IN  UNION {{Result(o[1], o[2], pick) : pick \in Picks(o[1], o[2])} : o \in Opts}
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
 (* Worker ranks.  A rank's connector state is a record                     *)
-(*   [async, pending, live, relErr, extra, sib, blocked, overWait]         *)
+(*   [async, pending, live, relErr, extra, sib, blocked, overWait,        *)
+(*    overwrote]                                                           *)
 (* threaded through the connector calls of one step in vLLM's runner       *)
 (* order: handle_preemptions -> forward (writes) -> save_kv_layer ->       *)
 (* wait_for_save -> get_finished.  Each call returns [s |-> new state,     *)
@@ -236,7 +251,8 @@ schedule ==
 
 Local(w) == [async |-> workerAsync[w], pending |-> pending[w], live |-> live[w],
              relErr |-> releaseErrors[w], extra |-> workerExtra[w],
-             sib |-> sibPending[w], blocked |-> FALSE, overWait |-> FALSE]
+             sib |-> sibPending[w], blocked |-> FALSE, overWait |-> FALSE,
+             overwrote |-> FALSE]
 
 WaitOutcome(t) == IF t.status = "failed" THEN "error" ELSE "ok"
 
@@ -259,7 +275,7 @@ Submit(s, reqs, blocks, layer, fails) ==
     IF fails THEN [s |-> s, id |-> 0]
     ELSE LET id == NewId(s)
              t  == [id |-> id, reqs |-> reqs, blocks |-> blocks,
-                    clobbered |-> FALSE, layer |-> layer,
+                    layer |-> layer,
                     status |-> "running", event |-> id]
          IN  [s |-> [s EXCEPT !.pending = @ \cup {t}, !.live = @ \cup {id}], id |-> id]
 
@@ -276,13 +292,12 @@ handle_preemptions(w, m, s) ==
 
 (* The model's forward: each newly allocated block is written with its     *)
 (* request's prompt block (by the attention layers, or by a load on a      *)
-(* resume).  A still-running dump task reading such a block is clobbered:  *)
-(* the block was freed and is being rewritten under it.                    *)
+(* resume).  A still-running dump task reading such a block is being      *)
+(* overwritten: the block was freed and reused under it.                   *)
 forward(w, m, s) ==
     LET wb == {a.block : a \in m.writes}
-        hit(t) == t.status = "running" /\ t.blocks \cap wb # {}
-        new == {IF hit(t) THEN [t EXCEPT !.clobbered = TRUE] ELSE t : t \in s.pending}
-    IN  [s |-> [s EXCEPT !.pending = new],
+        hit == \E t \in s.pending : t.status = "running" /\ t.blocks \cap wb # {}
+    IN  [s |-> [s EXCEPT !.overwrote = @ \/ hit],
          call |-> [name |-> "forward", writes |-> {<<a.block, a.req, a.idx>> : a \in m.writes}]]
 
 DumpReqs(m)   == {d.req : d \in m.dump}
@@ -366,19 +381,18 @@ get_finished(w, m, s, sibNow) ==
 (* The nondeterministic choices of one rank's step, offered only where     *)
 (* they are observable: which submits fail, whether check raises in the    *)
 (* poll, whether the second child reports now.                             *)
-ChoiceSets(w, m) ==
-    LET s0 == Local(w)
-        hp == handle_preemptions(w, m, s0)
+ChoiceSets(w, m, s0) ==
+    LET hp == handle_preemptions(w, m, s0)
         subF == IF "submit" \in Faults /\ StepSubmits(w, m) THEN BOOLEAN ELSE {FALSE}
-        layF == IF "submit" \in Faults /\ LayerSubmits(w, m) THEN SUBSET (1..Layers) ELSE {{}}
+        layF == IF "submit" \in Faults /\ LayerSubmits(w, m) THEN {{}, 1..Layers} ELSE {{}}
         chkF == IF "check" \in Faults /\ WFSLabel # "base" /\ DoneTasks(hp.s) # {}
                 THEN BOOLEAN ELSE {FALSE}
     IN  [submit |-> subF, layers |-> layF, check |-> chkF]
-Choices(w, m) ==
-    LET cs == ChoiceSets(w, m) IN [submit: cs.submit, layers: cs.layers, check: cs.check]
+Choices(w, m, s0) ==
+    LET cs == ChoiceSets(w, m, s0) IN [submit: cs.submit, layers: cs.layers, check: cs.check]
 
-RankStep(w, m, c) ==
-    LET hp  == handle_preemptions(w, m, Local(w))
+RankStep(w, m, c, s0) ==
+    LET hp  == handle_preemptions(w, m, s0)
         fw  == forward(w, m, hp.s)
         skl == save_kv_layer(w, m, fw.s, c.layers)
         wfs == wait_for_save(w, m, skl.s, c.check, c.submit)
@@ -387,137 +401,185 @@ RankStep(w, m, c) ==
          calls |-> <<hp.call, fw.call>> \o skl.calls \o <<wfs.call, gf.call>>]
 
 (* Lockstep: one choice for all ranks, offered where some rank observes it.*)
-GlobalChoices(m) ==
-    LET cs == [w \in Rank |-> ChoiceSets(w, m)]
+GlobalChoices(m, W) ==
+    LET cs == [w \in Rank |-> ChoiceSets(w, m, W[w])]
     IN  [submit: UNION {cs[w].submit : w \in Rank},
          layers: UNION {cs[w].layers : w \in Rank},
          check:  UNION {cs[w].check : w \in Rank}]
 
 (* A rank's possible step results (each computed once, TLCEval-forced).   *)
-RankResults(w, m) == {TLCEval(RankStep(w, m, c)) : c \in Choices(w, m)}
+RankResults(w, m, s0) == {TLCEval(RankStep(w, m, c, s0)) : c \in Choices(w, m, s0)}
 
 (* Every combination of the ranks' results, as functions on ranks.         *)
-RECURSIVE ResultFuns(_, _)
-ResultFuns(m, S) ==
+RECURSIVE ResultFuns(_, _, _)
+ResultFuns(m, W, S) ==
     IF S = {} THEN {<<>>}
     ELSE LET w == CHOOSE x \in S : TRUE
-         IN  {(w :> x) @@ f : x \in RankResults(w, m), f \in ResultFuns(m, S \ {w})}
+         IN  {(w :> x) @@ f : x \in RankResults(w, m, W[w]), f \in ResultFuns(m, W, S \ {w})}
 
-(* GPUModelRunner.execute_model on every rank for the oldest unexecuted    *)
-(* SchedulerOutput (ranks share nothing within a step, so running them     *)
-(* together loses no behaviour; README "Abstractions").                    *)
-execute_model ==
-    /\ executed < Len(inflight)
-    /\ LET m == inflight[executed + 1]
-       IN  \E sibNow \in IF Multi THEN BOOLEAN ELSE {FALSE} :
-           \E post \in IF Lockstep
-                        THEN {[w \in Rank |-> TLCEval(RankStep(w, [m EXCEPT !.sibNow = sibNow], c))]
-                              : c \in GlobalChoices(m)}
-                        ELSE ResultFuns([m EXCEPT !.sibNow = sibNow], Rank) :
-                /\ workerAsync' = [w \in Rank |-> post[w].s.async]
-                 /\ pending' = [w \in Rank |-> post[w].s.pending]
-                 /\ live' = [w \in Rank |-> post[w].s.live]
-                 /\ releaseErrors' = [w \in Rank |-> post[w].s.relErr]
-                 /\ blockingWaits' = (blockingWaits \/ \E w \in Rank : post[w].s.blocked)
-                 /\ preemptOverWaits' = (preemptOverWaits \/ \E w \in Rank : post[w].s.overWait)
-                 /\ workerExtra' = [w \in Rank |-> post[w].s.extra]
-                 /\ sibPending' = [w \in Rank |-> post[w].s.sib]
-                 /\ reported' = [w \in Rank |-> [r \in Req |->
-                                   IF r \in post[w].out THEN IF reported[w][r] >= 2 THEN 2
-                                                             ELSE reported[w][r] + 1
-                                   ELSE reported[w][r]]]
-                 /\ inflight' = [inflight EXCEPT ![executed + 1].sending =
-                                   [w \in Rank |-> post[w].out]]
-                 /\ executed' = executed + 1
-                 /\ action' = [name |-> "execute_model",
-                               ranks |-> [w \in Rank |-> post[w].calls]]
-    /\ UNCHANGED <<reqState, blocksOf, finishedIds, preemptions, agg, schedAsync, extraSaves,
-                   unexpectedReports>>
+Workers == [w \in Rank |-> Local(w)]
+
+(* GPUModelRunner.execute_model on every rank for SchedulerOutput m: the   *)
+(* set of per-rank result functions (ranks share nothing within a step, so *)
+(* running them in one action loses no behaviour; README "Abstractions"). *)
+ExecResults(m, W) ==
+    UNION {LET mm == [m EXCEPT !.sibNow = sn]
+           IN  IF Lockstep
+               THEN {[w \in Rank |-> TLCEval(RankStep(w, mm, c, W[w]))] : c \in GlobalChoices(mm, W)}
+               ELSE ResultFuns(mm, W, Rank)
+           : sn \in IF Multi THEN BOOLEAN ELSE {FALSE}}
+
+SetWorkers(post) ==
+    /\ workerAsync' = [w \in Rank |-> post[w].s.async]
+    /\ pending' = [w \in Rank |-> post[w].s.pending]
+    /\ live' = [w \in Rank |-> post[w].s.live]
+    /\ releaseErrors' = [w \in Rank |-> post[w].s.relErr]
+    /\ workerExtra' = [w \in Rank |-> post[w].s.extra]
+    /\ sibPending' = [w \in Rank |-> post[w].s.sib]
+    /\ reported' = [w \in Rank |-> [r \in Req |->
+                      IF r \in post[w].out THEN IF reported[w][r] >= 2 THEN 2 ELSE reported[w][r] + 1
+                      ELSE reported[w][r]]]
+    /\ blockingWaits' = (blockingWaits \/ \E w \in Rank : post[w].s.blocked)
+    /\ preemptOverWaits' = (preemptOverWaits \/ \E w \in Rank : post[w].s.overWait)
+    /\ dumpOverwrites' = (dumpOverwrites \/ \E w \in Rank : post[w].s.overwrote)
+
+ExecRecord(post) == [name |-> "execute_model", ranks |-> [w \in Rank |-> post[w].calls]]
+Sending(post) == [w \in Rank |-> post[w].out]
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
 (* Scheduler: processing a step's output.                                  *)
 (***************************************************************************)
 
-(* UCMDirectConnector.request_finished: delay iff tracked (and untrack).   *)
-(* Returns UCM's answer; under MultiConnector the second child always      *)
-(* delays, so async_saves = 1 + UCM's answer.                             *)
-request_finished(r) == RFLabel = "delay_if_tracked" /\ r \in schedAsync
+(* UCMDirectConnector.request_finished (through the dispatch): delay iff   *)
+(* tracked (and untrack).  Under MultiConnector the second child always    *)
+(* delays, so async_saves = 1 + UCM's answer.                              *)
+request_finished(S, r) == RFLabel = "delay_if_tracked" /\ r \in S.sa
 
-(* Scheduler.update_from_output for the oldest executed step: requests     *)
-(* that stop or are aborted call request_finished (through the dispatch)   *)
-(* and join finished_req_ids, then _update_from_kv_xfer_finished frees the *)
-(* delayed requests every rank has now reported.  A report for a request   *)
-(* that is not delayed is the engine's `assert req_id in self.requests`.   *)
+(* Scheduler.update_from_output for a step whose ranks sent `sending`:     *)
+(* requests in `fin` stop or are aborted (running or preempted ones), call *)
+(* request_finished and join finished_req_ids; then                        *)
+(* _update_from_kv_xfer_finished frees the delayed requests every rank has *)
+(* now reported.  A report for a request that is not delayed is the        *)
+(* engine's `assert req_id in self.requests`.                              *)
+UpdateResult(S, sending, fin) ==
+    LET ucmDelays == {r \in fin : request_finished(S, r)}
+        delays    == IF Multi THEN fin ELSE ucmDelays
+        st1 == [r \in Req |-> IF r \in fin THEN IF r \in delays THEN "delayed" ELSE "done"
+                                         ELSE S.rs[r]]
+        counts == [r \in Req |-> S.agg[r] + Cardinality({w \in Rank : r \in sending[w]})]
+        emitted == {r \in Req : counts[r] >= NumRanks}
+        unexpected == {r \in emitted : st1[r] # "delayed"}
+        freed == {r \in emitted : st1[r] = "delayed"}
+    IN  [S |-> [S EXCEPT
+                  !.rs = [r \in Req |-> IF r \in freed THEN "done" ELSE st1[r]],
+                  !.bo = [r \in Req |-> IF r \in freed \/ (r \in fin /\ r \notin delays)
+                                       THEN <<>> ELSE S.bo[r]],
+                  !.sa = IF RFLabel = "delay_if_tracked" THEN @ \ fin ELSE @,
+                  !.ex = @ \cup (IF Multi THEN ucmDelays ELSE {}),
+                  !.fin = @ \cup fin,
+                  !.agg = [r \in Req |-> IF r \in emitted THEN 0 ELSE counts[r]],
+                  !.unexp = @ \cup unexpected],
+         rec |-> [name |-> "update_from_output", finished |-> fin,
+                  calls |-> << [name |-> "request_finished", reqs |-> fin,
+                                ucm_delayed |-> ucmDelays, delayed |-> delays],
+                               [name |-> "_update_from_kv_xfer_finished",
+                                finished_sending |-> emitted, unexpected |-> unexpected] >>]]
+
+UpdateResults(S, sending) ==
+    {UpdateResult(S, sending, fin) : fin \in SUBSET {r \in Req : S.rs[r] \in {"running", "preempted"}}}
+
+-----------------------------------------------------------------------------
+(***************************************************************************)
+(* The engine loop's actions.                                              *)
+(***************************************************************************)
+
+schedule ==
+    /\ ~FusedStep
+    /\ Len(inflight) < MaxInflight
+    /\ CanSchedule(SchedState)
+    /\ \E x \in ScheduleResults(SchedState) :
+         /\ SetSched(x.S)
+         /\ inflight' = Append(inflight, x.meta)
+         /\ action' = x.rec
+    /\ UNCHANGED <<tick, executed, workerVars, blockingWaits, preemptOverWaits, dumpOverwrites>>
+
+execute_model ==
+    /\ ~FusedStep
+    /\ executed < Len(inflight)
+    /\ \E post \in ExecResults(inflight[executed + 1], Workers) :
+         /\ SetWorkers(post)
+         /\ inflight' = [inflight EXCEPT ![executed + 1].sending = Sending(post)]
+         /\ executed' = executed + 1
+         /\ action' = ExecRecord(post)
+    /\ UNCHANGED <<tick, reqState, blocksOf, finishedIds, preemptions, agg, schedAsync, extraSaves,
+                   unexpectedReports>>
+
 update_from_output ==
+    /\ ~FusedStep
     /\ executed >= 1
-    /\ LET step == Head(inflight)
-       IN  \E fin \in SUBSET {r \in Req : reqState[r] \in {"running", "preempted"}} :
-             LET ucmDelays == {r \in fin : request_finished(r)}
-                 delays    == IF Multi THEN fin ELSE ucmDelays
-                 st1 == [r \in Req |-> IF r \in fin
-                                       THEN IF r \in delays THEN "delayed" ELSE "done"
-                                       ELSE reqState[r]]
-                 counts == [r \in Req |-> agg[r] + Cardinality({w \in Rank : r \in step.sending[w]})]
-                 emitted == {r \in Req : counts[r] >= NumRanks}
-                 unexpected == {r \in emitted : st1[r] # "delayed"}
-                 freed == {r \in emitted : st1[r] = "delayed"}
-             IN  /\ reqState' = [r \in Req |-> IF r \in freed THEN "done" ELSE st1[r]]
-                 /\ blocksOf' = [r \in Req |-> IF r \in freed \/ (r \in fin /\ r \notin delays)
-                                               THEN <<>> ELSE blocksOf[r]]
-                 /\ schedAsync' = IF RFLabel = "delay_if_tracked" THEN schedAsync \ fin
-                                  ELSE schedAsync
-                 /\ extraSaves' = extraSaves \cup (IF Multi THEN ucmDelays ELSE {})
-                 /\ finishedIds' = finishedIds \cup fin
-                 /\ agg' = [r \in Req |-> IF r \in emitted THEN 0 ELSE counts[r]]
-                 /\ inflight' = Tail(inflight)
-                 /\ executed' = executed - 1
-                 /\ unexpectedReports' = unexpectedReports \cup unexpected
-                 /\ action' = [name |-> "update_from_output",
-                               finished |-> fin,
-                               calls |-> << [name |-> "request_finished", reqs |-> fin,
-                                             ucm_delayed |-> ucmDelays, delayed |-> delays],
-                                            [name |-> "_update_from_kv_xfer_finished",
-                                             finished_sending |-> emitted,
-                                             unexpected |-> unexpected] >>]
-    /\ UNCHANGED <<preemptions, workerVars, blockingWaits, preemptOverWaits>>
+    /\ \E z \in UpdateResults(SchedState, Head(inflight).sending) :
+         /\ SetSched(z.S)
+         /\ action' = z.rec
+    /\ inflight' = Tail(inflight)
+    /\ executed' = executed - 1
+    /\ tick' = 1 - tick
+    /\ UNCHANGED <<workerVars, blockingWaits, preemptOverWaits, dumpOverwrites>>
+
+(* Sync scheduling in one action: schedule, every rank's execute_model,    *)
+(* update_from_output.  Sound for these properties because the scheduler   *)
+(* reads nothing the workers change within the step except the reports it *)
+(* processes at its end, and store events commute with the scheduler's    *)
+(* phases (README "Abstractions").                                         *)
+engine_step ==
+    /\ FusedStep
+    /\ CanSchedule(SchedState)
+    /\ \E x \in ScheduleResults(SchedState) :
+       \E post \in ExecResults(x.meta, Workers) :
+       \E z \in UpdateResults(x.S, Sending(post)) :
+         /\ SetSched(z.S)
+         /\ SetWorkers(post)
+         /\ action' = [name |-> "engine_step", phases |-> <<x.rec, ExecRecord(post), z.rec>>]
+    /\ tick' = 1 - tick
+    /\ UNCHANGED <<inflight, executed>>
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
 (* Store environment.                                                      *)
 (***************************************************************************)
 
-(* A rank's store finishes its running dump tasks (all of them: a         *)
-(* still-running task is the hazard, and completion only removes hazards,  *)
-(* so completing a rank's tasks together keeps every worst case; README    *)
-(* "Abstractions").  With the "wait" fault they finish with an error that  *)
-(* their later wait raises.                                                *)
-(* Lockstep: the ranks' stores finish together.                          *)
+(* A dump task finishes asynchronously: it stops reading its blocks, with  *)
+(* success or (fault "wait") an error that its later wait raises.  With    *)
+(* Lockstep the ranks' stores finish all their running tasks together (a  *)
+(* still-running task is the only hazard and completion only removes       *)
+(* hazards, so this keeps every worst case; README "Abstractions").        *)
 Running(w) == {t \in pending[w] : t.status = "running"}
+Outcomes == IF "wait" \in Faults THEN {"ok", "error"} ELSE {"ok"}
+Finish(t, outcome) == [t EXCEPT !.status = IF outcome = "ok" THEN "done" ELSE "failed"]
+
 task_complete ==
-    \E ranks \in IF Lockstep THEN {{w \in Rank : Running(w) # {}}}
-                             ELSE {{w} : w \in Rank} :
-      /\ ranks # {}
-      /\ \A w \in ranks : Running(w) # {}
-      /\ \E outcome \in IF "wait" \in Faults THEN {"ok", "error"} ELSE {"ok"} :
-           /\ pending' = [w \in Rank |->
-                            IF w \in ranks
-                            THEN (pending[w] \ Running(w)) \cup
-                                 {[t EXCEPT !.status = IF outcome = "ok" THEN "done" ELSE "failed"]
-                                  : t \in Running(w)}
-                            ELSE pending[w]]
-           /\ action' = [name |-> "task_complete", ranks |-> ranks,
-                         tasks |-> [w \in ranks |-> {t.id : t \in Running(w)}],
-                         outcome |-> outcome]
-          /\ UNCHANGED <<schedVars, workerAsync, live, releaseErrors, workerExtra,
-                         sibPending, reported, historyVars>>
+    /\ IF Lockstep
+       THEN LET ranks == {w \in Rank : Running(w) # {}}
+            IN  /\ ranks # {}
+                /\ \E outcome \in Outcomes :
+                     /\ pending' = [w \in Rank |-> (pending[w] \ Running(w))
+                                                   \cup {Finish(t, outcome) : t \in Running(w)}]
+                     /\ action' = [name |-> "task_complete", ranks |-> ranks,
+                                   tasks |-> [w \in ranks |-> {t.id : t \in Running(w)}],
+                                   outcome |-> outcome]
+       ELSE \E w \in Rank : \E t \in Running(w) : \E outcome \in Outcomes :
+              /\ pending' = [pending EXCEPT ![w] = (@ \ {t}) \cup {Finish(t, outcome)}]
+              /\ action' = [name |-> "task_complete", rank |-> w, task |-> t.id,
+                            outcome |-> outcome]
+    /\ UNCHANGED <<schedVars, workerAsync, live, releaseErrors, workerExtra, sibPending,
+                   reported, historyVars, tick>>
 
 HasWork == (\E r \in Req : reqState[r] # "done") \/ inflight # <<>>
 
 (* Nothing left: the engine idles (stuttering, so TLC sees no deadlock).   *)
 Idle == ~HasWork /\ UNCHANGED vars
 
-Next == schedule \/ execute_model \/ update_from_output \/ task_complete \/ Idle
+Next == schedule \/ execute_model \/ update_from_output \/ engine_step \/ task_complete \/ Idle
 
 Spec == Init /\ [][Next]_vars
 
@@ -539,16 +601,19 @@ TypeInv ==
     /\ live \in [Rank -> SUBSET TaskIds]
     /\ releaseErrors \in [Rank -> SUBSET TaskIds]
     /\ unexpectedReports \subseteq Req
-    /\ blockingWaits \in BOOLEAN /\ preemptOverWaits \in BOOLEAN
+    /\ blockingWaits \in BOOLEAN /\ preemptOverWaits \in BOOLEAN /\ dumpOverwrites \in BOOLEAN
     /\ workerExtra \in [Rank -> SUBSET Req] /\ sibPending \in [Rank -> SUBSET Req]
     /\ reported \in [Rank -> [Req -> 0..2]]
+    /\ tick \in {0, 1}
     /\ action.name \in {"init", "schedule", "execute_model", "update_from_output",
-                        "task_complete"}
+                        "engine_step", "task_complete"}
 
-(* No pending, still-running dump task reads a block that was rewritten    *)
-(* (freed and reused by another request's forward) since it was submitted. *)
+(* No forward ever rewrites a block that a pending, still-running dump     *)
+(* task reads (the block was freed and reused since the submit).  A        *)
+(* history flag, because the victim task may be waited later in the same  *)
+(* step and leave no trace in the state.                                   *)
 NoOverwriteWhileDumpingInv ==
-    \A w \in Rank : \A t \in pending[w] : t.status = "running" => ~t.clobbered
+    ~dumpOverwrites
 
 (* No finished_sending reaches the scheduler for a request that was not    *)
 (* delayed or is already freed (vLLM's assertion).                         *)
@@ -580,14 +645,17 @@ NoWaitInWaitForSaveInv == ~blockingWaits
 PreemptWaitsOnlyPreemptedInv == ~preemptOverWaits
 
 -----------------------------------------------------------------------------
-(* Liveness, under fairness stated as premises (cheap to check, see the    *)
-(* calibration notes): the engine keeps completing steps while it has work *)
-(* (vLLM keeps stepping while delayed requests exist), and the store keeps *)
-(* completing tasks.  Checked without SYMMETRY.                            *)
+(* Liveness, under fairness stated as premises over state predicates      *)
+(* (cheap to check; weak fairness on the big step action is ruinous):      *)
+(* EngineFair: while it has work the engine keeps completing steps (`tick` *)
+(* flips; vLLM keeps stepping while delayed requests exist).  StoreFair:   *)
+(* infinitely often no dump task is running (every task eventually         *)
+(* completes; submissions are finite).  SiblingFair: the second child      *)
+(* eventually reports what it has seen.  Checked without SYMMETRY.         *)
 
 AnyRunningTask == \E w \in Rank : \E t \in pending[w] : t.status = "running"
-EngineFair == []<>(action.name = "update_from_output" \/ ~HasWork)
-StoreFair  == []<>(action.name = "task_complete" \/ ~AnyRunningTask)
+EngineFair == []<>(tick = 0 \/ ~HasWork) /\ []<>(tick = 1 \/ ~HasWork)
+StoreFair  == []<>(~AnyRunningTask)
 SiblingFair == []<>(\A w \in Rank : sibPending[w] = {})
 Fair == EngineFair /\ StoreFair /\ SiblingFair
 
@@ -600,8 +668,7 @@ PendingEventuallyDrainedProp ==
 EventsEventuallyReleasedProp ==
     Fair => \A w \in Rank : (live[w] # {}) ~> (live[w] = {})
 
-(* Requests, blocks and (unless MLA singles out rank 0) ranks are          *)
-(* interchangeable: safety models only (never with liveness).             *)
+(* Requests and blocks are interchangeable: safety models only (never     *)
+(* with liveness).                                                         *)
 Symmetry == Permutations(Req) \cup Permutations(Block)
-            \cup (IF MLA THEN Permutations(Rank \ {Rank0}) ELSE Permutations(Rank))
 =============================================================================
