@@ -206,6 +206,9 @@ CLI_CASES: dict[str, CliCase] = {
     "replay-unknown-model": CliCase(
         lambda d: ["replay", str(_itf(d, [{"action": {"name": "init"}, "slots": 0}]))],
         ("no replay driver for these variables",)),
+    # deferdump soak
+    "soak-store-dir-missing": CliCase(lambda d: ["soak", "--requests", "10", "--store-dir", str(d / "no" / "dir")],
+                                      ("Invalid value for '--store-dir'", "does not exist")),
     # deferdump traces
     "traces-unknown-model": CliCase(
         lambda d: ["traces", "NoSuchModel", "--manifest", str(_manifest(d)), "--out", str(d / "out")],

@@ -22,7 +22,7 @@ def soak(
     faults: float = typer.Option(0.01, "--faults", help="Probability of an injected failure per submit, check, wait."),
     seed: int = typer.Option(0, "--seed", help="Seed of the workload and of the fault injection."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    store_dir: Optional[Path] = typer.Option(None, "--store-dir", file_okay=False,
+    store_dir: Optional[Path] = typer.Option(None, "--store-dir", exists=True, file_okay=False,
                                              help="Parent of the FileStore temp dirs (default: /dev/shm if usable)."),
 ) -> None:
     """Soak the reference connector: faults, preemptions, aborts; report leaks and invariant violations."""
