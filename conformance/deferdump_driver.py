@@ -15,7 +15,9 @@ model action           calls on the reference connector
                        call record says (``submit_error``, ``check_error``)
 ``update_from_output`` ``request_finished`` (``request_finished_all_groups`` on the HMA path) per
                        finished request
-``task_complete``      the rank's :class:`ManualStore` completes or fails the task
+``engine_step``        the three phases above in order (sync scheduling fused into one step)
+``task_complete``      the rank's :class:`ManualStore` completes or fails the task (under Lockstep:
+                       every running task of the listed ranks)
 =====================  =======================================================================
 
 Each rank has its own ManualStore (``auto_complete_on_wait``: a wait on a running task drains it, as a
@@ -52,6 +54,7 @@ from deferdump.reference.connectors import VARIANT_CLASSES, DirectConnector, Out
 from deferdump.reference.devices import DeferredCpuDevice
 from deferdump.reference.manual_store import ManualStore
 from deferdump.reference.metadata import DeferDumpMetadata
+from deferdump.reference.metrics import ConnectorMetrics
 from deferdump.reference.pending import PendingDumpTask
 from deferdump.reference.store_base import StoreTask
 from deferdump.reference.views import CachedRequestView, NewRequestView, RequestView, StepView
@@ -65,7 +68,7 @@ log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 2  # tokens per block: the model counts blocks, any size works
 DEFERDUMP_VARS = frozenset({"schedAsync", "workerAsync", "pending", "live", "reqState", "blocksOf", "finishedIds"})
-ACTIONS = frozenset({"init", "schedule", "execute_model", "update_from_output", "task_complete"})
+ACTIONS = frozenset({"init", "schedule", "execute_model", "update_from_output", "engine_step", "task_complete"})
 INNER_VARIANTS = {"UCMDirectConnector": "direct", "UCMLayerWiseConnector": "layerwise", "UCMCPConnector": "cp"}
 _TASK_FIELDS = ("id", "reqs", "blocks", "layer", "status", "event")
 
@@ -76,7 +79,7 @@ class ModelConstants:
 
     requests: tuple[str, ...]
     blocks: tuple[str, ...]
-    num_ranks: int
+    ranks: tuple[int, ...]  # the model's rank values, Rank0 first (it is the implementation's rank 0)
     prompt_blocks: int
     layers: int
     variant: str
@@ -85,6 +88,10 @@ class ModelConstants:
     multi: bool
     mla: bool
 
+    @property
+    def num_ranks(self) -> int:
+        return len(self.ranks)
+
     @classmethod
     def from_trace(cls, trace: ItfTrace) -> "ModelConstants":
         raw = trace.meta.get("constants")
@@ -92,7 +99,11 @@ class ModelConstants:
             raise ItfError("'#meta.constants' (the model's constants) is missing", json_path='$["#meta"]',
                            file=trace.path)
         values: dict[str, Value] = {}
-        for name in ("Req", "Block", "NumRanks", "PromptBlocks", "Layers", "InnerClass", "Wrapper", "HMA",
+        if "Rank" in raw:  # Rank (a set of integers) and Rank0; older models: NumRanks (ranks 0..n-1)
+            rank_names: tuple[str, ...] = ("Rank", "Rank0")
+        else:
+            rank_names = ("NumRanks",)
+        for name in ("Req", "Block", *rank_names, "PromptBlocks", "Layers", "InnerClass", "Wrapper", "HMA",
                      "Multi", "MLA"):
             where = f'$["#meta"].constants.{name}'
             if name not in raw:
@@ -105,13 +116,33 @@ class ModelConstants:
         if inner not in INNER_VARIANTS:
             raise ItfError(f"InnerClass {inner!r} has no reference connector", json_path='$["#meta"].constants',
                            file=trace.path)
+        if "Rank" in values:
+            rank0 = int(values["Rank0"])
+            ranks = (rank0, *sorted(int(w) for w in values["Rank"] if int(w) != rank0))
+        else:
+            ranks = tuple(range(int(values["NumRanks"])))
         return cls(
             requests=tuple(sorted(_name(v) for v in values["Req"])),
             blocks=tuple(sorted(_name(v) for v in values["Block"])),
-            num_ranks=int(values["NumRanks"]), prompt_blocks=int(values["PromptBlocks"]),
+            ranks=ranks, prompt_blocks=int(values["PromptBlocks"]),
             layers=int(values["Layers"]), variant=INNER_VARIANTS[inner], wrapper=bool(values["Wrapper"]),
             hma=bool(values["HMA"]), multi=bool(values["Multi"]), mla=bool(values["MLA"]),
         )
+
+
+_SHARED_METRICS: ConnectorMetrics | None = None
+
+
+def _replay_metrics() -> ConnectorMetrics:
+    """One metrics object for every replayed connector: metrics are not compared, and building a
+    prometheus registry per connector per trace would dominate the replay time."""
+    global _SHARED_METRICS
+    if _SHARED_METRICS is None:
+        _SHARED_METRICS = ConnectorMetrics()
+    return _SHARED_METRICS
+
+
+_REQ_SETS: dict[frozenset[str], TlaSet] = {}
 
 
 def _name(value: Value) -> str:
@@ -123,7 +154,12 @@ def _names(values: Iterable[Value]) -> set[str]:
 
 
 def _reqs(names: Iterable[str]) -> TlaSet:
-    return TlaSet(ModelValue(n) for n in names)
+    """The model's set of requests (interned: its canonical key is then computed once)."""
+    key = frozenset(names)
+    cached = _REQ_SETS.get(key)
+    if cached is None:
+        cached = _REQ_SETS[key] = TlaSet(ModelValue(n) for n in sorted(key))
+    return cached
 
 
 class DeferDumpDriver:
@@ -153,10 +189,12 @@ class DeferDumpDriver:
         self.workers: list[Any] = []
         self.stores: list[ManualStore] = []
         self.devices: list[DeferredCpuDevice] = []
+        self._records: dict[tuple[Any, ...], Record] = {}  # interned task records (see _task_record)
 
     # ------------------------------------------------------------------ lifecycle
     def _connector(self, role: Role, store: ManualStore, rank: int = 0) -> Any:
-        kwargs: dict[str, Any] = {"store": store, "rank": rank, "world_size": self.constants.num_ranks}
+        kwargs: dict[str, Any] = {"store": store, "rank": rank, "world_size": self.constants.num_ranks,
+                                  "metrics": _replay_metrics()}
         if role is Role.WORKER:
             device = DeferredCpuDevice()
             self.devices.append(device)
@@ -200,6 +238,11 @@ class DeferDumpDriver:
             self._execute_model(action)
         elif name == "update_from_output":
             self._update_from_output(before, action)
+        elif name == "engine_step":  # sync scheduling fused: the three phases in order
+            schedule, execute, update = action["phases"]
+            self._schedule(before, schedule)
+            self._execute_model(execute)
+            self._update_from_output(before, update)
         elif name == "task_complete":
             self._task_complete(action)
         else:
@@ -251,8 +294,8 @@ class DeferDumpDriver:
         meta = self.inflight[self.executed]
         self.executed += 1
         ranks = action["ranks"]
-        for w in range(self.constants.num_ranks):
-            self._rank_step(w, meta, list(ranks[w]))
+        for index, rank in enumerate(self.constants.ranks):
+            self._rank_step(index, meta, list(ranks[rank]))
 
     def _rank_step(self, w: int, meta: DeferDumpMetadata, calls: list[Record]) -> None:
         worker, store = self.workers[w], self.stores[w]
@@ -289,12 +332,12 @@ class DeferDumpDriver:
                 self._check_waits(w, "get_finished", store.waited[waited_from:], call["waited"])
                 got, want = set(sending or ()), _names(call["ucm_sending"])
                 if got != want or receiving:
-                    raise StepMismatch(f"rank {w} get_finished({sorted(finished)}): finished_sending model "
+                    raise StepMismatch(f"rank {self.constants.ranks[w]} get_finished({sorted(finished)}): finished_sending model "
                                        f"{sorted(want)}, implementation {sorted(got)} (receiving {receiving})")
                 for rid in got:
                     self.reports[w][rid] = min(2, self.reports[w][rid] + 1)
             else:
-                raise StepMismatch(f"rank {w}: unknown call record {name!r}")
+                raise StepMismatch(f"rank {self.constants.ranks[w]}: unknown call record {name!r}")
         worker.clear_connector_metadata()
 
     def _submitting(self, w: int, what: str, submitted: int, submit_error: bool, call: Any) -> None:
@@ -308,13 +351,13 @@ class DeferDumpDriver:
             unused = store.submit_fail_next
             store.submit_fail_next = 0
         if submit_error and unused:
-            raise StepMismatch(f"rank {w} {what}: the model submits (and fails), the implementation did not submit")
+            raise StepMismatch(f"rank {self.constants.ranks[w]} {what}: the model submits (and fails), the implementation did not submit")
         new = [p for p in worker._pending_dump_tasks if id(p) not in before]
         if submitted == 0 and new:
-            raise StepMismatch(f"rank {w} {what}: the implementation submitted {len(new)} task(s), the model none")
+            raise StepMismatch(f"rank {self.constants.ranks[w]} {what}: the implementation submitted {len(new)} task(s), the model none")
         if submitted != 0:
             if len(new) != 1:
-                raise StepMismatch(f"rank {w} {what}: the model submits task {submitted}, "
+                raise StepMismatch(f"rank {self.constants.ranks[w]} {what}: the model submits task {submitted}, "
                                    f"the implementation submitted {len(new)}")
             task = new[0]
             self.model_ids[w][id(task)] = submitted
@@ -327,7 +370,7 @@ class DeferDumpDriver:
         got = sorted(self.store_task_ids[w].get(t.task_id, -t.task_id) for t in waited)
         want = sorted(int(x["task"]) for x in expected)
         if got != want:
-            raise StepMismatch(f"rank {w} {what} waited tasks: model {want}, implementation {got}")
+            raise StepMismatch(f"rank {self.constants.ranks[w]} {what} waited tasks: model {want}, implementation {got}")
 
     def _update_from_output(self, before: Mapping[str, Value], action: Record) -> None:
         if not self.inflight or self.executed < 1:
@@ -350,10 +393,19 @@ class DeferDumpDriver:
                                    f"returned ({delay}, {params})")
 
     def _task_complete(self, action: Record) -> None:
-        w, task_id, outcome = int(action["rank"]), int(action["task"]), action["outcome"]
+        """One task (``rank``, ``task``), or under Lockstep every running task of ``ranks`` (``tasks``)."""
+        if "tasks" in action:
+            finished = [(int(rank), int(task)) for rank, tasks in action["tasks"].items() for task in tasks]
+        else:
+            finished = [(int(action["rank"]), int(action["task"]))]
+        for rank, task_id in finished:
+            self._finish(self.constants.ranks.index(rank), task_id, str(action["outcome"]))
+
+    def _finish(self, w: int, task_id: int, outcome: str) -> None:
         pending = self.by_model_id[w].get(task_id)
         if pending is None or id(pending) not in {id(p) for p in self.workers[w]._pending_dump_tasks}:
-            raise StepMismatch(f"task_complete: rank {w} has no pending task {task_id} in the implementation")
+            raise StepMismatch(f"task_complete: rank {self.constants.ranks[w]} has no pending task {task_id} "
+                               "in the implementation")
         if outcome == "ok":
             self.stores[w].complete(pending.task)
             self.outcomes[w][task_id] = "done"
@@ -371,23 +423,29 @@ class DeferDumpDriver:
             finished = True
         status = self.outcomes[w].get(model_id, "done") if finished else "running"
         layer = 0 if pending.layer_name is None else int(pending.layer_name.rsplit(".", 1)[1]) + 1
-        return Record(id=model_id, reqs=_reqs(pending.request_ids),
-                      blocks=TlaSet(ModelValue(self.block_names[b]) for b in pending.block_ids),
-                      layer=layer, status=status, event=model_id if pending.event_handle else 0)
+        fields = (model_id, pending.request_ids, pending.block_ids, layer, status,
+                  model_id if pending.event_handle else 0)
+        record = self._records.get(fields)
+        if record is None:
+            record = self._records[fields] = Record(
+                id=model_id, reqs=_reqs(pending.request_ids),
+                blocks=TlaSet(ModelValue(self.block_names[b]) for b in sorted(set(pending.block_ids))),
+                layer=layer, status=status, event=fields[5])
+        return record
 
     def abstract_state(self) -> dict[str, Value]:
-        ranks = range(self.constants.num_ranks)
+        ranks = list(enumerate(self.constants.ranks))  # (implementation index, model rank)
         state: dict[str, Value] = {
             "schedAsync": _reqs(self.scheduler._async_dump_req_ids),
-            "workerAsync": TlaFunction((w, _reqs(self.workers[w]._async_dump_req_ids)) for w in ranks),
-            "pending": TlaFunction((w, TlaSet(self._task_record(w, p) for p in self.workers[w]._pending_dump_tasks))
-                                   for w in ranks),
-            "live": TlaFunction((w, TlaSet(self.handle_ids[w].get(h, -h) for h in self.workers[w].events.live_handles()))
-                                for w in ranks),
+            "workerAsync": TlaFunction((r, _reqs(self.workers[i]._async_dump_req_ids)) for i, r in ranks),
+            "pending": TlaFunction((r, TlaSet(self._task_record(i, p) for p in self.workers[i]._pending_dump_tasks))
+                                   for i, r in ranks),
+            "live": TlaFunction((r, TlaSet(self.handle_ids[i].get(h, -h) for h in self.workers[i].events.live_handles()))
+                                for i, r in ranks),
         }
         if "reported" in self.observed:
             state["reported"] = TlaFunction(
-                (w, TlaFunction((ModelValue(r), self.reports[w][r]) for r in self.constants.requests)) for w in ranks)
+                (r, TlaFunction((ModelValue(q), self.reports[i][q]) for q in self.constants.requests)) for i, r in ranks)
         return state
 
     def model_view(self, state: Mapping[str, Value]) -> dict[str, Value]:

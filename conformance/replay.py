@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from deferdump.tools.manifest import Manifest, ManifestError, load_manifest
-from deferdump.tools.tlavalue import ItfError, ItfTrace, Record, Value, format_value, load_itf, value_key
+from deferdump.tools.tlavalue import ItfError, ItfTrace, Record, Value, format_value, value_key
 
 from .diff import diff_states
 from .driver import Driver, DriverFactory, StepMismatch
 from .errors import TraceInputError
+from .itfload import TraceLoader
 from .stategraph import StateGraph, StateKey, state_key
 
 __all__ = ["Divergence", "ReplayReport", "TraceOutcome", "load_traces", "replay_paths", "replay_states",
@@ -99,6 +100,7 @@ class ReplayReport:
     seconds: float
     coverage: list[ModelCoverage] = field(default_factory=list)
     skipped: int = 0  # traces not replayed after --stop-first
+    cpu_seconds: float = 0.0  # process CPU time of the replay (the machine may be shared)
 
     @property
     def edge_coverage(self) -> float | None:
@@ -119,7 +121,7 @@ class ReplayReport:
     def to_json(self) -> dict[str, Any]:
         return {"traces": self.traces, "passed": self.passed, "failed": [d.to_json() for d in self.failed],
                 "steps": self.steps, "seconds": round(self.seconds, 4),
-                "steps_per_second": round(self.steps_per_second, 1),
+                "steps_per_second": round(self.steps_per_second, 1), "cpu_seconds": round(self.cpu_seconds, 4),
                 "edge_coverage": self.edge_coverage, "action_coverage": self.action_coverage,
                 "models": [c.to_json() for c in self.coverage], "skipped": self.skipped}
 
@@ -158,9 +160,10 @@ def validate_actions(trace: ItfTrace, driver_actions: frozenset[str], observed: 
 def load_traces(paths: Sequence[Path], driver_factory: DriverFactory) -> list[tuple[ItfTrace, Driver]]:
     """Decode and validate every file (raising TraceInputError on the first bad one) and build drivers."""
     loaded: list[tuple[ItfTrace, Driver]] = []
+    loader = TraceLoader()
     try:
         for path in paths:
-            trace = load_itf(path)
+            trace = loader.load(path)
             driver = driver_factory(trace)
             validate_actions(trace, driver.actions, driver.observed)
             loaded.append((trace, driver))
@@ -204,7 +207,11 @@ def replay_states(states: Sequence[Mapping[str, Value]], driver: Driver, file: s
 
 def _stutters(before: Mapping[str, Value], after: Mapping[str, Value]) -> bool:
     """Is the step a stutter (no variable changes)? Cheap first: a real step nearly always changes ``action``."""
-    if value_key(before.get(ACTION)) != value_key(after.get(ACTION)):
+    action_before, action_after = before.get(ACTION), after.get(ACTION)
+    if isinstance(action_before, Record) and isinstance(action_after, Record) and \
+            action_before.get("name") != action_after.get("name"):
+        return False
+    if value_key(action_before) != value_key(action_after):
         return False
     return state_key(before) == state_key(after)
 
@@ -276,7 +283,7 @@ def replay_paths(paths: Sequence[Path | str], *, stop_first: bool = False, shrin
     graphs = _graphs_for([trace for trace, _ in loaded], manifest) if (coverage or shrink) else {}
     outcomes: list[tuple[ItfTrace, TraceOutcome]] = []
     failed: list[Divergence] = []
-    seconds = 0.0
+    seconds = cpu_seconds = 0.0
     skipped = 0
     for position, (trace, driver) in enumerate(loaded):
         if stop_first and failed:
@@ -284,9 +291,10 @@ def replay_paths(paths: Sequence[Path | str], *, stop_first: bool = False, shrin
             for _, rest in loaded[position:]:
                 rest.close()
             break
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         outcome = replay_trace(trace, driver)
         seconds += time.perf_counter() - started
+        cpu_seconds += time.process_time() - cpu_started
         outcomes.append((trace, outcome))
         if outcome.divergence is not None:
             if shrink:
@@ -296,7 +304,8 @@ def replay_paths(paths: Sequence[Path | str], *, stop_first: bool = False, shrin
                 shrink_failure(trace, outcome.divergence, driver_factory, graph)
             failed.append(outcome.divergence)
     report = ReplayReport(traces=len(loaded), passed=sum(o.passed for _, o in outcomes), failed=failed,
-                          steps=sum(o.steps for _, o in outcomes), seconds=seconds, skipped=skipped)
+                          steps=sum(o.steps for _, o in outcomes), seconds=seconds, skipped=skipped,
+                          cpu_seconds=cpu_seconds)
     if coverage:
         for model, graph in sorted(graphs.items()):
             mine = [o for t, o in outcomes if t.meta.get("model") == model]

@@ -18,8 +18,7 @@ from typing import Any
 
 import networkx as nx
 
-from deferdump.tools.tlavalue import Value, value_key
-from deferdump.tools.tlcoutput import TlcOutputError, parse_state_body
+from deferdump.tools.tlavalue import TlaParseError, Value, parse_value, value_key
 
 from .errors import StateGraphError
 
@@ -31,6 +30,31 @@ StateKey = tuple[tuple[str, Any], ...]
 _NODE = re.compile(r'^(-?\d+) \[label="((?:[^"\\]|\\.)*)"(,style = filled)?\]\s*;?\s*$')
 _EDGE = re.compile(r'^(-?\d+) -> (-?\d+) \[label="((?:[^"\\]|\\.)*)"')
 _ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+_VARIABLE = re.compile(r"^(?:/\\ )?([A-Za-z_][A-Za-z0-9_]*) = ", re.MULTILINE)
+
+
+class _StateParser:
+    """``/\\ var = value`` bodies, each distinct value text parsed once (states repeat most values)."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, Value] = {}
+
+    def parse(self, body: str) -> dict[str, Value]:
+        matches = list(_VARIABLE.finditer(body))
+        state: dict[str, Value] = {}
+        for i, match in enumerate(matches):
+            text = body[match.end(): matches[i + 1].start() if i + 1 < len(matches) else len(body)].strip()
+            value = self._values.get(text, _MISSING)
+            if value is _MISSING:
+                try:
+                    value = self._values[text] = parse_value(text)
+                except TlaParseError as error:
+                    raise StateGraphError(f"cannot decode variable {match.group(1)}: {error}") from None
+            state[match.group(1)] = value
+        return state
+
+
+_MISSING = object()
 
 
 def state_key(state: Mapping[str, Value]) -> StateKey:
@@ -76,6 +100,7 @@ def parse_dot(text: str, source: str | Path = "<dot>") -> StateGraph:
     states: dict[StateKey, dict[str, Value]] = {}
     initial: list[StateKey] = []
     edges: list[tuple[str, str, str, int]] = []
+    parser = _StateParser()
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         edge = _EDGE.match(line)
@@ -86,8 +111,8 @@ def parse_dot(text: str, source: str | Path = "<dot>") -> StateGraph:
         if node is None:
             continue
         try:
-            state = parse_state_body(_unescape(node.group(2)))
-        except TlcOutputError as error:
+            state = parser.parse(_unescape(node.group(2)))
+        except StateGraphError as error:
             raise StateGraphError(f"{source}:{number}: {error}") from None
         if not state:
             continue  # the legend's action nodes carry a bare label, no state

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from deferdump.tools.manifest import ModelEntry
-from deferdump.tools.tlavalue import TlaParseError, Value, itf_trace, parse_value, to_itf
+from deferdump.tools.tlavalue import TlaParseError, Value, parse_value, to_itf
 from deferdump.tools.tlc import Status, TlcResult, run_tlc
 from deferdump.tools.tlcoutput import TlcOutputError, parse_simulation_trace
 
@@ -47,7 +47,7 @@ _KEYWORD = re.compile(
     r"^\s*(CONSTANTS?|INIT|NEXT|SPECIFICATION|INVARIANTS?|PROPERTY|PROPERTIES|SYMMETRY|CONSTRAINTS?|"
     r"ACTION_CONSTRAINTS?|VIEW|CHECK_DEADLOCK|POSTCONDITION|ALIAS)\b(.*)$"
 )
-_DROPPED = {"SYMMETRY", "PROPERTY", "PROPERTIES"}
+_DROPPED = {"SYMMETRY", "PROPERTY", "PROPERTIES", "VIEW"}
 _ASSIGNMENT = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.+?)\s*$")
 
 
@@ -150,11 +150,25 @@ def model_graph(entry: ModelEntry, timeout: float | None = None) -> StateGraph:
     return graph
 
 
-def write_itf(path: Path, states: Sequence[Mapping[str, Value]], meta: Mapping[str, Any]) -> None:
-    """Write one ITF trace; every state must hold the same variables (the first state's)."""
+ITF_META = {"format": "ITF", "format-description": "https://apalache-mc.org/docs/adr/015adr-trace.html"}
+
+
+def write_itf(path: Path, states: Sequence[Mapping[str, Value]], meta: Mapping[str, Any],
+              encoded: Sequence[Mapping[str, Any]] | None = None) -> None:
+    """Write one ITF trace; every state must hold the same variables (the first state's).
+
+    ``encoded`` may give the states already in ITF form (cover traces share states, each encoded once).
+    Compact JSON: Python's C encoder only runs without indentation, and the files are for tools.
+    """
     names = sorted(states[0])
-    text = json.dumps(itf_trace(names, states, meta=meta), indent=1)
-    path.write_text(text + "\n", encoding="utf-8")
+    if encoded is None:
+        encoded = [{name: to_itf(state[name]) for name in names} for state in states]
+    for index, state in enumerate(states):
+        if sorted(state) != names:
+            raise ValueError(f"state {index}: variables {sorted(state)} differ from {names}")
+    trace = {"#meta": {**ITF_META, **meta}, "vars": names,
+             "states": [{"#meta": {"index": i}, **body} for i, body in enumerate(encoded)]}
+    path.write_text(json.dumps(trace, separators=(",", ":")) + "\n", encoding="utf-8")
 
 
 def _targets(out_dir: Path, entry: ModelEntry, mode: str, count: int) -> list[Path]:
@@ -169,10 +183,20 @@ def _targets(out_dir: Path, entry: ModelEntry, mode: str, count: int) -> list[Pa
 
 
 def _meta(entry: ModelEntry, mode: str, index: int, count: int, **extra: Any) -> dict[str, Any]:
-    constants = cfg_constants(entry.config_path.read_text(encoding="utf-8"))
+    constants = _constants(entry.config_path)
     return {"source": "deferdump traces", "model": entry.name, "module": entry.module, "config": entry.config,
             "variant": entry.variant, "mode": mode, "trace": index, "of": count,
             "constants": {name: to_itf(value) for name, value in constants.items()}, **extra}
+
+
+_CONSTANTS: dict[tuple[str, float], dict[str, Value]] = {}
+
+
+def _constants(config: Path) -> dict[str, Value]:
+    key = (str(config), config.stat().st_mtime)
+    if key not in _CONSTANTS:
+        _CONSTANTS[key] = cfg_constants(config.read_text(encoding="utf-8"))
+    return _CONSTANTS[key]
 
 
 def generate_traces(entry: ModelEntry, mode: str, out_dir: Path, *, num: int = 20, seed: int = 0,
@@ -187,8 +211,13 @@ def generate_traces(entry: ModelEntry, mode: str, out_dir: Path, *, num: int = 2
         graph = model_graph(entry, timeout)
         paths = edge_cover_paths(graph, max_len)
         targets = _targets(out_dir, entry, mode, len(paths))
+        itf: dict[StateKey, dict[str, Any]] = {}
+        for key in {key for path in paths for key in path}:
+            state = graph.states[key]
+            itf[key] = {name: to_itf(state[name]) for name in sorted(state)}
         for index, (path, target) in enumerate(zip(paths, targets)):
-            write_itf(target, [graph.states[key] for key in path], _meta(entry, mode, index, len(paths)))
+            write_itf(target, [graph.states[key] for key in path], _meta(entry, mode, index, len(paths)),
+                      [itf[key] for key in path])
         covered = len({edge for path in paths for edge in path_edges(path)})
         return GeneratedTraces(entry.name, mode, graph.num_states, graph.num_edges, covered, targets,
                                [len(path) for path in paths], time.monotonic() - started)
