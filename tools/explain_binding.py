@@ -631,7 +631,8 @@ def delayed_eventually_freed(steps: Sequence[Step], loop: int) -> list[Offence]:
             if not trackers:
                 text += f" (which never tracked {show(req)})"
         offences.append(Offence(text, frozenset({lane_id(REQUESTS, show(req)), lane_id(SCHEDULER, "delayed frees")}
-                                                | {lane_id(CALLS, f"rank {r}") for r in silent})))
+                                                | {lane_id(CALLS, f"rank {r}") for r in silent}
+                                                | {lane_id(TASKS, f"rank {r}") for r in silent})))
     return offences
 
 

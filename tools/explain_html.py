@@ -180,7 +180,10 @@ def _loop_arc(timeline: Timeline, g: _Geometry) -> str:
         parts.append(f'<path class="looparc" d="M {start} {base} C {start} {base - 34}, {end} {base - 34}, '
                      f'{end} {base}"/>')
         parts.append(f'<polygon class="arrowhead" points="{end},{base + 2} {end - 6},{base - 9} {end + 6},{base - 9}"/>')
-        parts.append(_text_block(end + 12, base - LOOP_H + 14, [label], "looptext"))
+        half = len(label) * CHAR_PX / 2 + 4
+        middle = min(max((start + end) / 2, half + 4), g.width - half)
+        parts.append(f'<text class="looptext" text-anchor="middle" x="{middle:.0f}" '
+                     f'y="{base - LOOP_H + 12}">{_e(label)}</text>')
     return "".join(parts)
 
 
