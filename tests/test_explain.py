@@ -151,3 +151,18 @@ def test_cli_html_svg_and_text_from_an_itf_file(tmp_path: Path) -> None:
     assert "NoOverwriteWhileDumpingInv" in text.stdout and "✗ breaks" in text.stdout
     for step in range(len(trace.steps)):
         assert f"step {step} · " in text.stdout
+
+
+def test_conformance_trace_file(tmp_path: Path) -> None:
+    """An ITF trace written by `deferdump traces` (the conformance tool) is explained from its file alone."""
+    generated = deferdump("traces", "DirectConformance", "--mode", "simulate", "--num", "1", "--seed", "1",
+                          "--out", str(tmp_path / "traces"))
+    assert generated.returncode == 0, generated.stderr
+    [source] = sorted((tmp_path / "traces").glob("*.itf.json"))
+    trace = load_target(str(source))
+    assert (trace.model, trace.variant) == ("DirectConformance", "Direct")
+    out = deferdump("explain", str(source), "--html", str(tmp_path / "conf.html"))
+    assert out.returncode == 0, out.stderr
+    html = (tmp_path / "conf.html").read_text(encoding="utf-8")
+    assert len(header_steps(html)) == len(trace.steps)
+    assert '<dd id="verdict" class="verdict pass">no property is violated in this trace</dd>' in html
