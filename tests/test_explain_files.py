@@ -3,6 +3,7 @@ lasso, ITF files from disk, and bad input (malformed traces, unknown targets, un
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,10 @@ def test_itf_lasso_keeps_its_loop_and_renders_text(tmp_path: Path) -> None:
     html = deferdump("explain", str(source), "--html", str(tmp_path / "lasso.html"))
     assert html.returncode == 0, html.stderr
     assert 'class="looparc"' in (tmp_path / "lasso.html").read_text(encoding="utf-8")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "lasso.html").stat().st_mode & 0o777 == 0o666 & ~umask
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".lasso.html.")], "no temp file left"
 
 
 @pytest.mark.parametrize("content, fragment", [

@@ -34,6 +34,9 @@ def _write(path: Path, text: str, target: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes 0600; the page is an ordinary file
         os.replace(temporary, path)
     except OSError as error:
         Path(temporary).unlink(missing_ok=True)
