@@ -627,7 +627,8 @@ def delayed_eventually_freed(steps: Sequence[Step], loop: int) -> list[Offence]:
         if silent:
             text += (f"; finished_sending for {show(req)} came from rank(s) {' '.join(reporters) or 'none'} but "
                      f"never from rank(s) {' '.join(silent)}")
-            trackers = [r for r in silent if req in _get(_fn(steps[first], "workerAsync"), _rank_of(steps, r), ())]
+            trackers = [r for r in silent for s in steps
+                        if req in _get(_fn(s, "workerAsync"), _rank_of(steps, r), ())]
             if not trackers:
                 text += f" (which never tracked {show(req)})"
         offences.append(Offence(text, frozenset({lane_id(REQUESTS, show(req)), lane_id(SCHEDULER, "delayed frees")}
