@@ -46,7 +46,7 @@ def tiny_config() -> BenchConfig:
         shape=shape, workload=workload, store_capacity_blocks=32, rounds=2, steps_per_round=4, warmup_steps=2,
         bandwidth_blocks_per_task=4, bandwidth_tasks=2, bandwidth_repeats=2, python_shape=python_shape,
         python_workload=python_workload, python_warmup_max_steps=50, python_steps=3, tlc_timeout_s=60.0,
-        malloc_tuning=False,  # process-wide and permanent: tested in a subprocess below
+        model_limit=1, replay_traces=3, malloc_tuning=False,  # process-wide and permanent: tested in a subprocess below
     )
 
 
@@ -66,6 +66,8 @@ def test_every_issue_key_is_present_with_sane_values(tiny_bench: tuple[dict, dic
     assert report["cpu_model"] and report["torch_version"] == torch.__version__
     for key in ("replay_steps_per_s", "tlc_distinct_states_per_s"):
         assert report[key] is None and report[f"{key}_reason"] or report[key] > 0
+    if report["replay_steps_per_s"] is not None:  # the manifest lists a conformance model: it replayed cleanly
+        assert report["replay_steps"] > 0 and report["replay_divergences"] == 0 and len(report["replay_models"]) == 1
     json.dumps(report)
 
 

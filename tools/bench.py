@@ -22,7 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
 import torch
 
 from deferdump.reference.config import ConnectorConfig
@@ -70,6 +69,8 @@ class BenchConfig:
     python_warmup_max_steps: int
     python_steps: int
     tlc_timeout_s: float
+    model_limit: int | None = None  # TLC and replay: at most this many manifest models (None: all CI models)
+    replay_traces: int = 20  # TLC-simulated traces per conformance model
     device: str = "cpu"
     variant: str = "direct"
     torch_threads: int = max(1, (os.cpu_count() or 2) - 1)
@@ -100,7 +101,7 @@ class BenchConfig:
             store_capacity_blocks=256, rounds=3, steps_per_round=25, warmup_steps=3,
             bandwidth_blocks_per_task=32, bandwidth_tasks=4, bandwidth_repeats=5,
             python_shape=_python_shape(), python_workload=_python_workload(), python_warmup_max_steps=300,
-            python_steps=30, tlc_timeout_s=60.0, device=device,
+            python_steps=30, tlc_timeout_s=60.0, model_limit=1, replay_traces=10, device=device,
         )
 
 
@@ -170,13 +171,12 @@ class ModeRun:
     def run_chunk(self, steps: int) -> None:
         """Measured steps, then let the dumps still in flight finish (outside the timings) so they cannot
         steal CPU from the next mode's chunk."""
-        process = psutil.Process()
-        cpu_before, main_before, wall_before = _cpu_seconds(process), time.thread_time(), time.perf_counter()
+        cpu_before, main_before, wall_before = time.process_time(), time.thread_time(), time.perf_counter()
         self.loop.run(steps=steps)
         self.wall_s += time.perf_counter() - wall_before
         self.cpu_main_s += time.thread_time() - main_before
         self.quiesce()
-        self.cpu_process_s += _cpu_seconds(process) - cpu_before
+        self.cpu_process_s += time.process_time() - cpu_before
 
     def quiesce(self, timeout_s: float = 60.0) -> None:
         """Wait until every pending dump reports finished (`check` consumes nothing)."""
@@ -200,11 +200,6 @@ class ModeRun:
             "other_threads": round((self.cpu_process_s - self.cpu_main_s) / steps * 1000.0, 3),
             "cores_used": round(self.cpu_process_s / self.wall_s, 3) if self.wall_s else 0.0,
         }
-
-
-def _cpu_seconds(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return times.user + times.system
 
 
 def _connector_config(config: BenchConfig) -> ConnectorConfig:
@@ -377,7 +372,9 @@ def measure_python_time(config: BenchConfig, *, running: int = 256) -> dict[str,
 
 
 # ------------------------------------------------------------------------------ replay and TLC figures
-def measure_replay(timeout_s: float = 120.0, *, manifest_path: Path | None = None) -> dict[str, Any]:
+def measure_replay(
+    timeout_s: float = 120.0, *, manifest_path: Path | None = None, model_limit: int | None = None, traces: int = 20
+) -> dict[str, Any]:
     """Conformance replay throughput: TLC-simulated traces of the manifest's conformance CI models,
     replayed against the reference connector by `deferdump.conformance` (steps replayed per second)."""
     try:
@@ -388,7 +385,7 @@ def measure_replay(timeout_s: float = 120.0, *, manifest_path: Path | None = Non
     from .manifest import load_manifest
 
     try:
-        models = [entry for entry in load_manifest(manifest_path).select(tier="ci") if entry.conformance]
+        models = [entry for entry in load_manifest(manifest_path).select(tier="ci") if entry.conformance][:model_limit]
     except DeferdumpError as error:
         return {"replay_steps_per_s": None, "replay_steps_per_s_reason": f"manifest: {error}"}
     if not models:
@@ -400,7 +397,7 @@ def measure_replay(timeout_s: float = 120.0, *, manifest_path: Path | None = Non
     try:
         with tempfile.TemporaryDirectory(prefix="deferdump-bench-replay-") as scratch:
             for entry in models:
-                generated = tracegen.generate_traces(entry, "simulate", Path(scratch) / entry.name, num=20,
+                generated = tracegen.generate_traces(entry, "simulate", Path(scratch) / entry.name, num=traces,
                                                      timeout=timeout_s)
                 outcome = replay.replay_paths(generated.files, shrink=False, coverage=False)
                 steps += outcome.steps
@@ -418,8 +415,10 @@ def measure_replay(timeout_s: float = 120.0, *, manifest_path: Path | None = Non
     return figures
 
 
-def measure_tlc(timeout_s: float, *, manifest_path: Path | None = None) -> dict[str, Any]:
-    """Distinct states per second of TLC over the manifest's CI models (workers 1, JVM start included)."""
+def measure_tlc(timeout_s: float, *, manifest_path: Path | None = None, model_limit: int | None = None) -> dict[str, Any]:
+    """Distinct states per second of TLC over the manifest's CI models (workers 1, JVM start included).
+
+    With `model_limit` (--quick) only the first models that are not mutants are run."""
     from .manifest import load_manifest
     from .tlc import Status, run_tlc
 
@@ -427,6 +426,8 @@ def measure_tlc(timeout_s: float, *, manifest_path: Path | None = None) -> dict[
         models = load_manifest(manifest_path).select(tier="ci")
     except DeferdumpError as error:
         return {"tlc_distinct_states_per_s": None, "tlc_distinct_states_per_s_reason": f"manifest: {error}"}
+    if model_limit is not None:
+        models = ([entry for entry in models if not entry.mutant] or models)[:model_limit]
     if not models:
         return {"tlc_distinct_states_per_s": None,
                 "tlc_distinct_states_per_s_reason": "spec/manifest.json lists no CI models yet"}
@@ -522,10 +523,11 @@ def run_bench(
         report.update(measure_dump_bandwidth(config))
         progress("python time, 256 running requests")
         report.update(measure_python_time(config))
-        report.update(measure_replay(config.tlc_timeout_s))
+        progress("conformance replay")
+        report.update(measure_replay(config.tlc_timeout_s, model_limit=config.model_limit, traces=config.replay_traces))
         if include_tlc:
             progress("TLC")
-            report.update(measure_tlc(config.tlc_timeout_s))
+            report.update(measure_tlc(config.tlc_timeout_s, model_limit=config.model_limit))
         else:
             report.update({"tlc_distinct_states_per_s": None, "tlc_distinct_states_per_s_reason": "skipped"})
     finally:
