@@ -24,8 +24,8 @@ from .errors import TraceInputError
 from .itfload import TraceLoader
 from .stategraph import StateGraph, StateKey, state_key
 
-__all__ = ["Divergence", "ReplayReport", "TraceOutcome", "load_traces", "replay_paths", "replay_states",
-           "replay_trace"]
+__all__ = ["Divergence", "ReplayReport", "TraceOutcome", "load_traces", "replay_loaded", "replay_paths",
+           "replay_states", "replay_trace"]
 
 log = logging.getLogger(__name__)
 
@@ -157,10 +157,13 @@ def validate_actions(trace: ItfTrace, driver_actions: frozenset[str], observed: 
                            json_path=f"{where}.name", file=file, state=index)
 
 
-def load_traces(paths: Sequence[Path], driver_factory: DriverFactory) -> list[tuple[ItfTrace, Driver]]:
-    """Decode and validate every file (raising TraceInputError on the first bad one) and build drivers."""
+def load_traces(paths: Sequence[Path], driver_factory: DriverFactory,
+                loader: TraceLoader | None = None) -> list[tuple[ItfTrace, Driver]]:
+    """Decode and validate every file (raising TraceInputError on the first bad one) and build drivers.
+
+    A ``loader`` shared between calls shares decoded values between their files too."""
     loaded: list[tuple[ItfTrace, Driver]] = []
-    loader = TraceLoader()
+    loader = loader if loader is not None else TraceLoader()
     try:
         for path in paths:
             trace = loader.load(path)
@@ -280,19 +283,31 @@ def replay_paths(paths: Sequence[Path | str], *, stop_first: bool = False, shrin
 
         driver_factory = default_driver_factory
     loaded = load_traces([Path(p) for p in paths], driver_factory)
-    graphs = _graphs_for([trace for trace, _ in loaded], manifest) if (coverage or shrink) else {}
+    for _, driver in loaded:
+        driver.close()
+    return replay_loaded([trace for trace, _ in loaded], driver_factory=driver_factory, stop_first=stop_first,
+                         shrink=shrink, coverage=coverage, manifest=manifest)
+
+
+def replay_loaded(traces: Sequence[ItfTrace], *, driver_factory: DriverFactory | None = None,
+                  stop_first: bool = False, shrink: bool = True, coverage: bool = True,
+                  manifest: Manifest | None = None) -> ReplayReport:
+    """Replay traces already validated by :func:`load_traces` (each gets a fresh driver)."""
+    if driver_factory is None:
+        from .drivers import default_driver_factory
+
+        driver_factory = default_driver_factory
+    graphs = _graphs_for(traces, manifest) if (coverage or shrink) else {}
     outcomes: list[tuple[ItfTrace, TraceOutcome]] = []
     failed: list[Divergence] = []
     seconds = cpu_seconds = 0.0
     skipped = 0
-    for position, (trace, driver) in enumerate(loaded):
+    for position, trace in enumerate(traces):
         if stop_first and failed:
-            skipped = len(loaded) - position
-            for _, rest in loaded[position:]:
-                rest.close()
+            skipped = len(traces) - position
             break
         started, cpu_started = time.perf_counter(), time.process_time()
-        outcome = replay_trace(trace, driver)
+        outcome = replay_trace(trace, driver_factory(trace))
         seconds += time.perf_counter() - started
         cpu_seconds += time.process_time() - cpu_started
         outcomes.append((trace, outcome))
@@ -303,7 +318,7 @@ def replay_paths(paths: Sequence[Path | str], *, stop_first: bool = False, shrin
                 graph = graphs.get(str(trace.meta.get("model")))
                 shrink_failure(trace, outcome.divergence, driver_factory, graph)
             failed.append(outcome.divergence)
-    report = ReplayReport(traces=len(loaded), passed=sum(o.passed for _, o in outcomes), failed=failed,
+    report = ReplayReport(traces=len(traces), passed=sum(o.passed for _, o in outcomes), failed=failed,
                           steps=sum(o.steps for _, o in outcomes), seconds=seconds, skipped=skipped,
                           cpu_seconds=cpu_seconds)
     if coverage:

@@ -5,12 +5,19 @@ on this model, independently of the DeferDump model that the spec helper is stil
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from deferdump.conformance.driver import StepMismatch
-from deferdump.tools.manifest import Manifest, load_manifest
-from deferdump.tools.tlavalue import ItfTrace, Tup, Value
+from deferdump.conformance.itfload import TraceLoader
+from deferdump.conformance.tracegen import GeneratedTraces, generate_traces, model_graph
+from deferdump.tools.manifest import Expectation, Manifest, ModelEntry, load_manifest
+from deferdump.tools.specfiles import spec_dir
+from deferdump.tools.tlavalue import ItfTrace, Record, Tup, Value
 
 FIXTURES = Path(__file__).parent / "fixtures" / "conformance"
 
@@ -77,3 +84,103 @@ class RecordingFactory:
     @property
     def replayed(self) -> int:
         return sum(driver.resets for driver in self.drivers)
+
+
+# ------------------------------------------------------------------------------------------ DeferDump
+
+DEFERDUMP_FIXTURES = FIXTURES / "deferdump"
+
+LOADER = TraceLoader()
+"""One loader for the whole session: the trace modules share decoded values (decoding dominates)."""
+
+COVER_FIXTURES = ("ConfMLA", "ConfLayerWise", "ConfMulti")
+"""Small DeferDump configs (tests/fixtures/conformance/deferdump) replayed with their full edge cover: what
+the shipped conformance models leave out (MLA ranks, the HMA path and fused engine steps, MultiConnector)."""
+
+SIMULATE_FIXTURES = {"ConfPreempt": {"num": 60, "seed": 5, "max_len": 30}}
+"""Configs whose edge cover is too large for the unit-test budget (ConfPreempt: 2,355 states, 7,159 edges;
+``deferdump verify`` covers it when the manifest lists it): TLC simulation traces, fixed seed."""
+
+
+def conformance_entry(name: str) -> ModelEntry:
+    shipped = {e.name: e for e in manifest_conformance_entries()}
+    return shipped.get(name) or fixture_entry(name)
+
+
+def fixture_entry(name: str) -> ModelEntry:
+    """A DeferDump model on the shipped spec modules with a fixture cfg (not in the shipped manifest)."""
+    config = os.path.relpath(DEFERDUMP_FIXTURES / f"{name}.cfg", spec_dir())
+    return ModelEntry(name=name, module="MCReal", config=config, tier="ci", variant="Direct",
+                      expect=Expectation(), distinct_states=None, mutant=False, conformance=True,
+                      spec_dir=spec_dir(), timeout=300)
+
+
+def manifest_conformance_entries() -> list[ModelEntry]:
+    """The shipped manifest's CI conformance models (passing, not mutants)."""
+    return [e for e in load_manifest().select(tier="ci") if e.conformance and not e.mutant and e.expect.passes]
+
+
+def conformance_manifest() -> Manifest:
+    """The shipped manifest's models plus the fixture models (for coverage against their graphs)."""
+    shipped = load_manifest()
+    extra = tuple(fixture_entry(name) for name in (*COVER_FIXTURES, *SIMULATE_FIXTURES))
+    return replace(shipped, models=shipped.models + extra)
+
+
+@functools.lru_cache(maxsize=None)
+def _trace_root() -> Path:
+    return Path(tempfile.mkdtemp(prefix="deferdump-conformance-tests-"))
+
+
+def deferdump_traces(name: str) -> tuple[Path, ...]:
+    """Trace files of one conformance model, generated once per test session."""
+    return tuple(generated(name).files)
+
+
+@functools.lru_cache(maxsize=None)
+def generated(name: str) -> GeneratedTraces:
+    """What generating one conformance model's traces produced (once per test session)."""
+    shipped = {e.name: e for e in manifest_conformance_entries()}
+    out = _trace_root() / name
+    if name in SIMULATE_FIXTURES:
+        options = SIMULATE_FIXTURES[name]
+        return generate_traces(fixture_entry(name), "simulate", out, num=options["num"], seed=options["seed"],
+                               max_len=options["max_len"])
+    else:
+        result = generate_traces(shipped.get(name) or fixture_entry(name), "cover", out)
+    return result
+
+
+def conformance_model_names() -> list[str]:
+    """The fixtures (small, each showing what the shipped models leave out) first, then the shipped ones."""
+    shipped = [e.name for e in manifest_conformance_entries()]
+    return [n for n in (*COVER_FIXTURES, *SIMULATE_FIXTURES) if n not in shipped] + shipped
+
+
+def all_deferdump_traces() -> list[Path]:
+    return [path for name in conformance_model_names() for path in deferdump_traces(name)]
+
+
+def steps_of(action: Record) -> Iterator[Record]:
+    """The phase records of an action: ``engine_step`` holds three; the others are their own phase."""
+    if action["name"] == "engine_step":
+        yield from action["phases"]
+    else:
+        yield action
+
+
+def rank_calls(phase: Record, name: str) -> Iterator[tuple[int, Record]]:
+    """(rank, call record) of every call named ``name`` in an ``execute_model`` phase."""
+    if phase["name"] == "execute_model":
+        for rank, calls in phase["ranks"].items():
+            for call in calls:
+                if call["name"] == name:
+                    yield rank, call
+
+
+def first_step(trace: ItfTrace, predicate: Callable[[Record], bool]) -> int | None:
+    """Index of the first state whose action has a phase satisfying ``predicate``."""
+    for index, state in enumerate(trace.states):
+        if index and any(predicate(phase) for phase in steps_of(state["action"])):
+            return index
+    return None

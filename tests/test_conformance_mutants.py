@@ -1,0 +1,115 @@
+"""Implementation mutants (monkeypatched, no flags in product code): conformance replay catches each one.
+
+All conformance traces are replayed (stop at the first failing trace); the divergence must sit at the
+first step of that trace where the mutated behaviour is observable, computed from the trace itself.
+"""
+from __future__ import annotations
+
+import pytest
+
+from conformance_support import LOADER, all_deferdump_traces, first_step, rank_calls
+from deferdump.conformance.drivers import default_driver_factory
+from deferdump.conformance.replay import load_traces, replay_loaded
+from deferdump.reference.connectors import DirectConnector, OuterConnector
+from deferdump.tools.tlavalue import load_itf
+
+
+def no_tracking(self, metadata):  # build_connector_meta without _track_async_dump_requests
+    return None
+
+
+def wrapper_drops_request_finished(self, request, block_ids):  # the pre-PR outer UCMConnector
+    return False, None
+
+
+def no_wait_on_preemption(self, meta_or_ids):  # base KVConnectorBase_V1.handle_preemptions
+    return None
+
+
+def report_before_wait(self, finished_req_ids):
+    async_finished = set(finished_req_ids) & self._async_dump_req_ids
+    if not async_finished:
+        return None, None
+    self._async_dump_req_ids -= async_finished  # reported, but the overlapping tasks stay pending
+    return async_finished, None
+
+
+def track_after_mla_return(self):
+    self._poll_pending_dump_tasks()
+    if not self._dumps_on_this_rank():
+        return  # ranks other than 0 never track: they never report
+    self._track_bound_dump_requests()
+    req_ids, hashes, block_ids = self._dumping_requests()
+    if hashes:
+        self._submit_dump(self._store_keys(hashes), block_ids, req_ids, None)
+
+
+def release_only_on_success(self, pending):
+    self._store.wait(pending.task, self.config.wait_timeout_s)  # a raising wait skips the release
+    if pending.payload is not None and self._device is not None:
+        self._device.settle(pending.payload)
+    self._release_dump_event_handle(pending)
+
+
+def _tracks(phase):
+    return phase["name"] == "schedule" and len(phase["calls"][0]["tracked"]) > 0
+
+
+def _delays(phase):
+    return phase["name"] == "update_from_output" and len(phase["calls"][0]["ucm_delayed"]) > 0
+
+
+def _preempt_waits(phase):
+    return any(len(call["waited"]) > 0 for _, call in rank_calls(phase, "handle_preemptions"))
+
+
+def _finish_waits(phase):
+    return any(len(call["waited"]) > 0 for _, call in rank_calls(phase, "get_finished"))
+
+
+def _non_dumping_rank_tracks(phase):
+    return any(rank != 0 and len(call["tracked"]) > 0 for rank, call in rank_calls(phase, "wait_for_save"))
+
+
+def _failed_wait(phase):
+    records = [r for name, key in (("handle_preemptions", "waited"), ("get_finished", "waited"),
+                                   ("wait_for_save", "reaped")) for _, call in rank_calls(phase, name)
+               for r in call[key]]
+    return any(record["outcome"] == "error" for record in records)
+
+
+MUTANTS = [
+    pytest.param(DirectConnector, "_track_async_dump_requests", no_tracking, _tracks, "schedAsync",
+                 id="no-tracking-in-build_connector_meta"),
+    pytest.param(OuterConnector, "request_finished", wrapper_drops_request_finished, _delays,
+                 "request_finished(r", id="wrapper-not-forwarding-request_finished"),
+    pytest.param(DirectConnector, "handle_preemptions", no_wait_on_preemption, _preempt_waits,
+                 "handle_preemptions waited tasks", id="no-wait-in-handle_preemptions"),
+    pytest.param(DirectConnector, "get_finished", report_before_wait, _finish_waits, "get_finished",
+                 id="report-before-wait"),
+    pytest.param(DirectConnector, "wait_for_save", track_after_mla_return, _non_dumping_rank_tracks,
+                 "workerAsync", id="worker-set-after-mla-return"),
+    pytest.param(DirectConnector, "_wait_pending_dump_task", release_only_on_success, _failed_wait, "live",
+                 id="event-not-released-on-wait-error"),
+]
+
+
+@pytest.fixture(scope="module")
+def traces():
+    """Every conformance trace, decoded and validated once for all mutants."""
+    loaded = load_traces(all_deferdump_traces(), default_driver_factory, LOADER)
+    for _, driver in loaded:
+        driver.close()
+    return [trace for trace, _ in loaded]
+
+
+@pytest.mark.parametrize("owner, method, mutant, observable, diff_mentions", MUTANTS)
+def test_mutant_is_caught_at_the_first_observable_step(traces, monkeypatch, owner, method, mutant,
+                                                       observable, diff_mentions):
+    monkeypatch.setattr(owner, method, mutant)
+    report = replay_loaded(traces, stop_first=True, shrink=False, coverage=False)
+    assert len(report.failed) == 1, "the mutant survived every conformance trace"
+    divergence = report.failed[0]
+    trace = load_itf(divergence.file)
+    assert divergence.step == first_step(trace, observable)
+    assert any(diff_mentions in line for line in divergence.diff), divergence.describe()
