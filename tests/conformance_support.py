@@ -5,8 +5,10 @@ on this model, independently of the DeferDump model that the spec helper is stil
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
@@ -129,7 +131,9 @@ def conformance_manifest() -> Manifest:
 
 @functools.lru_cache(maxsize=None)
 def _trace_root() -> Path:
-    return Path(tempfile.mkdtemp(prefix="deferdump-conformance-tests-"))
+    root = Path(tempfile.mkdtemp(prefix="deferdump-conformance-tests-"))
+    atexit.register(shutil.rmtree, root, True)  # the session's traces go when the session ends
+    return root
 
 
 def deferdump_traces(name: str) -> tuple[Path, ...]:
