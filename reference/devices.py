@@ -156,7 +156,7 @@ class CpuDevice:
         out = torch.empty((len(ids), sum(layer.block_nbytes for layer in layers)), dtype=torch.uint8)
         offset = 0
         for layer in layers:
-            out[:, offset : offset + layer.block_nbytes] = layer.gather(self._caches.tensor(layer), index)
+            layer.gather_into(self._caches.tensor(layer), index, out[:, offset : offset + layer.block_nbytes])
             offset += layer.block_nbytes
         return out
 

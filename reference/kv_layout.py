@@ -65,6 +65,28 @@ class LayerLayout:
         blocks = tensor.index_select(self.block_dim, index).movedim(self.block_dim, 0).contiguous()
         return blocks.view(torch.uint8).reshape(index.numel(), self.block_nbytes)
 
+    def gather_into(self, tensor: torch.Tensor, index: torch.Tensor, out: torch.Tensor) -> None:
+        """Write blocks `index` into `out` (uint8 [n, block_nbytes], may be a column slice of a wider payload).
+
+        One copy per byte: `index_select` writes straight into `out` instead of into a temporary that is
+        then copied again (the dump path's copies are its cost on a CPU). Same bytes as `gather`.
+        """
+        n = index.numel()
+        if tuple(out.shape) != (n, self.block_nbytes) or out.dtype != torch.uint8:
+            raise LayoutError(
+                f"layer {self.name}: expected uint8 [{n}, {self.block_nbytes}] out, got {out.dtype} {tuple(out.shape)}"
+            )
+        if not tensor.is_contiguous() or tensor.device != out.device:
+            out.copy_(self.gather(tensor, index))
+            return
+        outer = 1
+        for size in self.shape[: self.block_dim]:
+            outer *= size
+        as_bytes = tensor.view(torch.uint8).reshape(outer, self.shape[self.block_dim], -1)
+        rows = out.view(n, outer, as_bytes.shape[2])  # the block's bytes, grouped by the dimensions before it
+        for part in range(outer):
+            torch.index_select(as_bytes[part], 0, index, out=rows[:, part, :])
+
     def scatter(self, tensor: torch.Tensor, index: torch.Tensor, data: torch.Tensor) -> None:
         """Write uint8 rows [n, block_nbytes] into blocks `index` (one batched index_copy_)."""
         n = index.numel()

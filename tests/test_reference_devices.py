@@ -52,6 +52,27 @@ def test_gather_scatter_round_trip_bytes_for_both_layouts(shape: tuple[int, ...]
     assert torch.count_nonzero(target[rest].float()) == 0
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8])
+@pytest.mark.parametrize("shape", [(2, 10, 4, 3, 8), (10, 3, 4, 16)])
+def test_gather_into_writes_the_same_bytes_into_a_column_slice_and_nothing_else(
+    shape: tuple[int, ...], dtype: torch.dtype
+) -> None:
+    source = (torch.randn(shape) * 50).to(dtype)
+    layout = describe_kv_caches({"l": source}, num_blocks=10).layers[0]
+    index = torch.tensor([7, 2, 5])
+    payload = torch.full((3, layout.block_nbytes + 9), 0xAB, dtype=torch.uint8)
+    layout.gather_into(source, index, payload[:, 4 : 4 + layout.block_nbytes])
+    assert torch.equal(payload[:, 4 : 4 + layout.block_nbytes], layout.gather(source, index))
+    assert bool((payload[:, :4] == 0xAB).all()) and bool((payload[:, 4 + layout.block_nbytes :] == 0xAB).all())
+    strided = source.transpose(-1, -2)  # not contiguous: falls back to gather + copy, same bytes
+    layout_t = describe_kv_caches({"l": strided}, num_blocks=10).layers[0]
+    out = torch.empty((3, layout_t.block_nbytes), dtype=torch.uint8)
+    layout_t.gather_into(strided, index, out)
+    assert torch.equal(out, layout_t.gather(strided, index))
+    with pytest.raises(LayoutError):
+        layout.gather_into(source, index, torch.empty((2, layout.block_nbytes), dtype=torch.uint8))
+
+
 def test_layout_rejects_wrong_rows_and_empty_caches() -> None:
     layout = describe_kv_caches({"l": torch.zeros(4, 2, 4, 8)}).layers[0]
     with pytest.raises(LayoutError):
