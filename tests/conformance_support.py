@@ -16,7 +16,7 @@ from pathlib import Path
 
 from deferdump.conformance.driver import StepMismatch
 from deferdump.conformance.itfload import TraceLoader
-from deferdump.conformance.tracegen import GeneratedTraces, generate_traces, model_graph
+from deferdump.conformance.tracegen import GeneratedTraces, generate_traces
 from deferdump.tools.manifest import Expectation, Manifest, ModelEntry, load_manifest
 from deferdump.tools.specfiles import spec_dir
 from deferdump.tools.tlavalue import ItfTrace, Record, Tup, Value
