@@ -95,13 +95,11 @@ DEFERDUMP_FIXTURES = FIXTURES / "deferdump"
 LOADER = TraceLoader()
 """One loader for the whole session: the trace modules share decoded values (decoding dominates)."""
 
-COVER_FIXTURES = ("ConfMLA", "ConfLayerWise", "ConfMulti")
+COVER_FIXTURES = ("ConfLayerWise", "ConfMulti")
 """Small DeferDump configs (tests/fixtures/conformance/deferdump) replayed with their full edge cover: what
-the shipped conformance models leave out (MLA ranks, the HMA path and fused engine steps, MultiConnector)."""
-
-SIMULATE_FIXTURES = {"ConfPreempt": {"num": 60, "seed": 5, "max_len": 30}}
-"""Configs whose edge cover is too large for the unit-test budget (ConfPreempt: 2,355 states, 7,159 edges;
-``deferdump verify`` covers it when the manifest lists it): TLC simulation traces, fixed seed."""
+the shipped conformance models leave out (the HMA path and fused engine steps with two layers,
+MultiConnector). MLA and preemption are shipped models (MLAConformance, PreemptConformance); the ConfMLA
+fixture stays for the CLI tests' small fixture manifest."""
 
 
 def conformance_entry(name: str) -> ModelEntry:
@@ -125,7 +123,7 @@ def manifest_conformance_entries() -> list[ModelEntry]:
 def conformance_manifest() -> Manifest:
     """The shipped manifest's models plus the fixture models (for coverage against their graphs)."""
     shipped = load_manifest()
-    extra = tuple(fixture_entry(name) for name in (*COVER_FIXTURES, *SIMULATE_FIXTURES))
+    extra = tuple(fixture_entry(name) for name in COVER_FIXTURES)
     return replace(shipped, models=shipped.models + extra)
 
 
@@ -145,24 +143,22 @@ def deferdump_traces(name: str) -> tuple[Path, ...]:
 def generated(name: str) -> GeneratedTraces:
     """What generating one conformance model's traces produced (once per test session)."""
     shipped = {e.name: e for e in manifest_conformance_entries()}
-    out = _trace_root() / name
-    if name in SIMULATE_FIXTURES:
-        options = SIMULATE_FIXTURES[name]
-        return generate_traces(fixture_entry(name), "simulate", out, num=options["num"], seed=options["seed"],
-                               max_len=options["max_len"])
-    else:
-        result = generate_traces(shipped.get(name) or fixture_entry(name), "cover", out)
-    return result
+    return generate_traces(shipped.get(name) or fixture_entry(name), "cover", _trace_root() / name)
 
 
 def conformance_model_names() -> list[str]:
     """The fixtures (small, each showing what the shipped models leave out) first, then the shipped ones."""
     shipped = [e.name for e in manifest_conformance_entries()]
-    return [n for n in (*COVER_FIXTURES, *SIMULATE_FIXTURES) if n not in shipped] + shipped
+    return [n for n in COVER_FIXTURES if n not in shipped] + shipped
 
 
 def all_deferdump_traces() -> list[Path]:
     return [path for name in conformance_model_names() for path in deferdump_traces(name)]
+
+
+def shipped_deferdump_traces() -> list[Path]:
+    """The edge-cover traces of the shipped manifest's CI conformance models only (what CI replays)."""
+    return [path for entry in manifest_conformance_entries() for path in deferdump_traces(entry.name)]
 
 
 def steps_of(action: Record) -> Iterator[Record]:

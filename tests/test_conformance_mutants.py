@@ -1,13 +1,15 @@
 """Implementation mutants (monkeypatched, no flags in product code): conformance replay catches each one.
 
-All conformance traces are replayed (stop at the first failing trace); the divergence must sit at the
-first step of that trace where the mutated behaviour is observable, computed from the trace itself.
+The edge-cover traces of the shipped CI conformance models (what ``deferdump verify`` replays, no test
+fixture) are replayed, stopping at the first failing trace; the divergence must sit at the first step of
+that trace where the mutated behaviour is observable, computed from the trace itself, and in the shipped
+model expected to expose it (MLA ranks only exist in MLAConformance, preemption only in PreemptConformance).
 """
 from __future__ import annotations
 
 import pytest
 
-from conformance_support import LOADER, all_deferdump_traces, first_step, rank_calls
+from conformance_support import LOADER, first_step, rank_calls, shipped_deferdump_traces
 from deferdump.conformance.drivers import default_driver_factory
 from deferdump.conformance.replay import load_traces, replay_loaded
 from deferdump.reference.connectors import DirectConnector, OuterConnector
@@ -78,38 +80,44 @@ def _failed_wait(phase):
     return any(record["outcome"] == "error" for record in records)
 
 
+SHIPPED = {"DirectConformance", "LayerWiseConformance", "CPConformance", "DirectChunkedConformance",
+           "MLAConformance", "PreemptConformance"}
+"""Models that may expose a mutant every shipped model exercises (the first trace in manifest order wins)."""
+
 MUTANTS = [
-    pytest.param(DirectConnector, "_track_async_dump_requests", no_tracking, _tracks, "schedAsync",
+    pytest.param(DirectConnector, "_track_async_dump_requests", no_tracking, _tracks, "schedAsync", SHIPPED,
                  id="no-tracking-in-build_connector_meta"),
     pytest.param(OuterConnector, "request_finished", wrapper_drops_request_finished, _delays,
-                 "request_finished(r", id="wrapper-not-forwarding-request_finished"),
+                 "request_finished(r", SHIPPED, id="wrapper-not-forwarding-request_finished"),
     pytest.param(DirectConnector, "handle_preemptions", no_wait_on_preemption, _preempt_waits,
-                 "handle_preemptions waited tasks", id="no-wait-in-handle_preemptions"),
-    pytest.param(DirectConnector, "get_finished", report_before_wait, _finish_waits, "get_finished",
+                 "handle_preemptions waited tasks", {"PreemptConformance"}, id="no-wait-in-handle_preemptions"),
+    pytest.param(DirectConnector, "get_finished", report_before_wait, _finish_waits, "get_finished", SHIPPED,
                  id="report-before-wait"),
     pytest.param(DirectConnector, "wait_for_save", track_after_mla_return, _non_dumping_rank_tracks,
-                 "workerAsync", id="worker-set-after-mla-return"),
-    pytest.param(DirectConnector, "_wait_pending_dump_task", release_only_on_success, _failed_wait, "live",
+                 "workerAsync", {"MLAConformance"}, id="worker-set-after-mla-return"),
+    pytest.param(DirectConnector, "_wait_pending_dump_task", release_only_on_success, _failed_wait, "live", SHIPPED,
                  id="event-not-released-on-wait-error"),
 ]
 
 
 @pytest.fixture(scope="module")
 def traces():
-    """Every conformance trace, decoded and validated once for all mutants."""
-    loaded = load_traces(all_deferdump_traces(), default_driver_factory, LOADER)
+    """Every shipped conformance model's cover trace, decoded and validated once for all mutants."""
+    loaded = load_traces(shipped_deferdump_traces(), default_driver_factory, LOADER)
     for _, driver in loaded:
         driver.close()
     return [trace for trace, _ in loaded]
 
 
-@pytest.mark.parametrize("owner, method, mutant, observable, diff_mentions", MUTANTS)
+@pytest.mark.parametrize("owner, method, mutant, observable, diff_mentions, models", MUTANTS)
 def test_mutant_is_caught_at_the_first_observable_step(traces, monkeypatch, owner, method, mutant,
-                                                       observable, diff_mentions):
+                                                       observable, diff_mentions, models):
     monkeypatch.setattr(owner, method, mutant)
     report = replay_loaded(traces, stop_first=True, shrink=False, coverage=False)
-    assert len(report.failed) == 1, "the mutant survived every conformance trace"
+    assert len(report.failed) == 1, "the mutant survived every shipped conformance trace"
     divergence = report.failed[0]
     trace = load_itf(divergence.file)
-    assert divergence.step == first_step(trace, observable)
+    assert trace.meta["model"] in models, divergence.describe()
+    step = first_step(trace, observable)
+    assert step is not None and divergence.step == step, divergence.describe()
     assert any(diff_mentions in line for line in divergence.diff), divergence.describe()

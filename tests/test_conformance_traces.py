@@ -1,9 +1,9 @@
 """Every generated trace of every conformance model, replayed on the reference connector as its own test.
 
 The traces are edge covers of the shipped manifest's CI conformance models and of the small fixture
-configs (tests/fixtures/conformance/deferdump), plus TLC simulation traces of the preemption config; they
-are generated once per session (conformance_support.deferdump_traces). A failing trace shows up as
-``test_trace_conforms[<model>/<file>]`` with the divergence (step, action, diff) as the message.
+configs (tests/fixtures/conformance/deferdump); they are generated once per session
+(conformance_support.deferdump_traces). A failing trace shows up as ``test_trace_conforms[<model>/<file>]``
+with the divergence (step, action, diff) as the message.
 """
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 
 from conformance_support import (
     LOADER,
-    SIMULATE_FIXTURES,
     all_deferdump_traces,
     conformance_entry,
     conformance_model_names,
@@ -36,7 +35,7 @@ def test_trace_conforms(trace_file):
     assert report.steps >= 1
 
 
-@pytest.mark.parametrize("model", [n for n in conformance_model_names() if n not in SIMULATE_FIXTURES])
+@pytest.mark.parametrize("model", conformance_model_names())
 def test_cover_traces_take_every_edge_and_action(model):
     """The edge cover reaches every edge and action of the model's state graph (each trace above replays it)."""
     result = generated(model)
