@@ -35,6 +35,11 @@ Refinement mapping ``abstract_state()`` (model variable <- implementation):
 - ``reported[w][r]`` <- how often rank w's ``get_finished`` returned r (capped at 2); only without
   MultiConnector, whose emission logic is vLLM's, not the connector's.
 
+Each trace runs under an implementation profile (:mod:`.profiles`: ``verify_dumps``, event sync off,
+the older set-form ``handle_preemptions``, CP's Direct paths for Direct traces). Without event sync the
+connector synchronizes at submit and holds no handle: ``live`` and the tasks' ``event`` are then not
+compared (the model's handles have no image); everything else is.
+
 Call results are checked where they happen (a :class:`StepMismatch`): the dump slices of
 ``build_connector_meta``, ``request_finished``'s answer, ``get_finished``'s ``finished_sending``, which
 tasks each call waited, and whether a submit happened.
@@ -61,6 +66,7 @@ from deferdump.reference.views import CachedRequestView, NewRequestView, Request
 from deferdump.tools.tlavalue import ItfError, ItfTrace, ModelValue, Record, TlaFunction, TlaSet, Value, from_itf
 
 from .driver import StepMismatch
+from .profiles import DEFAULT_PROFILE, ImplProfile
 
 __all__ = ["DeferDumpDriver", "ModelConstants", "DEFERDUMP_VARS"]
 
@@ -167,9 +173,12 @@ class DeferDumpDriver:
 
     actions = ACTIONS
 
-    def __init__(self, constants: ModelConstants) -> None:
+    def __init__(self, constants: ModelConstants, profile: ImplProfile = DEFAULT_PROFILE) -> None:
         self.constants = constants
-        observed = ["schedAsync", "workerAsync", "pending", "live"]
+        self.profile = profile
+        observed = ["schedAsync", "workerAsync", "pending"]
+        if profile.observes_events:
+            observed.append("live")
         if not constants.multi:
             observed.append("reported")
         self.observed: tuple[str, ...] = tuple(observed)
@@ -180,10 +189,13 @@ class DeferDumpDriver:
             name: RequestView(name, tuple(range(1000 * (i + 1), 1000 * (i + 1) + prompt_len)), prompt_len)
             for i, name in enumerate(constants.requests)
         }
+        # CP's Direct paths: a CP world of one rank (more ranks would each keep a slice of the hashes)
+        cp_direct = profile.cp_direct and constants.variant == "direct" and constants.num_ranks == 1
         self.config = ConnectorConfig(
-            variant=constants.variant, block_size=BLOCK_SIZE, is_mla=constants.mla, copy_threads=1,
-            cp_world_size=constants.num_ranks if constants.variant == "cp" else 1,
-            use_layerwise=constants.variant == "cp",
+            variant="cp" if cp_direct else constants.variant, block_size=BLOCK_SIZE, is_mla=constants.mla,
+            copy_threads=1, cp_world_size=constants.num_ranks if constants.variant == "cp" else 1,
+            use_layerwise=constants.variant == "cp", verify_dumps=profile.verify_dumps,
+            enable_event_sync=profile.event_sync,
         )
         self.scheduler: Any = None
         self.workers: list[Any] = []
@@ -304,7 +316,10 @@ class DeferDumpDriver:
             name = call["name"]
             waited_from = len(store.waited)
             if name == "handle_preemptions":
-                worker.handle_preemptions(meta)
+                if not self.profile.set_preemption_api:
+                    worker.handle_preemptions(meta)
+                elif meta.preempted_req_ids:  # older vLLM: the set, and only in a step that preempted
+                    worker.handle_preemptions(set(meta.preempted_req_ids))
                 self._check_waits(w, "handle_preemptions", store.waited[waited_from:], call["waited"])
             elif name == "forward":
                 worker.bind_connector_metadata(meta)
@@ -440,9 +455,10 @@ class DeferDumpDriver:
             "workerAsync": TlaFunction((r, _reqs(self.workers[i]._async_dump_req_ids)) for i, r in ranks),
             "pending": TlaFunction((r, TlaSet(self._task_record(i, p) for p in self.workers[i]._pending_dump_tasks))
                                    for i, r in ranks),
-            "live": TlaFunction((r, TlaSet(self.handle_ids[i].get(h, -h) for h in self.workers[i].events.live_handles()))
-                                for i, r in ranks),
         }
+        if "live" in self.observed:
+            state["live"] = TlaFunction(
+                (r, TlaSet(self.handle_ids[i].get(h, -h) for h in self.workers[i].events.live_handles())) for i, r in ranks)
         if "reported" in self.observed:
             state["reported"] = TlaFunction(
                 (r, TlaFunction((ModelValue(q), self.reports[i][q]) for q in self.constants.requests)) for i, r in ranks)
@@ -450,6 +466,12 @@ class DeferDumpDriver:
 
     def model_view(self, state: Mapping[str, Value]) -> dict[str, Value]:
         view = {name: state[name] for name in self.observed}
-        view["pending"] = TlaFunction(
-            (w, TlaSet(Record({f: t[f] for f in _TASK_FIELDS}) for t in tasks)) for w, tasks in state["pending"].items())
+        if self.profile.observes_events:
+            view["pending"] = TlaFunction(
+                (w, TlaSet(Record({f: t[f] for f in _TASK_FIELDS}) for t in tasks))
+                for w, tasks in state["pending"].items())
+        else:  # no handles: the model's task events have no image (see the module docstring)
+            view["pending"] = TlaFunction(
+                (w, TlaSet(Record({f: 0 if f == "event" else t[f] for f in _TASK_FIELDS}) for t in tasks))
+                for w, tasks in state["pending"].items())
         return view

@@ -6,14 +6,16 @@ from deferdump.tools.tlavalue import ItfError, ItfTrace
 from .deferdump_driver import DEFERDUMP_VARS, DeferDumpDriver, ModelConstants
 from .driver import Driver
 from .errors import UnknownDriver
+from .profiles import profile_for
 
 __all__ = ["default_driver_factory"]
 
 
 def default_driver_factory(trace: ItfTrace) -> Driver:
-    """The DeferDump driver for traces of the DeferDump model (any of its MC configs)."""
+    """The DeferDump driver for traces of the DeferDump model (any of its MC configs), under the
+    implementation profile the trace's index picks (:func:`.profiles.profile_for`)."""
     if DEFERDUMP_VARS <= set(trace.vars):
-        return DeferDumpDriver(ModelConstants.from_trace(trace))
+        return DeferDumpDriver(ModelConstants.from_trace(trace), profile_for(trace))
     where = trace.path or "<trace>"
     missing = sorted(DEFERDUMP_VARS - set(trace.vars))
     if "action" not in trace.vars:
