@@ -91,6 +91,11 @@ class ThreadedStore(KVStore):
     def _drop_block(self, block_hash: bytes) -> None:
         """Delete a block's bytes after the ledger forgot it (eviction, corruption); called under the lock."""
 
+    def _reclaim(self) -> None:
+        """Release what `_drop_block` only unlinked (worker thread, no lock held), so a dump's caller never pays
+        for freeing the blocks its dump evicted. Every eviction happens in `dump`, which then starts a job,
+        and every job calls this first: dropped bytes live at most until that job starts."""
+
     # ------------------------------------------------------------- KVStore
     def _adopt_block(self, block_hash: bytes) -> bool:
         """Index a block another store instance wrote (shared back-ends); called under the lock on a miss."""
@@ -168,6 +173,7 @@ class ThreadedStore(KVStore):
             self._closed = True
         self._watcher.close()
         self._executor.shutdown(wait=True)
+        self._reclaim()
 
     def __enter__(self) -> "ThreadedStore":
         return self
@@ -197,6 +203,7 @@ class ThreadedStore(KVStore):
         result: torch.Tensor | None = None
         error: StoreError | None = None
         try:
+            self._reclaim()
             result = body(job.cancel)
         except StoreError as exc:
             error = exc

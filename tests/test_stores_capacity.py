@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -109,6 +110,31 @@ def test_failed_dump_returns_its_reserved_slots(store: ThreadedStore) -> None:
     _dump_now(store, "late")  # the failed dump's slots came back
     assert store.stats().dumps_failed == 1 and store.stats().blocks == 1
     assert _resident(store) == (1, store.stats().bytes)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_memory_store_frees_evicted_rows_on_its_worker_not_in_dump(fail: bool) -> None:
+    with MemoryStore(capacity_blocks=4, workers=1) as store:
+        _dump_now(store, "a", "b", "c", "d", seed=1)
+        evicted_before = store.stats().evicted
+        running = GatedPayload(rows(2, seed=2), fail=fail)
+        task = store.dump([_h("e"), _h("f")], running)  # evicts "a" and "b" at submit
+        try:
+            stats = store.stats()
+            assert stats.evicted == evicted_before + 2 and store.lookup_prefix([_h("a")]) == 0
+            assert store.resident_bytes() == stats.bytes == 2 * 16  # the index is exact at submit
+            assert store.releasing_bytes() == 2 * 16  # unindexed, not yet freed: dump() did not pay for it
+        finally:
+            running.open()
+        if fail:
+            with pytest.raises(StoreError):
+                store.wait(task)
+        else:
+            store.wait(task)
+        assert store.releasing_bytes() == 0  # the job freed them first, whatever its outcome
+        assert _resident(store) == (store.stats().blocks, store.stats().bytes)
+        _dump_now(store, "a", seed=3)  # re-dump of an evicted hash: holds its new bytes, not the evicted ones
+        assert torch.equal(store.wait(store.load([_h("a")])), rows(1, seed=3))
 
 
 def test_memory_store_capacity_must_be_positive() -> None:
