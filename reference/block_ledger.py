@@ -12,6 +12,7 @@ The ledger is not thread-safe: its store calls it under the store's lock.
 from __future__ import annotations
 
 import collections
+import itertools
 import dataclasses
 from collections.abc import Iterable, Sequence
 
@@ -60,7 +61,7 @@ class BlockLedger:
         return self._reserved_total
 
     def is_pinned(self, block_hash: bytes) -> bool:
-        return self._pins[block_hash] > 0
+        return block_hash in self._pins  # `release` deletes counts that reach zero
 
     # --------------------------------------------------------------- changes
     def add_existing(self, block_hash: bytes, size: int) -> None:
@@ -91,7 +92,7 @@ class BlockLedger:
         if self.capacity_blocks is not None:
             free = self.capacity_blocks - len(self._completed) - self._reserved_total
             if len(new) > free:
-                evictable = sum(1 for h in self._completed if self._pins[h] == 0 and h not in wanted)
+                evictable = sum(1 for h in self._completed if h not in self._pins and h not in wanted)
                 if len(new) > free + evictable:
                     raise StoreFull(
                         f"store full: dump needs {len(new)} new block slot(s), {max(free, 0)} free and "
@@ -153,7 +154,9 @@ class BlockLedger:
             self._pins[block_hash] += 1
 
     def _evict(self, count: int) -> list[bytes]:
-        victims = [h for h in self._completed if self._pins[h] == 0][:count]
+        # `h not in pins`, not `pins[h] == 0`: a Counter miss calls Python-level __missing__, and this scan
+        # over every stored block runs inside `dump` on the forward's thread; stop at `count`.
+        victims = list(itertools.islice((h for h in self._completed if h not in self._pins), count))
         for block_hash in victims:
             self.discard(block_hash)
         return victims
