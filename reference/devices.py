@@ -149,11 +149,15 @@ class CpuDevice:
             raise DeviceError("CpuDevice is closed")
         ids = self._caches.checked_index(block_ids)
         layers = self.layout.select(layer_names)
-        return FuturePayload(self._pool.submit(self._gather, ids, layers))
-
-    def _gather(self, ids: list[int], layers: tuple[LayerLayout, ...]) -> torch.Tensor:
-        index = torch.tensor(ids, dtype=torch.long)
+        # Allocated here, not on the copy thread: a payload larger than a glibc per-thread arena (64 MiB)
+        # would be mmap'd fresh and page-faulted on every dump there; the caller's arena can reuse it.
         out = torch.empty((len(ids), sum(layer.block_nbytes for layer in layers)), dtype=torch.uint8)
+        return FuturePayload(self._pool.submit(self._gather, ids, layers, out))
+
+    def _gather(self, ids: list[int], layers: tuple[LayerLayout, ...], out: torch.Tensor | None = None) -> torch.Tensor:
+        index = torch.tensor(ids, dtype=torch.long)
+        if out is None:
+            out = torch.empty((len(ids), sum(layer.block_nbytes for layer in layers)), dtype=torch.uint8)
         offset = 0
         for layer in layers:
             layer.gather_into(self._caches.tensor(layer), index, out[:, offset : offset + layer.block_nbytes])
