@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from deferdump.tools.manifest import ModelEntry
+from deferdump.tools.tlacfg import SECTION_LINE, strip_comments, without_sections
 from deferdump.tools.tlavalue import TlaParseError, Value, parse_value, to_itf
 from deferdump.tools.tlc import Status, TlcResult, run_tlc
 from deferdump.tools.tlcoutput import TlcOutputError, parse_simulation_trace
@@ -43,30 +44,13 @@ log = logging.getLogger(__name__)
 
 MODES = ("cover", "simulate")
 GENERATION_CFG = "deferdump_traces.cfg"
-_KEYWORD = re.compile(
-    r"^\s*(CONSTANTS?|INIT|NEXT|SPECIFICATION|INVARIANTS?|PROPERTY|PROPERTIES|SYMMETRY|CONSTRAINTS?|"
-    r"ACTION_CONSTRAINTS?|VIEW|CHECK_DEADLOCK|POSTCONDITION|ALIAS)\b(.*)$"
-)
 _DROPPED = {"SYMMETRY", "PROPERTY", "PROPERTIES", "VIEW"}
 _ASSIGNMENT = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.+?)\s*$")
 
 
-def _strip_comments(text: str) -> str:
-    text = re.sub(r"\(\*.*?\*\)", " ", text, flags=re.DOTALL)
-    return re.sub(r"\\\*.*$", "", text, flags=re.MULTILINE)
-
-
 def generation_cfg(cfg_text: str) -> str:
-    """The cfg without its SYMMETRY and PROPERTY sections (see the module docstring)."""
-    kept: list[str] = []
-    dropping = False
-    for line in _strip_comments(cfg_text).splitlines():
-        keyword = _KEYWORD.match(line)
-        if keyword:
-            dropping = keyword.group(1) in _DROPPED
-        if not dropping:
-            kept.append(line)
-    return "\n".join(kept) + "\n"
+    """The cfg without its SYMMETRY, VIEW and PROPERTY sections (see the module docstring)."""
+    return without_sections(cfg_text, _DROPPED)
 
 
 def cfg_constants(cfg_text: str) -> dict[str, Value]:
@@ -74,8 +58,8 @@ def cfg_constants(cfg_text: str) -> dict[str, Value]:
     constants: dict[str, Value] = {}
     section = None
     pending = ""
-    for line in _strip_comments(cfg_text).splitlines():
-        keyword = _KEYWORD.match(line)
+    for line in strip_comments(cfg_text).splitlines():
+        keyword = SECTION_LINE.match(line)
         if keyword:
             section = keyword.group(1)
             line = keyword.group(2)

@@ -7,7 +7,6 @@ one that shows the most different actions.
 from __future__ import annotations
 
 import logging
-import re
 import tempfile
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from .explain_binding import binding_for
 from .explain_timeline import Timeline, build_timeline
 from .explain_trace import ExplainError, ExplainTrace, from_itf, from_tlc_result, make_steps, parse_simulation_file
 from .manifest import ModelEntry, UnknownModel, load_manifest
+from .tlacfg import without_sections
 from .tlavalue import load_itf
 from .tlc import Status, run_tlc
 
@@ -38,8 +38,6 @@ def trace_from_file(path: Path) -> ExplainTrace:
     return from_itf(itf)
 
 
-_CFG_SECTION = re.compile(r"^\s*(CONSTANTS?|INIT|NEXT|SPECIFICATION|INVARIANTS?|PROPERTY|PROPERTIES|SYMMETRY|"
-                          r"CONSTRAINTS?|ACTION_CONSTRAINTS?|VIEW|CHECK_DEADLOCK|POSTCONDITION|ALIAS)\b")
 _DROPPED = {"PROPERTY", "PROPERTIES", "SYMMETRY"}
 SIMULATION_CFG = "deferdump_explain_simulation.cfg"
 
@@ -47,17 +45,7 @@ SIMULATION_CFG = "deferdump_explain_simulation.cfg"
 def simulation_cfg(cfg_text: str) -> str:
     """The cfg without PROPERTY and SYMMETRY sections: TLC checks temporal properties on each finite
     simulated behaviour and reports spurious violations, and a run needs no symmetry reduction."""
-    text = re.sub(r"\(\*.*?\*\)", " ", cfg_text, flags=re.DOTALL)
-    kept: list[str] = []
-    dropping = False
-    for line in text.splitlines():
-        line = re.sub(r"\\\*.*$", "", line)
-        section = _CFG_SECTION.match(line)
-        if section:
-            dropping = section.group(1) in _DROPPED
-        if not dropping:
-            kept.append(line)
-    return "\n".join(kept) + "\n"
+    return without_sections(cfg_text, _DROPPED)
 
 
 def _score(states: list[dict[str, object]]) -> tuple[int, int]:

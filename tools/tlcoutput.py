@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import DeferdumpError
+from .tlacfg import SECTION_KEYWORDS, strip_comments
 from .tlavalue import TlaParseError, Value, parse_value
 
 log = logging.getLogger(__name__)
@@ -343,21 +344,13 @@ def sany_message(sany_text: str, module_path: Callable[[str], str]) -> str | Non
 # Config files
 # --------------------------------------------------------------------------------------------
 
-_CFG_KEYWORDS = frozenset({
-    "CONSTANT", "CONSTANTS", "INIT", "NEXT", "SPECIFICATION", "INVARIANT", "INVARIANTS", "PROPERTY",
-    "PROPERTIES", "SYMMETRY", "CONSTRAINT", "CONSTRAINTS", "ACTION_CONSTRAINT", "ACTION_CONSTRAINTS", "VIEW",
-    "CHECK_DEADLOCK", "POSTCONDITION", "ALIAS", "TYPE", "TYPE_CONSTRAINT",
-})
-
-
 def cfg_properties(cfg_text: str) -> list[str]:
     """Names listed under PROPERTY/PROPERTIES in a TLC config file (comments removed)."""
-    text = re.sub(r"\(\*.*?\*\)", " ", cfg_text, flags=re.DOTALL)
-    text = re.sub(r"\\\*.*$", " ", text, flags=re.MULTILINE)
+    text = strip_comments(cfg_text)
     names: list[str] = []
     collecting = False
     for word in re.findall(r"[A-Za-z_][A-Za-z0-9_!]*|\S", text):
-        if word in _CFG_KEYWORDS:
+        if word in SECTION_KEYWORDS:
             collecting = word in ("PROPERTY", "PROPERTIES")
         elif collecting and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", word):
             names.append(word)
