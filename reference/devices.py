@@ -151,7 +151,10 @@ class CpuDevice:
         layers = self.layout.select(layer_names)
         # Allocated here, not on the copy thread: a payload larger than a glibc per-thread arena (64 MiB)
         # would be mmap'd fresh and page-faulted on every dump there; the caller's arena can reuse it.
-        out = torch.empty((len(ids), sum(layer.block_nbytes for layer in layers)), dtype=torch.uint8)
+        # vLLM calls wait_for_save inside torch.inference_mode(): a tensor made there is an inference tensor,
+        # which the copy thread (outside inference mode) may not write into. The payload is a normal tensor.
+        with torch.inference_mode(False):
+            out = torch.empty((len(ids), sum(layer.block_nbytes for layer in layers)), dtype=torch.uint8)
         return FuturePayload(self._pool.submit(self._gather, ids, layers, out))
 
     def _gather(self, ids: list[int], layers: tuple[LayerLayout, ...], out: torch.Tensor | None = None) -> torch.Tensor:

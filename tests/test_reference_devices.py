@@ -161,3 +161,19 @@ def test_deferred_device_reads_at_result_time_or_never_when_settled() -> None:
     with pytest.raises(DeviceError, match="cancelled"):
         never.result()
     device.close()
+
+
+def test_cpu_device_dumps_submitted_inside_inference_mode() -> None:
+    """vLLM runs wait_for_save (hence read_blocks) inside torch.inference_mode(); the copy thread, outside
+    it, must still be able to fill the payload — an inference-tensor payload made that fail in vLLM."""
+    with torch.inference_mode():
+        caches = {"l0": torch.randn(8, 2, 4, 16, dtype=torch.bfloat16)}
+    device = CpuDevice(copy_threads=1)
+    try:
+        device.register(caches, num_blocks=8)
+        with torch.inference_mode():
+            payload = device.read_blocks([1, 6])
+        rows = payload.result()
+        assert torch.equal(rows, caches["l0"][[1, 6]].reshape(2, -1).view(torch.uint8))
+    finally:
+        device.close()
