@@ -271,10 +271,10 @@ class HeldCopies:
         original_gather = CpuDevice._gather
         original_flush = DirectConnector._flush_pending_dump_tasks
 
-        def held_gather(device: Any, ids: list[int], layers: Any) -> Any:
+        def held_gather(device: Any, ids: list[int], layers: Any, *args: Any, **kwargs: Any) -> Any:
             if threading.current_thread().name.startswith("deferdump-copy"):
                 self.hold()
-            return original_gather(device, ids, layers)
+            return original_gather(device, ids, layers, *args, **kwargs)
 
         def flush_releasing_copies(connector: Any, request_ids: Any = None) -> None:
             with self.connector_waiting():
