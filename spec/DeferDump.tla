@@ -35,13 +35,17 @@ CONSTANTS
     MLA,            \* MLA model: ranks other than 0 track ids but do not dump
     Faults,         \* SUBSET {"submit", "wait", "check"}: store faults on
     Lockstep,       \* ranks see the same store events (README "Abstractions")
-    FusedStep       \* sync scheduling as one engine_step action (MaxInflight = 1)
+    FusedStep,      \* sync scheduling as one engine_step action (MaxInflight = 1)
+    StoreHits,      \* may an admission's lookup find the whole prompt in the store?
+    ShortReqs       \* requests whose prompt fills no block (never dumped, no plan)
 
 ASSUME TableOK
 ASSUME InnerClass \in Classes /\ (Wrapper => "UCMConnector" \in Classes)
 ASSUME Faults \subseteq {"submit", "wait", "check"}
 ASSUME Lockstep \in BOOLEAN /\ FusedStep \in BOOLEAN /\ (FusedStep => MaxInflight = 1)
 ASSUME Rank0 \in Rank /\ PromptBlocks \in Nat \ {0} /\ Layers \in Nat \ {0}
+\* A hit is of the whole prompt, which one allocated block holds (README "Abstractions").
+ASSUME StoreHits \in BOOLEAN /\ (StoreHits => PromptBlocks = 1) /\ ShortReqs \subseteq Req
 
 NumRanks == Cardinality(Rank)
 
@@ -130,6 +134,9 @@ IsTask(t) ==
 
 Dumps(w) == ~MLA \/ w = Rank0     \* does this rank submit dumps?
 
+\* Blocks a request's prompt occupies: a short prompt sits in one partial block.
+NeedBlocks(r) == IF r \in ShortReqs THEN 1 ELSE PromptBlocks
+
 -----------------------------------------------------------------------------
 Init ==
     /\ reqState = [r \in Req |-> "waiting"]
@@ -173,15 +180,21 @@ SetSched(S) ==
 HeldIn(S) == UNION {Range(S.bo[r]) : r \in Req}
 
 (* UCMDirectConnector.build_connector_meta: one dump slice per request     *)
-(* whose scheduled chunk completed a prompt block (lookups miss, so every  *)
-(* prompt block is dumped, again after a resume); "track" adds those       *)
-(* requests to _async_dump_req_ids (_track_async_dump_requests).           *)
+(* whose scheduled chunk completed a prompt block (a computed one: a block *)
+(* loaded from a store hit is not dumped, nor the partial block of a short *)
+(* prompt; a missed block is dumped again after a resume); one load slice  *)
+(* per hit; "track" adds the requests given a dump slice to               *)
+(* _async_dump_req_ids (_track_async_dump_requests).                       *)
 build_connector_meta(S, alloc, preempted) ==
     LET dump == IF BCMLabel = "base" THEN {}
-                ELSE {[req |-> a.req, block |-> a.block] : a \in alloc}
+                ELSE {[req |-> a.req, block |-> a.block] :
+                        a \in {x \in alloc : ~x.hit /\ x.req \notin ShortReqs}}
+        load == IF BCMLabel = "base" THEN {}
+                ELSE {[req |-> a.req, block |-> a.block] : a \in {x \in alloc : x.hit}}
         newly == IF BCMLabel = "track" THEN {d.req : d \in dump} ELSE {}
     IN  [meta |-> [writes    |-> alloc,
                    dump      |-> dump,
+                   load      |-> load,
                    preempted |-> IF BCMLabel = "base" THEN {} ELSE preempted,
                    finished  |-> S.fin,
                    sibNow    |-> FALSE,
@@ -194,14 +207,17 @@ CanSchedule(S) == \E r \in Req : S.rs[r] # "done"
 (* Scheduler.schedule: each request in `adv` is given a one-block chunk    *)
 (* (admission for waiting/preempted ones, the next prefill chunk for       *)
 (* running ones); running requests with a complete prompt decode (never    *)
-(* dumped).  If the free blocks do not suffice, one running victim is      *)
-(* preempted: its blocks are freed at once, request_finished is NOT called *)
-(* and nothing waiting is admitted in that step.  Results:                 *)
+(* dumped).  With StoreHits an admitted request's lookup may find its whole*)
+(* prompt (`hits`): its block is loaded, and only the last token computed. *)
+(* If the free blocks do not suffice, one running victim is preempted: its *)
+(* blocks are freed at once, request_finished is NOT called and nothing    *)
+(* waiting is admitted in that step.  Results:                             *)
 (* [S |-> new scheduler state, meta |-> SchedulerOutput, rec |-> record].  *)
 ScheduleResults(S) ==
     LET running == {r \in Req : S.rs[r] = "running"}
         admit   == {r \in Req : S.rs[r] \in {"waiting", "preempted"}}
-        prefill == {r \in running : Len(S.bo[r]) < PromptBlocks}
+        prefill == {r \in running : Len(S.bo[r]) < NeedBlocks(r)}
+        Hits(adv) == IF StoreHits THEN SUBSET {r \in adv \cap admit : r \notin ShortReqs} ELSE {{}}
         freeNow == Block \ HeldIn(S)
         Free(p) == freeNow \cup UNION {Range(S.bo[v]) : v \in p}
         OK(adv, p) ==
@@ -213,9 +229,9 @@ ScheduleResults(S) ==
         Opts == {o \in (SUBSET (admit \cup prefill)) \X ({{}} \cup {{v} : v \in running}) :
                     OK(o[1], o[2])}
         Picks(adv, p) == {pick \in [adv -> Free(p)] : \A x, y \in adv : x # y => pick[x] # pick[y]}
-        Result(adv, p, pick) ==
+        Result(adv, p, pick, hits) ==
             LET alloc == {[req |-> r, idx |-> IF r \in admit THEN 1 ELSE Len(S.bo[r]) + 1,
-                           block |-> pick[r]] : r \in adv}
+                           block |-> pick[r], hit |-> r \in hits] : r \in adv}
                 bcm == build_connector_meta(S, alloc, p)
             IN  [S |-> [S EXCEPT
                           !.rs = [r \in Req |-> IF r \in p THEN "preempted"
@@ -233,11 +249,13 @@ ScheduleResults(S) ==
                  rec |-> [name |-> "schedule", allocated |-> alloc, preempted |-> p,
                           calls |-> << [name |-> "build_connector_meta",
                                         dump |-> bcm.meta.dump,
+                                        load |-> bcm.meta.load,
                                         tracked |-> bcm.tracked,
                                         preempted_req_ids |-> bcm.meta.preempted,
                                         finished_req_ids |-> bcm.meta.finished,
                                         extra_async_saves |-> bcm.meta.extra] >>]]
-    IN  UNION {{Result(o[1], o[2], pick) : pick \in Picks(o[1], o[2])} : o \in Opts}
+    IN  UNION {{Result(o[1], o[2], pick, hits) : pick \in Picks(o[1], o[2]), hits \in Hits(o[1])}
+               : o \in Opts}
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
@@ -292,8 +310,8 @@ handle_preemptions(w, m, s) ==
                    waited |-> WaitRecords(T)]]
 
 (* The model's forward: each newly allocated block is written with its     *)
-(* request's prompt block (by the attention layers, or by a load on a      *)
-(* resume).  A still-running dump task reading such a block is being      *)
+(* request's prompt block (by the attention layers, or by the load of a    *)
+(* store hit).  A still-running dump task reading such a block is being    *)
 (* overwritten: the block was freed and reused under it.                   *)
 forward(w, m, s) ==
     LET wb == {a.block : a \in m.writes}
@@ -591,7 +609,7 @@ Spec == Init /\ [][Next]_vars
 
 TypeInv ==
     /\ reqState \in [Req -> ReqStates]
-    /\ \A r \in Req : blocksOf[r] \in Seq(Block) /\ Len(blocksOf[r]) <= PromptBlocks
+    /\ \A r \in Req : blocksOf[r] \in Seq(Block) /\ Len(blocksOf[r]) <= NeedBlocks(r)
     /\ finishedIds \subseteq Req
     /\ preemptions \in 0..MaxPreempt
     /\ Len(inflight) <= MaxInflight /\ executed \in 0..Len(inflight)
