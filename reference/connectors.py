@@ -72,7 +72,6 @@ class RequestPlan:
     token_processed: int
     vllm_block_ids: list[int] = dataclasses.field(default_factory=list)
     load_wanted: bool = False  # vLLM accepted external tokens: load the hit range once
-    dispatched: bool = False  # at least one step's metadata was built from this plan
 
 
 class DirectConnector:
@@ -198,11 +197,18 @@ class DirectConnector:
     def _generate_dispatch_meta(
         self, plan: RequestPlan, new_tokens: int, new_block_ids: Sequence[int], need_load: bool
     ) -> RequestDispatchMeta:
-        """This step's load range and dump slice for one request (UCM `_generate_dispatch_meta`)."""
+        """This step's load range and dump slice for one request (UCM `_generate_dispatch_meta`).
+
+        `need_load`: the request is new or resumed from preemption, so `new_block_ids` is its whole block
+        list (vLLM resends every block of a resumed request) and its hit range may be loaded; otherwise
+        they are the blocks added this step.
+        """
         block_size = self._block_size()
         per_block = self._hashes_per_block
-        plan.vllm_block_ids.extend(new_block_ids)
-        plan.dispatched = True
+        if need_load:  # a resumed request's old blocks are gone, even if vLLM skipped the fresh lookup
+            plan.vllm_block_ids[:] = new_block_ids
+        else:
+            plan.vllm_block_ids.extend(new_block_ids)
         load_hashes: tuple[bytes, ...] = ()
         load_block_ids: tuple[int, ...] = ()
         if need_load and plan.load_wanted and plan.total_hit_blocks > plan.hbm_hit_blocks:
@@ -244,10 +250,6 @@ class DirectConnector:
             plan = self._request_plans.get(cached.req_id)
             if plan is None:
                 continue
-            if cached.resumed_from_preemption and plan.dispatched:
-                # Resumed without a fresh lookup: the old block list is gone; vLLM resends every block.
-                logger.warning("request %s resumed without a new lookup: restarting its block list", cached.req_id)
-                plan.vllm_block_ids.clear()
             dispatch[cached.req_id] = self._generate_dispatch_meta(
                 plan, cached.num_scheduled_tokens, cached.new_block_ids, need_load=cached.resumed_from_preemption
             )
@@ -299,6 +301,12 @@ class DirectConnector:
     def has_connector_metadata(self) -> bool:
         return self._meta is not None
 
+    @property
+    def bound_metadata(self) -> DeferDumpMetadata:
+        """This step's metadata. vLLM binds it before every worker call that reads it; with none bound
+        (a harness, a clear) the step has nothing to load, dump or track, exactly like empty metadata."""
+        return self._meta if self._meta is not None else DeferDumpMetadata()
+
     def _store_keys(self, hashes: Sequence[bytes]) -> list[bytes]:
         """This rank's store keys: TP ranks hold different shards, so ranks other than 0 re-key.
 
@@ -313,9 +321,7 @@ class DirectConnector:
         req_ids: list[str] = []
         hashes: list[bytes] = []
         block_ids: list[int] = []
-        if self._meta is None:
-            return req_ids, hashes, block_ids
-        for req_id, meta in self._meta.request_meta.items():
+        for req_id, meta in self.bound_metadata.request_meta.items():
             if meta.has_dump():
                 req_ids.append(req_id)
                 hashes.extend(meta.dump_hashes)
@@ -323,8 +329,7 @@ class DirectConnector:
         return req_ids, hashes, block_ids
 
     def _track_bound_dump_requests(self) -> None:
-        if self._meta is not None:
-            self._async_dump_req_ids |= self._meta.dump_req_ids()
+        self._async_dump_req_ids |= self.bound_metadata.dump_req_ids()
 
     def _dumps_on_this_rank(self) -> bool:
         """MLA: only rank 0 dumps (every rank still tracks and reports)."""
@@ -333,9 +338,8 @@ class DirectConnector:
     # ---------------------------------------------------------------- preemption
     def handle_preemptions(self, meta_or_ids: DeferDumpMetadata | set[str] | frozenset[str] | Any) -> None:
         """Before the forward: wait only the pending tasks containing preempted requests (their blocks may
-        already be reallocated and about to be written). Accepts the metadata or, older API, a set."""
-        if meta_or_ids is None:
-            return
+        already be reallocated and about to be written). Accepts the metadata or, older API, a set; anything
+        without preempted ids (None included) waits nothing."""
         if isinstance(meta_or_ids, (set, frozenset)):
             preempted = frozenset(meta_or_ids)
         else:
@@ -349,9 +353,7 @@ class DirectConnector:
     # --------------------------------------------------------------------- loads
     def start_load_kv(self, **kwargs: Any) -> None:
         """Load every request's hit range synchronously before the forward (UCM Direct)."""
-        if self._meta is None:
-            return
-        for meta in self._meta.request_meta.values():
+        for meta in self.bound_metadata.request_meta.values():
             if meta.has_load():
                 self._load_blocks(self._store_keys(meta.load_hashes), meta.load_block_ids, None)
 
@@ -464,28 +466,27 @@ class DirectConnector:
             self.events.release(handle)
 
     def _wait_pending_dump_task(self, pending: PendingDumpTask) -> None:
-        """Wait one task; whatever happens, its source read has stopped and its handle is released after."""
-        succeeded = False
+        """Wait one task; whatever happens, its source read has stopped and its handle is released after.
+
+        A failed wait re-raises (the callers log it and drop the task); only a success reaches the end.
+        """
         try:
             self._store.wait(pending.task, self.config.wait_timeout_s)
-            succeeded = True
         except Exception:
             self.wait_failures += 1
             self.metrics.dumps_failed.labels(stage="wait").inc()
             raise
         finally:
-            if pending.payload is not None and self._device is not None:
-                self._device.settle(pending.payload)
+            self._require_device().settle(pending.payload)  # a pending task was submitted through the device
             self._release_dump_event_handle(pending)
-        if succeeded:
-            self.metrics.dumps_completed.inc()
-            self.metrics.dump_bytes.inc(pending.nbytes)
-            if pending.checksums is not None:
-                self._verify(pending)
+        self.metrics.dumps_completed.inc()
+        self.metrics.dump_bytes.inc(pending.nbytes)
+        if pending.checksums is not None:
+            self._verify(pending)
 
     def _verify(self, pending: PendingDumpTask) -> None:
         """Compare the bytes the task stored with the source blocks' checksums taken at submit."""
-        assert pending.payload is not None and pending.checksums is not None
+        assert pending.checksums is not None
         try:
             stored = checksum_rows(pending.payload.result())
         except Exception as exc:
@@ -611,14 +612,11 @@ class LayerWiseConnector(DirectConnector):
 
     def start_load_kv(self, **kwargs: Any) -> None:
         """Submit one load task per layer per request; each is waited in `wait_for_layer_load`."""
-        if self._meta is None:
-            return
-        layout = self._require_device().layout
-        for meta in self._meta.request_meta.values():
+        for meta in self.bound_metadata.request_meta.values():
             if not meta.has_load():
                 continue
             keys = self._store_keys(meta.load_hashes)
-            for layer in layout.layers:
+            for layer in self._require_device().layout.layers:
                 try:
                     task = self._store.load([layer_key(key, layer.index) for key in keys])
                 except Exception as exc:

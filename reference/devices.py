@@ -369,10 +369,14 @@ class DeferredCpuDevice(CpuDevice):
 
     def __init__(self) -> None:
         super().__init__(copy_threads=1)
+        self.read_fail_next = 0  # fault hook: the next N read_blocks raise DeviceError (nothing is read)
 
     def read_blocks(
         self, block_ids: Sequence[int], *, after: Any | None = None, layer_names: Sequence[str] | None = None
     ) -> DeferredPayload:
+        if self.read_fail_next > 0:
+            self.read_fail_next -= 1
+            raise DeviceError(f"injected device read failure of {len(block_ids)} block(s) (read_fail_next)")
         ids = self._caches.checked_index(block_ids)
         layers = self.layout.select(layer_names)
         return DeferredPayload(lambda: self._gather(ids, layers))

@@ -133,6 +133,18 @@ class ManualStore(KVStore):
         with self._lock:
             return [r.task for r in self._tasks.values()]
 
+    def seed(self, blocks: dict[bytes, torch.Tensor]) -> None:
+        """Store blocks as if dumped earlier (a warm store): later loads and lookups find them.
+
+        Rows must be 1-D uint8 tensors; they are copied. Seeding submits no task.
+        """
+        for block_hash, row in blocks.items():  # all or nothing
+            if row.dim() != 1 or row.dtype != torch.uint8:
+                raise ValueError(f"seed row for {block_hash.hex()[:12]} must be 1-D uint8, got "
+                                 f"{row.dtype} {tuple(row.shape)}")
+        with self._lock:
+            self._blocks.update((block_hash, row.clone()) for block_hash, row in blocks.items())
+
     def stored_hashes(self) -> frozenset[bytes]:
         """Hashes of blocks whose dumps completed."""
         with self._lock:

@@ -17,10 +17,10 @@ class PendingDumpTask:
 
     task: StoreTask
     request_ids: frozenset[str]
+    payload: BlockPayload  # every submitted task has one: the submit fails if the device read does
     event_handle: int = 0
     block_ids: tuple[int, ...] = ()
     layer_name: str | None = None
-    payload: BlockPayload | None = None
     checksums: tuple[int, ...] | None = None  # verify_dumps: source blocks at submit
     nbytes: int = 0
     submitted_at: float = 0.0

@@ -96,6 +96,20 @@ def test_chunked_prefill_dumps_each_full_prompt_block_exactly_once() -> None:
     assert sched.request_finished(req, []) == (False, None)  # discarded at the first answer
 
 
+def test_a_resumed_request_uses_the_resent_block_list_even_without_a_fresh_lookup() -> None:
+    """vLLM re-looks-up a resumed request (a new plan); should it not, the stale block list must not
+    be extended: a resumed request's blocks are all new, and its dump slice must name them."""
+    sched = scheduler(ManualStore())
+    req = request("r", 8)  # 2 full blocks
+    sched.get_num_new_matched_tokens(req, 0)
+    sched.update_state_after_alloc(req, [3], 0)
+    first = sched.build_connector_meta(step(new=[new_req(req, [3], BLOCK_SIZE)])).request_meta["r"]
+    assert first.dump_block_ids == (3,)
+    resumed = sched.build_connector_meta(step(cached=[cached_req("r", [5, 6], BLOCK_SIZE, BLOCK_SIZE, resumed=True)]))
+    assert resumed.request_meta["r"].dump_block_ids == (6,)  # block 1 of [5, 6]; an extended [3, 5, 6] gives 5
+    assert sched._async_dump_req_ids == {"r"}
+
+
 def test_store_hits_give_a_load_range_and_dumps_start_after_them() -> None:
     store = ManualStore(auto_complete_on_wait=True)
     sched = scheduler(store)
@@ -211,6 +225,20 @@ def test_submit_failure_releases_the_handle_at_once_and_keeps_the_ids_tracked() 
     assert conn._async_dump_req_ids == {"a"} and conn.submit_failures == 1
     assert conn.get_finished({"a"}) == ({"a"}, None)
     assert conn.metrics.value("deferdump_dumps_failed_total", {"stage": "submit"}) == 1
+
+
+def test_submit_failure_at_the_device_read_leaves_no_task_and_releases_the_handle() -> None:
+    """The read fails before any payload exists: nothing to settle, the handle still goes back at once."""
+    store = ManualStore()
+    conn = worker(store)
+    conn.device.read_fail_next = 1
+    run_save_step(conn, dump_meta(("a", [1, 2])))
+    assert store.submitted == [] and conn._pending_dump_tasks == []
+    assert conn.events.live() == 0 and conn.events.acquired == 1 and conn.events.released == 1
+    assert conn._async_dump_req_ids == {"a"} and conn.submit_failures == 1
+    run_save_step(conn, dump_meta(("a", [3])))  # the hook fired once: the next step submits
+    assert len(store.submitted) == 1 and len(conn._pending_dump_tasks) == 1
+    assert conn.get_finished({"a"}) == ({"a"}, None)
 
 
 def test_submit_failure_stops_a_running_thread_pool_copy_before_returning() -> None:

@@ -163,6 +163,18 @@ def test_deferred_device_reads_at_result_time_or_never_when_settled() -> None:
     device.close()
 
 
+def test_deferred_device_read_fault_hook_fails_the_next_reads_only() -> None:
+    device = DeferredCpuDevice()
+    device.register({"a": torch.ones(4, 1, 2, 2)})
+    device.read_fail_next = 2
+    for _ in range(2):
+        with pytest.raises(DeviceError, match="injected device read failure of 1 block"):
+            device.read_blocks([1])
+    assert device.read_fail_next == 0
+    assert torch.equal(device.read_blocks([1]).result().view(torch.float32), torch.ones(1, 4))
+    device.close()
+
+
 def test_cpu_device_dumps_submitted_inside_inference_mode() -> None:
     """vLLM runs wait_for_save (hence read_blocks) inside torch.inference_mode(); the copy thread, outside
     it, must still be able to fill the payload — an inference-tensor payload made that fail in vLLM."""

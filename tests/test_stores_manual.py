@@ -97,3 +97,22 @@ def test_payload_copy_failure_fails_the_dump() -> None:
     with pytest.raises(StoreError, match="copy stream died"):
         store.wait(task)
     assert store.lookup_prefix([b"a"]) == 0
+
+
+def test_seeded_blocks_are_found_and_loaded_without_a_submitted_task() -> None:
+    store = ManualStore(auto_complete_on_wait=True)
+    rows = {b"k1": torch.full((6,), 7, dtype=torch.uint8), b"k2": torch.arange(6, dtype=torch.uint8)}
+    store.seed(rows)
+    rows[b"k1"].fill_(0)  # seeding copies: the caller's tensor is not the stored one
+    assert store.submitted == [] and store.stored_hashes() == {b"k1", b"k2"}
+    assert store.lookup_prefix([b"k1", b"k2", b"k3"]) == 2
+    data = store.wait(store.load([b"k1", b"k2"]))
+    assert data is not None and data[0].tolist() == [7] * 6 and data[1].tolist() == list(range(6))
+
+
+@pytest.mark.parametrize("row", [torch.zeros(2, 3, dtype=torch.uint8), torch.zeros(6, dtype=torch.float32)])
+def test_seed_refuses_rows_that_are_not_1d_bytes(row: torch.Tensor) -> None:
+    store = ManualStore()
+    with pytest.raises(ValueError, match="1-D uint8"):
+        store.seed({b"ok": torch.zeros(6, dtype=torch.uint8), b"k": row})
+    assert store.stored_hashes() == frozenset()
