@@ -21,7 +21,11 @@ model action           calls on the reference connector
 =====================  =======================================================================
 
 Each rank has its own ManualStore (``auto_complete_on_wait``: a wait on a running task drains it, as a
-blocking wait does); the scheduler's store is empty, which realises the model's "lookups miss".
+blocking wait does). The scheduler's store answers each lookup as the schedule record says: a miss, or
+(``StoreHits``) a hit of the whole prompt (``allocated[].hit``); with ``StoreHits`` every rank's store is
+seeded with every request's prompt blocks under that rank's keys, so the load of a hit reads real bytes.
+vLLM's attention layers call ``wait_for_layer_load`` before computing, so ``forward`` calls it for every
+layer after ``start_load_kv``. Requests in ``ShortReqs`` have a one-token prompt (no full block).
 
 Refinement mapping ``abstract_state()`` (model variable <- implementation):
 
@@ -48,7 +52,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +60,7 @@ import torch
 
 from deferdump.reference.config import ConnectorConfig
 from deferdump.reference.connectors import VARIANT_CLASSES, DirectConnector, OuterConnector, Role
+from deferdump.reference.hashing import layer_key, prefix_block_hashes
 from deferdump.reference.devices import DeferredCpuDevice
 from deferdump.reference.manual_store import ManualStore
 from deferdump.reference.metadata import DeferDumpMetadata
@@ -93,6 +98,12 @@ class ModelConstants:
     hma: bool
     multi: bool
     mla: bool
+    store_hits: bool = False  # StoreHits: a lookup may hit the whole prompt
+    short_reqs: frozenset[str] = frozenset()  # ShortReqs: one-token prompts (no full block)
+
+    def need_blocks(self, req: str) -> int:
+        """Blocks the request's prompt occupies (the model's NeedBlocks)."""
+        return 1 if req in self.short_reqs else self.prompt_blocks
 
     @property
     def num_ranks(self) -> int:
@@ -122,6 +133,13 @@ class ModelConstants:
         if inner not in INNER_VARIANTS:
             raise ItfError(f"InnerClass {inner!r} has no reference connector", json_path='$["#meta"].constants',
                            file=trace.path)
+        for name in ("StoreHits", "ShortReqs"):  # optional: older traces predate them
+            if name in raw:
+                where = f'$["#meta"].constants.{name}'
+                try:
+                    values[name] = from_itf(raw[name], where)
+                except ItfError as error:
+                    raise ItfError(error.problem, json_path=error.json_path, file=trace.path) from None
         if "Rank" in values:
             rank0 = int(values["Rank0"])
             ranks = (rank0, *sorted(int(w) for w in values["Rank"] if int(w) != rank0))
@@ -133,7 +151,21 @@ class ModelConstants:
             ranks=ranks, prompt_blocks=int(values["PromptBlocks"]),
             layers=int(values["Layers"]), variant=INNER_VARIANTS[inner], wrapper=bool(values["Wrapper"]),
             hma=bool(values["HMA"]), multi=bool(values["Multi"]), mla=bool(values["MLA"]),
+            store_hits=bool(values.get("StoreHits", False)),
+            short_reqs=frozenset(_name(v) for v in values.get("ShortReqs", ())),
         )
+
+
+class ScriptedLookupStore(ManualStore):
+    """The scheduler's store: a lookup hits the whole key list iff ``hit`` is set (the driver sets it
+    from the schedule record just around each lookup), else misses. Nothing is dumped to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hit = False
+
+    def lookup_prefix(self, block_hashes: Sequence[bytes]) -> int:
+        return len(block_hashes) if self.hit else 0
 
 
 _SHARED_METRICS: ConnectorMetrics | None = None
@@ -184,9 +216,11 @@ class DeferDumpDriver:
         self.observed: tuple[str, ...] = tuple(observed)
         self.block_ids = {name: index for index, name in enumerate(constants.blocks)}
         self.block_names = {index: name for name, index in self.block_ids.items()}
-        prompt_len = constants.prompt_blocks * BLOCK_SIZE
+        def prompt_len(name: str) -> int:
+            return 1 if name in constants.short_reqs else constants.prompt_blocks * BLOCK_SIZE
+
         self.requests = {
-            name: RequestView(name, tuple(range(1000 * (i + 1), 1000 * (i + 1) + prompt_len)), prompt_len)
+            name: RequestView(name, tuple(range(1000 * (i + 1), 1000 * (i + 1) + prompt_len(name))), prompt_len(name))
             for i, name in enumerate(constants.requests)
         }
         # CP's Direct paths: a CP world of one rank (more ranks would each keep a slice of the hashes)
@@ -219,13 +253,17 @@ class DeferDumpDriver:
     def reset(self, initial: Mapping[str, Value]) -> None:
         self.close()
         n = self.constants.num_ranks
-        self.scheduler = self._connector(Role.SCHEDULER, ManualStore())
+        self.lookup_store = ScriptedLookupStore()
+        self.scheduler = self._connector(Role.SCHEDULER, self.lookup_store)
         self.stores = [ManualStore(auto_complete_on_wait=True) for _ in range(n)]
         self.workers = [self._connector(Role.WORKER, self.stores[w], w) for w in range(n)]
         caches = {f"layer.{i}": torch.zeros(len(self.constants.blocks), 1, BLOCK_SIZE, 2)
                   for i in range(self.constants.layers)}
         for worker in self.workers:
             worker.register_kv_caches(caches)
+        if self.constants.store_hits:
+            for w in range(n):
+                self.stores[w].seed(self._warm_blocks(w))
         self.inflight: collections.deque[DeferDumpMetadata] = collections.deque()
         self.executed = 0
         self.model_ids: list[dict[int, int]] = [{} for _ in range(n)]  # id(PendingDumpTask) -> model id
@@ -234,6 +272,26 @@ class DeferDumpDriver:
         self.handle_ids: list[dict[int, int]] = [{} for _ in range(n)]  # event handle -> model id
         self.outcomes: list[dict[int, str]] = [{} for _ in range(n)]
         self.reports: list[collections.Counter[str]] = [collections.Counter() for _ in range(n)]
+
+    def _warm_blocks(self, w: int) -> dict[bytes, torch.Tensor]:
+        """Every full prompt block of every request under rank w's store keys, as an earlier identical
+        prompt would have dumped them: per layer for per-layer dumps, and only rank w's CP hash slice."""
+        worker = self.workers[w]
+        inner = worker.inner if self.constants.wrapper else worker
+        layout = inner.device.layout
+        per_block = inner._hashes_per_block
+        blocks: dict[bytes, torch.Tensor] = {}
+        for index, view in enumerate(self.requests.values()):
+            hashes = prefix_block_hashes(view.token_ids, BLOCK_SIZE, per_block)
+            if per_block > 1:
+                hashes = hashes[inner.rank::per_block]
+            for key in inner._store_keys(hashes):
+                if inner._per_layer:
+                    for layer in layout.layers:
+                        blocks[layer_key(key, layer.index)] = torch.full((layer.block_nbytes,), index + 1, dtype=torch.uint8)
+                else:
+                    blocks[key] = torch.full((layout.block_nbytes,), index + 1, dtype=torch.uint8)
+        return blocks
 
     def close(self) -> None:
         for device in self.devices:
@@ -271,12 +329,17 @@ class DeferDumpDriver:
             view = self.requests[rid]
             scheduled.add(rid)
             if req_state[req] in ("waiting", "preempted"):
-                matched, _ = self.scheduler.get_num_new_matched_tokens(view, 0)
+                self.lookup_store.hit = bool(alloc.get("hit", False))
+                try:
+                    matched, _ = self.scheduler.get_num_new_matched_tokens(view, 0)
+                finally:
+                    self.lookup_store.hit = False
                 self.scheduler.update_state_after_alloc(view, [block], matched)
+                chunk = min(BLOCK_SIZE, view.num_prompt_tokens) - matched  # a hit computes the last token only
                 if req_state[req] == "waiting":
-                    new.append(NewRequestView(rid, view.token_ids, view.num_prompt_tokens, (block,), 0, BLOCK_SIZE))
+                    new.append(NewRequestView(rid, view.token_ids, view.num_prompt_tokens, (block,), matched, chunk))
                 else:
-                    cached.append(CachedRequestView(rid, (block,), True, 0, BLOCK_SIZE))
+                    cached.append(CachedRequestView(rid, (block,), True, matched, chunk))
             else:
                 computed = (int(alloc["idx"]) - 1) * BLOCK_SIZE
                 cached.append(CachedRequestView(rid, (block,), False, computed, BLOCK_SIZE))
@@ -284,7 +347,7 @@ class DeferDumpDriver:
         for req, state in req_state.items():
             rid = _name(req)
             if (state == "running" and rid not in scheduled and rid not in preempted
-                    and len(blocks_of[req]) == self.constants.prompt_blocks):
+                    and len(blocks_of[req]) == self.constants.need_blocks(rid)):
                 prompt = self.requests[rid].num_prompt_tokens
                 cached.append(CachedRequestView(rid, (), False, prompt, 1))  # a decode step: never dumped
         step = StepView(tuple(new), tuple(cached), frozenset(_names(before["finishedIds"])), frozenset(preempted))
@@ -295,6 +358,11 @@ class DeferDumpDriver:
         want = {(_name(d["req"]), self.block_ids[_name(d["block"])]) for d in call["dump"]}
         if got != want:
             raise StepMismatch(f"build_connector_meta dump slices: model {self._slices(want)}, "
+                               f"implementation {self._slices(got)}")
+        got = {(rid, b) for rid, m in meta.request_meta.items() for b in m.load_block_ids}
+        want = {(_name(d["req"]), self.block_ids[_name(d["block"])]) for d in call.get("load", ())}
+        if got != want:
+            raise StepMismatch(f"build_connector_meta load slices: model {self._slices(want)}, "
                                f"implementation {self._slices(got)}")
 
     def _slices(self, pairs: set[tuple[str, int]]) -> str:
@@ -324,6 +392,8 @@ class DeferDumpDriver:
             elif name == "forward":
                 worker.bind_connector_metadata(meta)
                 worker.start_load_kv()
+                for layer in range(self.constants.layers):  # each attention layer waits its load first
+                    worker.wait_for_layer_load(f"layer.{layer}")
                 if not layer_records:  # vLLM calls save_kv_layer for every layer; none may submit here
                     for layer in range(self.constants.layers):
                         self._submitting(w, f"save_kv_layer(layer.{layer})", 0, False,
@@ -357,14 +427,18 @@ class DeferDumpDriver:
 
     def _submitting(self, w: int, what: str, submitted: int, submit_error: bool, call: Any) -> None:
         """Run a call that may submit one dump task; inject a submit failure if the record has one."""
-        worker, store = self.workers[w], self.stores[w]
+        worker, store, device = self.workers[w], self.stores[w], self.devices[w]
         before = {id(p) for p in worker._pending_dump_tasks}
-        store.submit_fail_next = 1 if submit_error else 0
+        # the model's submit failure, injected at the store's dump or (profile) at the device read before it
+        fault_at_read = self.profile.submit_fault_at_read
+        store.submit_fail_next = 1 if submit_error and not fault_at_read else 0
+        device.read_fail_next = 1 if submit_error and fault_at_read else 0
         try:
             call()
         finally:
-            unused = store.submit_fail_next
+            unused = store.submit_fail_next + device.read_fail_next
             store.submit_fail_next = 0
+            device.read_fail_next = 0
         if submit_error and unused:
             raise StepMismatch(f"rank {self.constants.ranks[w]} {what}: the model submits (and fails), the implementation did not submit")
         new = [p for p in worker._pending_dump_tasks if id(p) not in before]
@@ -382,7 +456,7 @@ class DeferDumpDriver:
                 self.handle_ids[w][task.event_handle] = submitted
 
     def _check_waits(self, w: int, what: str, waited: list[StoreTask], expected: Iterable[Record]) -> None:
-        got = sorted(self.store_task_ids[w].get(t.task_id, -t.task_id) for t in waited)
+        got = sorted(self.store_task_ids[w].get(t.task_id, -t.task_id) for t in waited if t.kind == "dump")
         want = sorted(int(x["task"]) for x in expected)
         if got != want:
             raise StepMismatch(f"rank {self.constants.ranks[w]} {what} waited tasks: model {want}, implementation {got}")

@@ -1,7 +1,8 @@
 """Implementation configurations a DeferDump trace is replayed under, cycled across the traces.
 
-The model does not know about these settings: they change how the connector does its work, never which
-requests it tracks, which tasks it waits, or what it reports. Replaying each trace under one of them
+The model does not know about these settings: they change how the connector does its work (or, for
+``submit_fault_at_read``, where in the submit the model's submit failure is raised), never which requests
+it tracks, which tasks it waits, or what it reports. Replaying each trace under one of them
 (chosen by the trace's index, so a replay and its shrinking are reproducible) checks exactly that, and
 runs the connector paths the default configuration never takes, at no extra replay time.
 """
@@ -23,6 +24,7 @@ class ImplProfile:
     event_sync: bool = True  # False: synchronize at submit instead of holding an event handle
     set_preemption_api: bool = False  # older vLLM (~0.17): handle_preemptions(set), only when non-empty
     cp_direct: bool = False  # Direct traces on UCMCPConnector without layer-wise paths (CP's Direct paths)
+    submit_fault_at_read: bool = False  # the model's submit failure raised by the device read, not the store
 
     @property
     def observes_events(self) -> bool:
@@ -34,7 +36,7 @@ DEFAULT_PROFILE = ImplProfile("default")
 
 PROFILES: tuple[ImplProfile, ...] = (
     DEFAULT_PROFILE,
-    ImplProfile("verify+set-api", verify_dumps=True, set_preemption_api=True),
+    ImplProfile("verify+set-api+read-fault", verify_dumps=True, set_preemption_api=True, submit_fault_at_read=True),
     ImplProfile("no-event-sync", event_sync=False, verify_dumps=True),
     ImplProfile("cp-direct+set-api", cp_direct=True, set_preemption_api=True),
 )

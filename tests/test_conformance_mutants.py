@@ -3,7 +3,8 @@
 The edge-cover traces of the shipped CI conformance models (what ``deferdump verify`` replays, no test
 fixture) are replayed, stopping at the first failing trace; the divergence must sit at the first step of
 that trace where the mutated behaviour is observable, computed from the trace itself, and in the shipped
-model expected to expose it (MLA ranks only exist in MLAConformance, preemption only in PreemptConformance).
+model expected to expose it (MLA ranks only exist in MLAConformance, preemption only in PreemptConformance,
+store hits and untracked finishes only in the lookup models).
 """
 from __future__ import annotations
 
@@ -53,6 +54,28 @@ def release_only_on_success(self, pending):
     self._release_dump_event_handle(pending)
 
 
+def delay_every_request(self, request, block_ids):  # LMCache MP's answer: (True, None) whatever was saved
+    self._async_dump_req_ids.discard(request.req_id)
+    return True, None
+
+
+_ORIGINAL_AFTER_ALLOC = DirectConnector.update_state_after_alloc
+
+
+def hit_never_loaded(self, request, block_ids, num_external_tokens):  # the announced hit is not loaded
+    return _ORIGINAL_AFTER_ALLOC(self, request, block_ids, 0)
+
+
+def _untracked_finish(phase):
+    if phase["name"] != "update_from_output":
+        return False
+    return len(phase["calls"][0]["reqs"]) > len(phase["calls"][0]["ucm_delayed"])
+
+
+def _hit(phase):
+    return phase["name"] == "schedule" and any(a["hit"] for a in phase["allocated"])
+
+
 def _tracks(phase):
     return phase["name"] == "schedule" and len(phase["calls"][0]["tracked"]) > 0
 
@@ -81,7 +104,8 @@ def _failed_wait(phase):
 
 
 SHIPPED = {"DirectConformance", "LayerWiseConformance", "CPConformance", "DirectChunkedConformance",
-           "MLAConformance", "PreemptConformance"}
+           "MLAConformance", "PreemptConformance", "LookupConformance", "CPLookupConformance"}
+LOOKUPS = {"LookupConformance", "CPLookupConformance"}  # the only models with store hits and short prompts
 """Models that may expose a mutant every shipped model exercises (the first trace in manifest order wins)."""
 
 MUTANTS = [
@@ -97,6 +121,10 @@ MUTANTS = [
                  "workerAsync", {"MLAConformance"}, id="worker-set-after-mla-return"),
     pytest.param(DirectConnector, "_wait_pending_dump_task", release_only_on_success, _failed_wait, "live", SHIPPED,
                  id="event-not-released-on-wait-error"),
+    pytest.param(DirectConnector, "request_finished", delay_every_request, _untracked_finish,
+                 "request_finished(r", LOOKUPS, id="request_finished-delays-untracked-requests"),
+    pytest.param(DirectConnector, "update_state_after_alloc", hit_never_loaded, _hit,
+                 "load slices", LOOKUPS, id="store-hit-never-loaded"),
 ]
 
 

@@ -82,6 +82,6 @@ def test_cycling_profiles_reaches_branches_the_default_leaves_out(sample):
     assert default_report.ok and cycled_report.ok
     gained = set(default_core.missed) - set(cycled_core.missed)
     assert cycled_core.covered_branches > default_core.covered_branches
-    for where in ("handle_preemptions", "_release_dump_event_handle", "_wait_pending_dump_task",
+    for where in ("handle_preemptions", "_release_dump_event_handle", "_submit_dump",
                   "CPConnector.wait_for_save", "CPConnector.save_kv_layer"):
         assert any(where in line for line in gained), (where, sorted(gained))
