@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from deferdump.reference import ConnectorConfig, MemoryStore
-from deferdump.tools.bench import BenchConfig, measure_replay, measure_tlc, run_bench
+from deferdump.tools.bench import BenchConfig, measure_conformance_cover, measure_replay, measure_tlc, run_bench
 from deferdump.tools.bench_plot import plot_modes
 from deferdump.tools.forward_sim import ModelShape
 from deferdump.tools.phase_timer import PhaseTimer, summarize
@@ -69,6 +69,26 @@ def test_every_issue_key_is_present_with_sane_values(tiny_bench: tuple[dict, dic
     if report["replay_steps_per_s"] is not None:  # the manifest lists a conformance model: it replayed cleanly
         assert report["replay_steps"] > 0 and report["replay_divergences"] == 0 and len(report["replay_models"]) == 1
     json.dumps(report)
+
+
+def test_cover_figures_of_a_quick_run_replay_one_model_and_leave_coverage_to_the_full_run(
+    tiny_bench: tuple[dict, dict],
+) -> None:
+    report, _runs = tiny_bench
+    (model,) = report["cover_models"].values()
+    assert model["divergences"] == 0 and model["edge_coverage"] == 1.0 and model["steps"] > 0
+    assert report["cover_replay_max_s"] == pytest.approx(model["replay_s"], abs=1e-3)
+    assert report["core_branch_coverage"] is None and "covers 1 of" in report["core_branch_coverage_reason"]
+    assert report["core_coverage"]["branches"] > 0
+    assert report["goals"]["core_branch_coverage"]["met"] is None
+    assert report["goals"]["cover_replay_max_s"]["goal"] == "<= 30.0"
+
+
+def test_cover_figures_are_null_with_a_reason_without_a_conformance_model(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text(json.dumps({"models": []}))
+    figures = measure_conformance_cover(60.0, manifest_path=tmp_path / "manifest.json")
+    assert figures["cover_replay_max_s"] is None and figures["core_branch_coverage"] is None
+    assert "no conformance CI model" in figures["core_branch_coverage_reason"]
 
 
 def test_raw_figures_have_medians_and_extremes(tiny_bench: tuple[dict, dict]) -> None:

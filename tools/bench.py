@@ -43,6 +43,8 @@ GOALS = {
     "dump_bandwidth_over_memcpy": (">=", 0.70),  # CPU goal; CUDA: 0.80
     "python_ms_per_step_256": ("<=", 1.0),
     "replay_steps_per_s": (">=", 2000.0),
+    "cover_replay_max_s": ("<=", 30.0),  # issue 5: every conformance model's edge cover replayed within 30 s
+    "core_branch_coverage": (">=", 0.95),  # issue 5: protocol-core branches reached by conformance alone
 }
 CUDA_GOALS = {"step_overhead_over_nosave": ("<=", 0.05), "dump_bandwidth_over_memcpy": (">=", 0.80)}
 
@@ -415,6 +417,55 @@ def measure_replay(
     return figures
 
 
+def measure_conformance_cover(
+    timeout_s: float, *, manifest_path: Path | None = None, model_limit: int | None = None
+) -> dict[str, Any]:
+    """Issue 5's cover targets: the edge cover of every CI conformance model, generated and replayed (under
+    coverage.py, so the replay seconds are pessimistic), and the protocol core's branch coverage reached.
+
+    The coverage figure needs every conformance model; with `model_limit` (--quick) it is None."""
+    from deferdump.conformance import replay, tracegen
+    from deferdump.conformance.corecov import core_for_variants, measure_core_coverage
+    from deferdump.conformance.verify import VARIANT_NAMES
+
+    from .manifest import load_manifest
+
+    try:
+        manifest = load_manifest(manifest_path)
+    except DeferdumpError as error:
+        return {"cover_replay_max_s": None, "cover_replay_max_s_reason": f"manifest: {error}",
+                "core_branch_coverage": None, "core_branch_coverage_reason": f"manifest: {error}"}
+    every = [e for e in manifest.select(tier="ci") if e.conformance and not e.mutant and e.expect.passes]
+    models = every[:model_limit]
+    if not models:
+        reason = "spec/manifest.json lists no conformance CI model"
+        return {"cover_replay_max_s": None, "cover_replay_max_s_reason": reason,
+                "core_branch_coverage": None, "core_branch_coverage_reason": reason}
+    try:
+        with tempfile.TemporaryDirectory(prefix="deferdump-bench-cover-") as scratch:
+            generated = [tracegen.generate_traces(e, "cover", Path(scratch) / e.name, timeout=timeout_s) for e in models]
+            core = core_for_variants({VARIANT_NAMES[e.variant] for e in models})
+            reports, coverage_ = measure_core_coverage(
+                lambda: [replay.replay_paths(g.files, shrink=False, manifest=manifest) for g in generated], core)
+    except DeferdumpError as error:
+        return {"cover_replay_max_s": None, "cover_replay_max_s_reason": f"cover replay failed: {error}",
+                "core_branch_coverage": None, "core_branch_coverage_reason": f"cover replay failed: {error}"}
+    per_model = {g.model: {"traces": len(g.files), "edges": g.edges, "generate_s": round(g.seconds, 3),
+                           "replay_s": round(r.seconds, 3), "steps": r.steps, "divergences": len(r.failed),
+                           "edge_coverage": r.edge_coverage} for g, r in zip(generated, reports)}
+    figures: dict[str, Any] = {"cover_models": per_model,
+                               "cover_replay_max_s": max(r.seconds for r in reports),
+                               "cover_divergences": sum(len(r.failed) for r in reports),
+                               "core_coverage": coverage_.to_json()}
+    if len(models) < len(every):
+        figures["core_branch_coverage"] = None
+        figures["core_branch_coverage_reason"] = (f"--quick covers {len(models)} of {len(every)} conformance models; "
+                                                  "the full bench (or deferdump verify) measures it")
+    else:
+        figures["core_branch_coverage"] = coverage_.branch_coverage
+    return figures
+
+
 def measure_tlc(timeout_s: float, *, manifest_path: Path | None = None, model_limit: int | None = None) -> dict[str, Any]:
     """Distinct states per second of TLC over the manifest's CI models (workers 1, JVM start included).
 
@@ -525,6 +576,8 @@ def run_bench(
         report.update(measure_python_time(config))
         progress("conformance replay")
         report.update(measure_replay(config.tlc_timeout_s, model_limit=config.model_limit, traces=config.replay_traces))
+        progress("conformance edge covers and protocol-core coverage")
+        report.update(measure_conformance_cover(config.tlc_timeout_s, model_limit=config.model_limit))
         if include_tlc:
             progress("TLC")
             report.update(measure_tlc(config.tlc_timeout_s, model_limit=config.model_limit))
