@@ -84,3 +84,34 @@ def test_bad_json_names_line_and_column(tmp_path):
     path.write_text('{"vars": ["x"], "states": [')
     with pytest.raises(TraceInputError, match=r"broken.itf.json: \$: bad JSON at line 1, column 28"):
         replay_paths([path], driver_factory=RecordingFactory())
+
+
+def _deferdump_trace(tmp_path: Path, mutate) -> Path:
+    from conformance_support import deferdump_traces
+
+    obj = json.loads(deferdump_traces("LookupConformance")[0].read_text())
+    mutate(obj["#meta"]["constants"])
+    path = tmp_path / "lookup.itf.json"
+    path.write_text(json.dumps(obj))
+    return path
+
+
+def test_traces_from_before_the_lookup_constants_replay_with_misses_and_full_prompts(tmp_path):
+    from deferdump.conformance.deferdump_driver import ModelConstants
+    from deferdump.tools.tlavalue import load_itf
+
+    def drop(constants):
+        del constants["StoreHits"], constants["ShortReqs"]
+
+    constants = ModelConstants.from_trace(load_itf(_deferdump_trace(tmp_path, drop)))
+    assert constants.store_hits is False and constants.short_reqs == frozenset()
+    assert constants.need_blocks("r2") == constants.prompt_blocks
+
+
+def test_a_malformed_lookup_constant_names_its_json_path(tmp_path):
+    def corrupt(constants):
+        constants["ShortReqs"] = {"#float": "1.5"}
+
+    path = _deferdump_trace(tmp_path, corrupt)
+    with pytest.raises(TraceInputError, match=r'lookup.itf.json: \$\["#meta"\].constants.ShortReqs: unknown value tag'):
+        replay_paths([path])
