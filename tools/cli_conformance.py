@@ -169,7 +169,7 @@ def _print_verify(result: Any, console: Console) -> None:
     for row in result.models:
         report = row.report
         cov = report.coverage[0] if report.coverage else None
-        table.add_row(row.traces.model, f"{row.traces.states:,}", f"{row.traces.edges:,}", str(row.traces.traces),
+        table.add_row(row.traces.model, f"{row.traces.states:,}", f"{row.traces.edges:,}", f"{row.traces.traces:,}",
                       str(max(row.traces.lengths, default=0)), f"{report.steps:,}",
                       _pct(None if cov is None else cov.covered_edges / cov.edges if cov.edges else None),
                       _pct(None if cov is None else cov.covered_actions / cov.actions if cov.actions else None),
