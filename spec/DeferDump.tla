@@ -37,7 +37,8 @@ CONSTANTS
     Lockstep,       \* ranks see the same store events (README "Abstractions")
     FusedStep,      \* sync scheduling as one engine_step action (MaxInflight = 1)
     StoreHits,      \* may an admission's lookup find the whole prompt in the store?
-    ShortReqs       \* requests whose prompt fills no block (never dumped, no plan)
+    ShortReqs,      \* requests whose prompt fills no block (never dumped, no plan)
+    DeferFinalize   \* spec decode: get_finished runs before wait_for_save in a step
 
 ASSUME TableOK
 ASSUME InnerClass \in Classes /\ (Wrapper => "UCMConnector" \in Classes)
@@ -46,6 +47,7 @@ ASSUME Lockstep \in BOOLEAN /\ FusedStep \in BOOLEAN /\ (FusedStep => MaxInfligh
 ASSUME Rank0 \in Rank /\ PromptBlocks \in Nat \ {0} /\ Layers \in Nat \ {0}
 \* A hit is of the whole prompt, which one allocated block holds (README "Abstractions").
 ASSUME StoreHits \in BOOLEAN /\ (StoreHits => PromptBlocks = 1) /\ ShortReqs \subseteq Req
+ASSUME DeferFinalize \in BOOLEAN
 
 NumRanks == Cardinality(Rank)
 
@@ -410,14 +412,23 @@ ChoiceSets(w, m, s0) ==
 Choices(w, m, s0) ==
     LET cs == ChoiceSets(w, m, s0) IN [submit: cs.submit, layers: cs.layers, check: cs.check]
 
+(* vLLM's order within a rank's step; with DeferFinalize (a speculative-   *)
+(* decoding drafter, `defer_finalize`) the runner collects get_finished    *)
+(* (get_transfer_results) before the drafter and runs wait_for_save after  *)
+(* it, in finalize_kv_connector: the step's tracking and submit come last. *)
 RankStep(w, m, c, s0) ==
     LET hp  == handle_preemptions(w, m, s0)
         fw  == forward(w, m, hp.s)
         skl == save_kv_layer(w, m, fw.s, c.layers)
-        wfs == wait_for_save(w, m, skl.s, c.check, c.submit)
-        gf  == get_finished(w, m, wfs.s, m.sibNow)
-    IN  [s |-> gf.s, out |-> gf.out,
-         calls |-> <<hp.call, fw.call>> \o skl.calls \o <<wfs.call, gf.call>>]
+    IN  IF DeferFinalize
+        THEN LET gf  == get_finished(w, m, skl.s, m.sibNow)
+                 wfs == wait_for_save(w, m, gf.s, c.check, c.submit)
+             IN  [s |-> wfs.s, out |-> gf.out,
+                  calls |-> <<hp.call, fw.call>> \o skl.calls \o <<gf.call, wfs.call>>]
+        ELSE LET wfs == wait_for_save(w, m, skl.s, c.check, c.submit)
+                 gf  == get_finished(w, m, wfs.s, m.sibNow)
+             IN  [s |-> gf.s, out |-> gf.out,
+                  calls |-> <<hp.call, fw.call>> \o skl.calls \o <<wfs.call, gf.call>>]
 
 (* Lockstep: one choice for all ranks, offered where some rank observes it.*)
 GlobalChoices(m, W) ==

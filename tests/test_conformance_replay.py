@@ -79,3 +79,24 @@ def test_diff_reads_per_key_and_per_element():
     assert diff_value("x", Tup((1, 2)), Tup((1, 3))) == ["x[2]: model 2, implementation 3"]
     assert diff_value("x", True, 1) == ["x: model TRUE, implementation 1"]
     assert diff_value("x", TlaSet([r1]), TlaSet([r1])) == []
+
+
+def test_a_spec_decode_trace_runs_get_finished_before_wait_for_save(monkeypatch):
+    """With DeferFinalize the model records get_finished before wait_for_save in a rank's step; the
+    driver calls the connector in the recorded order (vLLM's `defer_finalize` runner), step by step."""
+    from conformance_support import deferdump_traces
+    from deferdump.reference.connectors import DirectConnector
+
+    calls: list[str] = []
+    for name in ("get_finished", "wait_for_save"):
+        original = getattr(DirectConnector, name)
+
+        def spy(self, *args, _name=name, _original=original, **kwargs):
+            if self.role.name == "WORKER":
+                calls.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(DirectConnector, name, spy)
+    report = replay_paths(deferdump_traces("SpecDecodeConformance")[:40], shrink=False, coverage=False)
+    assert report.ok and calls
+    assert calls[0::2] == ["get_finished"] * (len(calls) // 2) and calls[1::2] == ["wait_for_save"] * (len(calls) // 2)
