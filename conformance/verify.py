@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deferdump.tools.manifest import CheckOutcome, Manifest, check_model, load_manifest, outcomes_json
+from deferdump.tools.manifest import CheckOutcome, Manifest, ModelEntry, check_model, load_manifest, outcomes_json
 
 from .corecov import CoreCoverage, core_for_variants, measure_core_coverage
 from .replay import ReplayReport, replay_paths
 from .tracegen import GeneratedTraces, generate_traces
 
-__all__ = ["ModelConformance", "VerifyResult", "run_verify"]
+__all__ = ["CoverReplay", "ModelConformance", "VerifyResult", "conformance_entries", "cover_and_replay", "run_verify"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,34 @@ class VerifyResult:
                 "core_coverage": None if self.core is None else self.core.to_json(), "problems": self.problems}
 
 
+def conformance_entries(manifest: Manifest) -> list[ModelEntry]:
+    """The manifest's CI conformance models: passing ones, not mutants."""
+    return [e for e in manifest.select(tier="ci") if e.conformance and not e.mutant and e.expect.passes]
+
+
+@dataclass
+class CoverReplay:
+    """Edge covers generated for some conformance models, their replays, and the core coverage reached."""
+
+    generated: list[GeneratedTraces]
+    reports: list[ReplayReport]
+    core: CoreCoverage
+
+
+def cover_and_replay(entries: list[ModelEntry], out_dir: Path, manifest: Manifest, *, shrink: bool = True,
+                     timeout: float | None = None) -> CoverReplay:
+    """Generate each model's edge cover under ``out_dir/<name>`` and replay them all under coverage.py
+    (the protocol core of the variants the models run); `deferdump verify` and `deferdump bench` share it."""
+    generated = [generate_traces(entry, "cover", out_dir / entry.name, timeout=timeout) for entry in entries]
+
+    def replay_all() -> list[ReplayReport]:
+        return [replay_paths(g.files, shrink=shrink, manifest=manifest) for g in generated]
+
+    core = core_for_variants({VARIANT_NAMES[e.variant] for e in entries})
+    reports, measured = measure_core_coverage(replay_all, core)
+    return CoverReplay(generated, reports, measured)
+
+
 def run_verify(manifest_path: Path | None, out_dir: Path) -> VerifyResult:
     """Run the whole verification; ``out_dir`` receives one sub-directory of traces per model."""
     manifest: Manifest = load_manifest(manifest_path)
@@ -65,18 +93,13 @@ def run_verify(manifest_path: Path | None, out_dir: Path) -> VerifyResult:
         result.checks.append(outcome)
         if not outcome.expected_ok:
             result.problems.append(f"check {entry.name}: {outcome.summary}")
-    conformance = [e for e in ci if e.conformance and not e.mutant and e.expect.passes]
+    conformance = conformance_entries(manifest)
     if not conformance:
         result.problems.append("the manifest marks no CI model for conformance")
         return result
-    generated = [generate_traces(entry, "cover", out_dir / entry.name) for entry in conformance]
-
-    def replay_all() -> list[ReplayReport]:
-        return [replay_paths(g.files, manifest=manifest) for g in generated]
-
-    core = core_for_variants({VARIANT_NAMES[e.variant] for e in conformance})
-    reports, result.core = measure_core_coverage(replay_all, core)
-    for traces, report in zip(generated, reports):
+    covers = cover_and_replay(conformance, out_dir, manifest)
+    result.core = covers.core
+    for traces, report in zip(covers.generated, covers.reports):
         row = ModelConformance(traces, report)
         result.models.append(row)
         if not report.ok:

@@ -17,6 +17,7 @@ from pathlib import Path
 from deferdump.conformance.driver import StepMismatch
 from deferdump.conformance.itfload import TraceLoader
 from deferdump.conformance.tracegen import GeneratedTraces, generate_traces
+from deferdump.conformance.verify import conformance_entries
 from deferdump.tools.manifest import Expectation, Manifest, ModelEntry, load_manifest
 from deferdump.tools.specfiles import spec_dir
 from deferdump.tools.tlavalue import ItfTrace, Record, Tup, Value
@@ -117,7 +118,7 @@ def fixture_entry(name: str) -> ModelEntry:
 
 def manifest_conformance_entries() -> list[ModelEntry]:
     """The shipped manifest's CI conformance models (passing, not mutants)."""
-    return [e for e in load_manifest().select(tier="ci") if e.conformance and not e.mutant and e.expect.passes]
+    return conformance_entries(load_manifest())
 
 
 def conformance_manifest() -> Manifest:

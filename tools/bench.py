@@ -424,9 +424,7 @@ def measure_conformance_cover(
     coverage.py, so the replay seconds are pessimistic), and the protocol core's branch coverage reached.
 
     The coverage figure needs every conformance model; with `model_limit` (--quick) it is None."""
-    from deferdump.conformance import replay, tracegen
-    from deferdump.conformance.corecov import core_for_variants, measure_core_coverage
-    from deferdump.conformance.verify import VARIANT_NAMES
+    from deferdump.conformance.verify import conformance_entries, cover_and_replay
 
     from .manifest import load_manifest
 
@@ -435,7 +433,7 @@ def measure_conformance_cover(
     except DeferdumpError as error:
         return {"cover_replay_max_s": None, "cover_replay_max_s_reason": f"manifest: {error}",
                 "core_branch_coverage": None, "core_branch_coverage_reason": f"manifest: {error}"}
-    every = [e for e in manifest.select(tier="ci") if e.conformance and not e.mutant and e.expect.passes]
+    every = conformance_entries(manifest)
     models = every[:model_limit]
     if not models:
         reason = "spec/manifest.json lists no conformance CI model"
@@ -443,13 +441,11 @@ def measure_conformance_cover(
                 "core_branch_coverage": None, "core_branch_coverage_reason": reason}
     try:
         with tempfile.TemporaryDirectory(prefix="deferdump-bench-cover-") as scratch:
-            generated = [tracegen.generate_traces(e, "cover", Path(scratch) / e.name, timeout=timeout_s) for e in models]
-            core = core_for_variants({VARIANT_NAMES[e.variant] for e in models})
-            reports, coverage_ = measure_core_coverage(
-                lambda: [replay.replay_paths(g.files, shrink=False, manifest=manifest) for g in generated], core)
+            covers = cover_and_replay(models, Path(scratch), manifest, shrink=False, timeout=timeout_s)
     except DeferdumpError as error:
         return {"cover_replay_max_s": None, "cover_replay_max_s_reason": f"cover replay failed: {error}",
                 "core_branch_coverage": None, "core_branch_coverage_reason": f"cover replay failed: {error}"}
+    generated, reports, coverage_ = covers.generated, covers.reports, covers.core
     per_model = {g.model: {"traces": len(g.files), "edges": g.edges, "generate_s": round(g.seconds, 3),
                            "replay_s": round(r.seconds, 3), "steps": r.steps, "divergences": len(r.failed),
                            "edge_coverage": r.edge_coverage} for g, r in zip(generated, reports)}
