@@ -59,7 +59,7 @@ from typing import Any
 import torch
 
 from deferdump.reference.config import ConnectorConfig
-from deferdump.reference.connectors import VARIANT_CLASSES, DirectConnector, OuterConnector, Role
+from deferdump.reference.connectors import VARIANT_CLASSES, CPConnector, DirectConnector, OuterConnector, Role
 from deferdump.reference.hashing import layer_key, prefix_block_hashes
 from deferdump.reference.devices import DeferredCpuDevice
 from deferdump.reference.manual_store import ManualStore
@@ -283,8 +283,8 @@ class DeferDumpDriver:
         blocks: dict[bytes, torch.Tensor] = {}
         for index, view in enumerate(self.requests.values()):
             hashes = prefix_block_hashes(view.token_ids, BLOCK_SIZE, per_block)
-            if per_block > 1:
-                hashes = hashes[inner.rank::per_block]
+            if isinstance(inner, CPConnector):
+                hashes = inner.rank_hashes(hashes)
             for key in inner._store_keys(hashes):
                 if inner._per_layer:
                     for layer in layout.layers:

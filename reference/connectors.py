@@ -646,12 +646,15 @@ class CPConnector(LayerWiseConnector):
         super().__init__(*args, **kwargs)
         self._per_layer = self.config.use_layerwise
 
+    def rank_hashes(self, hashes: Sequence[bytes]) -> tuple[bytes, ...]:
+        """This rank's sub-keys `[rank::cp_world_size]` of a request's per-block CP hashes."""
+        return tuple(hashes[self.rank :: self.config.cp_world_size])
+
     def bind_connector_metadata(self, meta: DeferDumpMetadata) -> None:
-        """Keep this rank's hashes `[rank::cp_world_size]`; non-empty stays non-empty (lengths are multiples)."""
-        cp, rank = self.config.cp_world_size, self.rank
+        """Keep this rank's hashes; non-empty stays non-empty (lengths are multiples of the CP size)."""
         sliced = {
             req_id: RequestDispatchMeta(
-                m.load_hashes[rank::cp], m.load_block_ids, m.dump_hashes[rank::cp], m.dump_block_ids
+                self.rank_hashes(m.load_hashes), m.load_block_ids, self.rank_hashes(m.dump_hashes), m.dump_block_ids
             )
             for req_id, m in meta.request_meta.items()
         }
