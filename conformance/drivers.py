@@ -1,12 +1,12 @@
 """Choosing the replay driver for a trace: by the variables it carries."""
 from __future__ import annotations
 
-from deferdump.tools.tlavalue import ItfError, ItfTrace
+from deferdump.tools.tlc.values import ItfError, ItfTrace
 
-from .deferdump_driver import DEFERDUMP_VARS, DeferDumpDriver, ModelConstants
-from .driver import Driver
-from .errors import UnknownDriver
-from .profiles import profile_for
+from deferdump.conformance.deferdump_driver import DEFERDUMP_VARS, DeferDumpDriver, ModelConstants
+from deferdump.conformance.driver import Driver
+from deferdump.conformance.errors import UnknownDriver
+from deferdump.conformance.profiles import profile_for
 
 __all__ = ["default_driver_factory"]
 

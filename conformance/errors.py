@@ -1,10 +1,10 @@
 """Exceptions of the conformance package: one-line messages the CLI prints as they are."""
 from __future__ import annotations
 
-from deferdump.tools.errors import DeferdumpError
+from deferdump.reference.errors import UserError
 
 
-class ConformanceError(DeferdumpError):
+class ConformanceError(UserError):
     """Base of every expected conformance failure (bad input, a model TLC cannot explore...)."""
 
 

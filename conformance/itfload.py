@@ -2,8 +2,8 @@
 
 Consecutive states of a trace, and the traces of one model, repeat most variable values; decoding each
 occurrence anew (and computing its canonical key anew when it is compared) dominated replay. Here every
-variable value is decoded once per distinct JSON text, through :func:`deferdump.tools.tlavalue.from_itf`,
-and shared. Anything the fast path does not accept is handed to :func:`~deferdump.tools.tlavalue.parse_itf`,
+variable value is decoded once per distinct JSON text, through :func:`deferdump.tools.tlc.values.from_itf`,
+and shared. Anything the fast path does not accept is handed to :func:`~deferdump.tools.tlc.values.parse_itf`,
 whose error names the file, the state index and the JSON path.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from deferdump.tools.tlavalue import ItfError, ItfTrace, Value, from_itf, parse_itf
+from deferdump.tools.tlc.values import ItfError, ItfTrace, Value, from_itf, parse_itf
 
 __all__ = ["TraceLoader"]
 

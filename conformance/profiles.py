@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deferdump.tools.tlavalue import ItfTrace
+from deferdump.tools.tlc.values import ItfTrace
 
 __all__ = ["DEFAULT_PROFILE", "ImplProfile", "PROFILES", "profile_for"]
 

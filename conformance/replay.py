@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deferdump.tools.manifest import Manifest, ManifestError, load_manifest
-from deferdump.tools.tlavalue import ItfError, ItfTrace, Record, Value, format_value, value_key
+from deferdump.tools.tlc.manifest import Manifest, ManifestError, load_manifest
+from deferdump.tools.tlc.values import ItfError, ItfTrace, Record, Value, format_value, value_key
 
-from .diff import diff_states
-from .driver import Driver, DriverFactory, StepMismatch
-from .errors import TraceInputError
-from .itfload import TraceLoader
-from .stategraph import StateGraph, StateKey, state_key
+from deferdump.conformance.diff import diff_states
+from deferdump.conformance.driver import Driver, DriverFactory, StepMismatch
+from deferdump.conformance.errors import TraceInputError
+from deferdump.conformance.itfload import TraceLoader
+from deferdump.conformance.stategraph import StateGraph, StateKey, state_key
 
 __all__ = ["Divergence", "ReplayReport", "TraceOutcome", "load_traces", "replay_loaded", "replay_paths",
            "replay_states", "replay_trace"]
@@ -235,7 +235,7 @@ def replay_trace(trace: ItfTrace, driver: Driver) -> TraceOutcome:
 
 
 def _graphs_for(traces: Sequence[ItfTrace], manifest: Manifest | None) -> dict[str, StateGraph]:
-    from .tracegen import model_graph  # runs TLC: only when coverage is wanted
+    from deferdump.conformance.tracegen import model_graph  # runs TLC: only when coverage is wanted
 
     names = sorted({str(t.meta["model"]) for t in traces if isinstance(t.meta.get("model"), str)})
     if not names:
@@ -279,7 +279,7 @@ def replay_paths(paths: Sequence[Path | str], *, stop_first: bool = False, shrin
     Raises :class:`TraceInputError` (nothing replayed) when any file fails validation.
     """
     if driver_factory is None:
-        from .drivers import default_driver_factory
+        from deferdump.conformance.drivers import default_driver_factory
 
         driver_factory = default_driver_factory
     loaded = load_traces([Path(p) for p in paths], driver_factory)
@@ -294,7 +294,7 @@ def replay_loaded(traces: Sequence[ItfTrace], *, driver_factory: DriverFactory |
                   manifest: Manifest | None = None) -> ReplayReport:
     """Replay traces already validated by :func:`load_traces` (each gets a fresh driver)."""
     if driver_factory is None:
-        from .drivers import default_driver_factory
+        from deferdump.conformance.drivers import default_driver_factory
 
         driver_factory = default_driver_factory
     graphs = _graphs_for(traces, manifest) if (coverage or shrink) else {}
@@ -313,7 +313,7 @@ def replay_loaded(traces: Sequence[ItfTrace], *, driver_factory: DriverFactory |
         outcomes.append((trace, outcome))
         if outcome.divergence is not None:
             if shrink:
-                from .shrink import shrink_failure
+                from deferdump.conformance.shrink import shrink_failure
 
                 graph = graphs.get(str(trace.meta.get("model")))
                 shrink_failure(trace, outcome.divergence, driver_factory, graph)

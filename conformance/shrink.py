@@ -13,11 +13,11 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from deferdump.tools.tlavalue import ItfTrace, Value
+from deferdump.tools.tlc.values import ItfTrace, Value
 
-from .driver import DriverFactory
-from .replay import Divergence, replay_states
-from .stategraph import StateGraph, StateKey, state_key
+from deferdump.conformance.driver import DriverFactory
+from deferdump.conformance.replay import Divergence, replay_states
+from deferdump.conformance.stategraph import StateGraph, StateKey, state_key
 
 __all__ = ["minimized_path", "shrink_failure"]
 
@@ -76,7 +76,7 @@ def shrink_failure(trace: ItfTrace, divergence: Divergence, driver_factory: Driv
             if outcome.divergence is not None:
                 states = candidate[: outcome.divergence.step + 1]
                 break
-    from .tracegen import write_itf
+    from deferdump.conformance.tracegen import write_itf
 
     target = minimized_path(trace.path)
     meta = {key: value for key, value in trace.meta.items() if key not in ("format", "format-description")}

@@ -18,9 +18,9 @@ from typing import Any
 
 import networkx as nx
 
-from deferdump.tools.tlavalue import TlaParseError, Value, parse_value, value_key
+from deferdump.tools.tlc.values import TlaParseError, Value, parse_value, value_key
 
-from .errors import StateGraphError
+from deferdump.conformance.errors import StateGraphError
 
 __all__ = ["StateGraph", "StateKey", "parse_dot", "state_key"]
 

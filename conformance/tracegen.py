@@ -1,6 +1,6 @@
 """Trace generation from a manifest model: TLC's state graph cut into an edge cover, or TLC simulation.
 
-Both modes write one ITF file per trace (Apalache ADR-015, via :mod:`deferdump.tools.tlavalue`). The
+Both modes write one ITF file per trace (Apalache ADR-015, via :mod:`deferdump.tools.tlc.values`). The
 trace's ``#meta`` names the model, the mode and the model's constants, so that a replay can pick its
 driver and measure coverage against the same state graph without being told anything else.
 
@@ -20,15 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deferdump.tools.manifest import ModelEntry
-from deferdump.tools.tlacfg import SECTION_LINE, strip_comments, without_sections
-from deferdump.tools.tlavalue import TlaParseError, Value, parse_value, to_itf
-from deferdump.tools.tlc import Status, TlcResult, run_tlc
-from deferdump.tools.tlcoutput import TlcOutputError, parse_simulation_trace
+from deferdump.tools.tlc.manifest import ModelEntry
+from deferdump.tools.tlc.cfg import SECTION_LINE, strip_comments, without_sections
+from deferdump.tools.tlc.values import TlaParseError, Value, parse_value, to_itf
+from deferdump.tools.tlc.bridge import Status, TlcResult, run_tlc
+from deferdump.tools.tlc.output import TlcOutputError, parse_simulation_trace
 
-from .cover import edge_cover_paths, path_edges
-from .errors import TraceGenerationError
-from .stategraph import StateGraph, StateKey, parse_dot, state_key
+from deferdump.conformance.cover import edge_cover_paths, path_edges
+from deferdump.conformance.errors import TraceGenerationError
+from deferdump.conformance.stategraph import StateGraph, StateKey, parse_dot, state_key
 
 __all__ = [
     "GeneratedTraces",

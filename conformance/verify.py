@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deferdump.tools.manifest import CheckOutcome, Manifest, ModelEntry, check_model, load_manifest, outcomes_json
+from deferdump.tools.tlc.manifest import CheckOutcome, Manifest, ModelEntry, check_model, load_manifest, outcomes_json
 
-from .corecov import CoreCoverage, core_for_variants, measure_core_coverage
-from .replay import ReplayReport, replay_paths
-from .tracegen import GeneratedTraces, generate_traces
+from deferdump.conformance.corecov import CoreCoverage, core_for_variants, measure_core_coverage
+from deferdump.conformance.replay import ReplayReport, replay_paths
+from deferdump.conformance.tracegen import GeneratedTraces, generate_traces
 
 __all__ = ["CoverReplay", "ModelConformance", "VerifyResult", "conformance_entries", "cover_and_replay", "run_verify"]
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .config import ConnectorConfig, make_store
-from .connectors import CPConnector, DirectConnector, LayerWiseConnector, OuterConnector, RequestPlan, Role
-from .devices import CpuDevice, CudaDevice, Device
-from .errors import ConfigError, DeferDumpError, DeviceError, EventHandleError, LayoutError, RoleError
-from .events import EventRegistry
-from .kv_layout import KVCacheLayout, LayerLayout, describe_kv_caches, find_block_dim
-from .metadata import DeferDumpMetadata, RequestDispatchMeta
-from .metrics import ConnectorMetrics
-from .pending import PendingDumpTask
-from .store_base import (
+from deferdump.reference.config import ConnectorConfig, make_store
+from deferdump.reference.connectors import CPConnector, DirectConnector, LayerWiseConnector, OuterConnector, RequestPlan, Role
+from deferdump.reference.devices import CpuDevice, CudaDevice, Device
+from deferdump.reference.errors import ConfigError, DeferDumpError, DeviceError, EventHandleError, LayoutError, RoleError, UserError
+from deferdump.reference.events import EventRegistry
+from deferdump.reference.kv_layout import KVCacheLayout, LayerLayout, describe_kv_caches, find_block_dim
+from deferdump.reference.metadata import DeferDumpMetadata, RequestDispatchMeta
+from deferdump.reference.metrics import ConnectorMetrics
+from deferdump.reference.pending import PendingDumpTask
+from deferdump.reference.stores.base import (
     BlockPayload,
     KVStore,
     LoadError,
@@ -30,15 +30,15 @@ from .store_base import (
     SubmitError,
     TaskNotFound,
 )
-from .views import CachedRequestView, NewRequestView, RequestView, StepView
+from deferdump.reference.views import CachedRequestView, NewRequestView, RequestView, StepView
 
-_LAZY = {
-    "MemoryStore": "memory_store",
-    "FileStore": "file_store",
-    "StoreDirectoryError": "file_store",
-    "FaultyStore": "faults",
-    "FaultConfig": "faults",
-    "ManualStore": "manual_store",
+_LAZY = {  # attribute -> module under deferdump.reference
+    "MemoryStore": "stores.memory",
+    "FileStore": "stores.file",
+    "StoreDirectoryError": "stores.file",
+    "FaultyStore": "stores.faults",
+    "FaultConfig": "stores.faults",
+    "ManualStore": "testing.manual_store",
 }
 
 
@@ -59,5 +59,5 @@ __all__ = [
     "NewRequestView", "OuterConnector", "PendingDumpTask", "ReadyPayload", "RequestDispatchMeta", "RequestPlan",
     "RequestView", "Role", "RoleError", "StepView", "StoreDirectoryError", "StoreError", "StoreFull", "StoreStats",
     "StoreTask",
-    "SubmitError", "TaskNotFound", "describe_kv_caches", "find_block_dim", "make_store",
+    "SubmitError", "TaskNotFound", "UserError", "describe_kv_caches", "find_block_dim", "make_store",
 ]

@@ -10,8 +10,8 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import ConfigError
-from .store_base import KVStore
+from deferdump.reference.errors import ConfigError
+from deferdump.reference.stores.base import KVStore
 
 VARIANTS = ("direct", "layerwise", "cp")
 STORES = ("memory", "file")
@@ -91,14 +91,14 @@ def make_store(config: ConnectorConfig) -> KVStore:
     """The store the config names, wrapped in a `FaultyStore` when `faults` is set."""
     store: KVStore
     if config.store == "memory":
-        memory_store = importlib.import_module(f"{__package__}.memory_store")
+        memory_store = importlib.import_module(f"{__package__}.stores.memory")
         capacity = config.capacity_blocks or DEFAULT_MEMORY_CAPACITY_BLOCKS
         store = memory_store.MemoryStore(capacity)
     else:
-        file_store = importlib.import_module(f"{__package__}.file_store")
+        file_store = importlib.import_module(f"{__package__}.stores.file")
         store = file_store.FileStore(config.store_path, capacity_blocks=config.capacity_blocks)
     if config.faults is not None:
-        faults = importlib.import_module(f"{__package__}.faults")
+        faults = importlib.import_module(f"{__package__}.stores.faults")
         store = faults.FaultyStore(store, faults.FaultConfig(**dict(config.faults)))
     return store
 

@@ -1,6 +1,6 @@
 """The protocol core: UCM's deferred-dump connector (PR #989), on vLLM-free views and real stores/devices.
 
-Classes and method ownership follow UCM exactly (shared/notes/ucm-deferred-dump.md §8):
+Classes and method ownership follow UCM exactly (spec/README.md, "Class names", has the table):
 `DirectConnector` → `LayerWiseConnector` → `CPConnector`, with `build_connector_meta` defined ONLY in
 `DirectConnector` (so CP's tracking comes from the MRO), and `OuterConnector`, a wrapper that *has* an inner
 connector and forwards every method, including `request_finished`, `request_finished_all_groups`,
@@ -24,16 +24,16 @@ from typing import Any
 
 import torch
 
-from .config import ConnectorConfig, make_store
-from .devices import CpuDevice, CudaDevice, Device, checksum_rows
-from .errors import ConfigError, RoleError
-from .events import EventRegistry
-from .hashing import layer_key, prefix_block_hashes, rank_key
-from .metadata import DeferDumpMetadata, RequestDispatchMeta
-from .metrics import ConnectorMetrics
-from .pending import PendingDumpTask
-from .store_base import KVStore, StoreTask
-from .views import RequestView, StepView
+from deferdump.reference.config import ConnectorConfig, make_store
+from deferdump.reference.devices import CpuDevice, CudaDevice, Device, checksum_rows
+from deferdump.reference.errors import ConfigError, RoleError
+from deferdump.reference.events import EventRegistry
+from deferdump.reference.hashing import layer_key, prefix_block_hashes, rank_key
+from deferdump.reference.metadata import DeferDumpMetadata, RequestDispatchMeta
+from deferdump.reference.metrics import ConnectorMetrics
+from deferdump.reference.pending import PendingDumpTask
+from deferdump.reference.stores.base import KVStore, StoreTask
+from deferdump.reference.views import RequestView, StepView
 
 logger = logging.getLogger(__name__)
 

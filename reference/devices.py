@@ -8,7 +8,8 @@ exactly the window the deferred-dump protocol must keep them from being freed an
 - `CudaDevice`: a dedicated copy stream that first waits on an event recorded on the compute stream,
   gathers the blocks with one `index_select` per layer into a staging tensor and copies it with one
   `non_blocking` D2H copy into pinned host memory; completion is an event (`query`/`synchronize`).
-  This is vLLM's offloading design (shared/notes/kv-offload-peers.md §3), batched.
+  This is vLLM's offloading connector's design (a copy stream ordered after the compute stream by an
+  event, into pinned host buffers), batched.
 """
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from .errors import DeviceError
-from .kv_layout import KVCacheLayout, LayerLayout, describe_kv_caches
-from .store_base import BlockPayload
+from deferdump.reference.errors import DeviceError
+from deferdump.reference.kv_layout import KVCacheLayout, LayerLayout, describe_kv_caches
+from deferdump.reference.stores.base import BlockPayload
 
 logger = logging.getLogger(__name__)
 

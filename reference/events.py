@@ -1,7 +1,7 @@
 """Event-handle registry: every dump's device event is acquired once and released exactly once.
 
 UCM keeps device events in a dict keyed by an integer handle and destroys them per task after its wait
-(shared/notes/ucm-deferred-dump.md §4.1). Handle 0 means "no event" (the caller synchronized instead).
+or after a failed submit. Handle 0 means "no event" (the caller synchronized instead).
 Releasing a handle twice, or one never acquired, is a bug in the caller and raises.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import logging
 import threading
 from typing import Any
 
-from .errors import EventHandleError
+from deferdump.reference.errors import EventHandleError
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,30 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from .connectors import DirectConnector, OuterConnector
-from .errors import DeferDumpError
+from deferdump.reference.connectors import DirectConnector, OuterConnector
+from deferdump.reference.errors import DeferDumpError
+
+
+#: Checks that are invariants of spec/DeferDump.tla carry the TLA+ name in their messages.
+SPEC_INVARIANTS: frozenset[str] = frozenset({
+    "NoOverwriteWhileDumpingInv", "NoUnexpectedReportInv", "ReportOnceInv", "EventReleasedOnceInv",
+    "NoEventLeakInv", "NoWaitInWaitForSaveInv", "PreemptWaitsOnlyPreemptedInv",
+})
+#: Checks that exist only in Python (their messages say "(Python-only)"), and what each adds to the spec's.
+PYTHON_ONLY_CHECKS: dict[str, str] = {
+    "NoFreeUnderRead": "a block a running dump reads is not back in the pool (the cause of an overwrite, seen before it)",
+    "ReportedHasNoTask": "a reported request has no pending task left on that rank",
+    "RequestFinished": "request_finished delays exactly the requests that had dumps submitted or attempted",
+    "DelayedFree": "a delayed request is freed only after every rank reported it",
+    "Shutdown": "shutdown leaves no pending task, live handle or leaked task",
+    "StoredBytes": "every stored block holds the bytes its block had when the dump was submitted",
+    "LoadedBytes": "every loaded block holds the bytes the store has",
+    "VerifyDumps": "the connector's own verify_dumps counted no changed block",
+    "DumpPlan": "a step's dump slices are exactly the requests with newly full blocks, hashes matching blocks",
+    "DumpAttempted": "every rank submitted or attempted the dumps the scheduler planned",
+    "NoAsyncLoads": "no rank reports finished_recving (loads are synchronous here)",
+    "Liveness": "after a drain every delayed free has happened (the spec's DelayedEventuallyFreedProp, bounded)",
+}
 
 
 class InvariantViolation(DeferDumpError, AssertionError):
@@ -124,7 +146,7 @@ def check_block_writes(rank: RankState, written_blocks: Iterable[int], layer_nam
     if not clash:
         return []
     where = "" if layer_name is None else f" of {layer_name}"
-    return [f"WriteSafety: rank {rank.rank} writes block(s) {sorted(clash)}{where} while a dump still reads them"]
+    return [f"NoOverwriteWhileDumpingInv: rank {rank.rank} writes block(s) {sorted(clash)}{where} while a dump still reads them"]
 
 
 def check_snapshot(snapshot: SystemSnapshot) -> list[str]:
@@ -135,7 +157,7 @@ def check_snapshot(snapshot: SystemSnapshot) -> list[str]:
         expected = req_id in sched.had_dumps
         if answer != expected:
             violations.append(
-                f"RequestFinished: request_finished({req_id}) returned {answer}, "
+                f"RequestFinished (Python-only): request_finished({req_id}) returned {answer}, "
                 f"but dumps submitted/attempted={expected}"
             )
     for rank in snapshot.ranks:
@@ -143,13 +165,13 @@ def check_snapshot(snapshot: SystemSnapshot) -> list[str]:
         if snapshot.shut_down:
             if rank.pending or rank.live_handles or rank.leaked:
                 violations.append(
-                    f"Shutdown: rank {rank.rank} left {len(rank.pending)} pending task(s), "
+                    f"Shutdown (Python-only): rank {rank.rank} left {len(rank.pending)} pending task(s), "
                     f"{len(rank.live_handles)} live handle(s), {rank.leaked} leaked"
                 )
     for req_id in sorted(sched.freed_after_reports):
         missing = [r.rank for r in snapshot.ranks if r.reports.get(req_id, 0) != 1]
         if missing:
-            violations.append(f"DelayedFree: {req_id} freed before rank(s) {missing} reported it")
+            violations.append(f"DelayedFree (Python-only): {req_id} freed before rank(s) {missing} reported it")
     return violations
 
 
@@ -158,33 +180,33 @@ def _check_rank(rank: RankState, sched: SchedulerState, pool: PoolState) -> list
     w = rank.rank
     unsafe = (rank.incomplete_blocks() & pool.free_blocks) - pool.freed_by_preemption
     if unsafe:
-        out.append(f"NoFreeUnderRead: rank {w}: block(s) {sorted(unsafe)} released to the pool while a dump reads them")
+        out.append(f"NoFreeUnderRead (Python-only): rank {w}: block(s) {sorted(unsafe)} released to the pool while a dump reads them")
     for req_id, count in sorted(rank.reports.items()):
         if count > 1:
-            out.append(f"ReportOnce: rank {w} reported {req_id} {count} times")
+            out.append(f"ReportOnceInv: rank {w} reported {req_id} {count} times")
         if req_id not in rank.passed_to_get_finished:
-            out.append(f"ReportAfterFinish: rank {w} reported {req_id} before it was passed to get_finished")
+            out.append(f"ReportOnceInv: rank {w} reported {req_id} before it was passed to get_finished")
         if sched.finish_answers.get(req_id) is not True:
-            out.append(f"ReportOnlyDelayed: rank {w} reported {req_id}, whose request_finished did not return True")
+            out.append(f"NoUnexpectedReportInv: rank {w} reported {req_id}, whose request_finished did not return True")
         if any(req_id in task.request_ids for task in rank.pending):
-            out.append(f"ReportedHasNoTask: rank {w} reported {req_id} while a pending task still covers it")
+            out.append(f"ReportedHasNoTask (Python-only): rank {w} reported {req_id} while a pending task still covers it")
     if rank.incomplete_waits_in_wait_for_save:
         out.append(
-            f"SaveNeverBlocks: rank {w} waited {rank.incomplete_waits_in_wait_for_save} unfinished task(s) "
+            f"NoWaitInWaitForSaveInv: rank {w} waited {rank.incomplete_waits_in_wait_for_save} unfinished task(s) "
             "in wait_for_save"
         )
     for task_ids, preempted in rank.preemption_waits:
         if task_ids.isdisjoint(preempted):
             out.append(
-                f"PreemptWaitsOnlyPreempted: rank {w} waited a task of {sorted(task_ids)} "
+                f"PreemptWaitsOnlyPreemptedInv: rank {w} waited a task of {sorted(task_ids)} "
                 f"for preempted {sorted(preempted)}"
             )
     if rank.bad_releases:
-        out.append(f"ReleaseOnce: rank {w} released {rank.bad_releases} handle(s) twice or never acquired")
+        out.append(f"EventReleasedOnceInv: rank {w} released {rank.bad_releases} handle(s) twice or never acquired")
     held = frozenset(t.event_handle for t in rank.pending if t.event_handle)
     if rank.live_handles != held:
         out.append(
-            f"HandlesMatchTasks: rank {w} live handles {sorted(rank.live_handles)} != pending tasks' {sorted(held)}"
+            f"NoEventLeakInv: rank {w} live handles {sorted(rank.live_handles)} != pending tasks' {sorted(held)}"
         )
     return out
 

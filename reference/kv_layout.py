@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from .errors import LayoutError
+from deferdump.reference.errors import LayoutError
 
 
 def find_block_dim(tensor_shape: Sequence[int], num_blocks: int) -> int:

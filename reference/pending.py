@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .store_base import BlockPayload, StoreTask
+from deferdump.reference.stores.base import BlockPayload, StoreTask
 
 
 @dataclasses.dataclass

@@ -1,7 +1,7 @@
 """A miniature vLLM engine around the real connectors, for property tests and soak runs.
 
-It plays vLLM's part exactly where the deferred-dump protocol depends on it (shared/notes/
-vllm-kv-connector-api.md §6-§8): a block pool that frees a preempted request's blocks at once and reuses the
+It plays vLLM's part exactly where the deferred-dump protocol depends on it (vLLM 0.32's
+V1 scheduler, worker step and `KVOutputAggregator`): a block pool that frees a preempted request's blocks at once and reuses the
 most recently freed block first; chunked prefill under a token budget; the V1 worker step order
 (`handle_preemptions` → bind → loads → per-layer forward writes and `save_kv_layer` → `wait_for_save` →
 `get_finished` → load errors → clear); the output aggregator that frees a delayed request once every rank
@@ -21,11 +21,11 @@ from collections.abc import Sequence
 
 import torch
 
-from .config import ConnectorConfig
-from .connectors import OuterConnector, Role
-from .devices import DeferredCpuDevice
-from .hashing import layer_key, prefix_block_hashes, rank_key
-from .invariants import (
+from deferdump.reference.config import ConnectorConfig
+from deferdump.reference.connectors import OuterConnector, Role
+from deferdump.reference.devices import DeferredCpuDevice
+from deferdump.reference.hashing import layer_key, prefix_block_hashes, rank_key
+from deferdump.reference.invariants import (
     InvariantViolation,
     PoolState,
     RankState,
@@ -35,10 +35,10 @@ from .invariants import (
     check_snapshot,
     rank_state,
 )
-from .manual_store import ManualStore
-from .metadata import DeferDumpMetadata
-from .store_base import BlockPayload, KVStore, StoreStats, StoreTask, TaskNotFound
-from .views import CachedRequestView, NewRequestView, RequestView, StepView
+from deferdump.reference.testing.manual_store import ManualStore
+from deferdump.reference.metadata import DeferDumpMetadata
+from deferdump.reference.stores.base import BlockPayload, KVStore, StoreStats, StoreTask, TaskNotFound
+from deferdump.reference.views import CachedRequestView, NewRequestView, RequestView, StepView
 
 TOKEN_VOCAB = 50
 
@@ -232,12 +232,12 @@ class ProtocolSimulation:
         meta = self.scheduler.build_connector_meta(schedule.view)
         if meta.dump_req_ids() != schedule.dump_ids:
             self.violations.append(
-                f"DumpPlan: step {self.steps} gave dump slices to {sorted(meta.dump_req_ids())}, "
+                f"DumpPlan (Python-only): step {self.steps} gave dump slices to {sorted(meta.dump_req_ids())}, "
                 f"expected {sorted(schedule.dump_ids)}"
             )
         for rid, dispatch in meta.request_meta.items():
             if len(dispatch.dump_block_ids) * self._hashes_per_block != len(dispatch.dump_hashes):
-                self.violations.append(f"DumpPlan: {rid}'s dump hashes and blocks disagree")
+                self.violations.append(f"DumpPlan (Python-only): {rid}'s dump hashes and blocks disagree")
         reported: list[set[str]] = []
         for rank in range(self.config.world_size):
             reported.append(self._run_worker(rank, meta, schedule))
@@ -348,7 +348,7 @@ class ProtocolSimulation:
         conn.clear_connector_metadata()
         recorder.phase = "idle"
         if inner.verify_mismatches:
-            self.violations.append(f"VerifyDumps: rank {rank} counted {inner.verify_mismatches} changed block(s)")
+            self.violations.append(f"VerifyDumps (Python-only): rank {rank} counted {inner.verify_mismatches} changed block(s)")
         return sending
 
     def _save(self, rank: int, meta: DeferDumpMetadata, tasks_before: set[int], failures_before: int) -> None:
@@ -365,7 +365,7 @@ class ProtocolSimulation:
             missing = meta.dump_req_ids() - covered
             if missing:
                 self.violations.append(
-                    f"DumpAttempted: rank {rank} neither submitted nor attempted dumps of {sorted(missing)}"
+                    f"DumpAttempted (Python-only): rank {rank} neither submitted nor attempted dumps of {sorted(missing)}"
                 )
 
     def _report_finished(self, rank: int, schedule: _Schedule) -> set[str]:
@@ -376,7 +376,7 @@ class ProtocolSimulation:
         self.passed[rank] |= finished
         sending, receiving = conn.get_finished(set(finished))
         if receiving:
-            self.violations.append(f"NoAsyncLoads: rank {rank} reported finished_recving {sorted(receiving)}")
+            self.violations.append(f"NoAsyncLoads (Python-only): rank {rank} reported finished_recving {sorted(receiving)}")
         for rid in sending or ():
             self.reports[rank][rid] += 1
         return set(sending or ())
@@ -390,7 +390,7 @@ class ProtocolSimulation:
                 continue
             del self.report_counts[rid]
             if rid not in self.delayed:
-                self.violations.append(f"ReportOnlyDelayed: {rid} reported by every rank but its free was not delayed")
+                self.violations.append(f"NoUnexpectedReportInv: {rid} reported by every rank but its free was not delayed")
                 continue
             self._free(self.delayed.pop(rid), by_preemption=False)
             self.freed_after_reports.add(rid)
@@ -432,7 +432,7 @@ class ProtocolSimulation:
         req = self.requests[rid]
         delay, params = self.scheduler.request_finished(self._view(req), tuple(req.blocks))
         if params is not None:
-            self.violations.append(f"RequestFinished: {rid} returned kv_transfer_params {params!r}")
+            self.violations.append(f"RequestFinished (Python-only): {rid} returned kv_transfer_params {params!r}")
         self.finish_answers[rid] = delay
         if rid in self.running:
             self.running.remove(rid)
@@ -506,10 +506,10 @@ class ProtocolSimulation:
         for key, row in zip(keys, rows):
             expected = self.expected_rows.get(key)
             if expected is None:
-                self.violations.append(f"StoredBytes: a dump stored unexpected key {key.hex()[:12]}")
+                self.violations.append(f"StoredBytes (Python-only): a dump stored unexpected key {key.hex()[:12]}")
             elif not torch.equal(row, expected):
                 self.violations.append(
-                    f"StoredBytes: key {key.hex()[:12]} stored bytes that differ from its block "
+                    f"StoredBytes (Python-only): key {key.hex()[:12]} stored bytes that differ from its block "
                     "(the block was rewritten while its dump read it)"
                 )
 
@@ -528,7 +528,7 @@ class ProtocolSimulation:
                     [self.kv[rank][layer][block_id].view(torch.uint8).flatten() for layer in self.layers]
                 )
                 if not torch.equal(actual, expected):
-                    self.violations.append(f"LoadedBytes: rank {rank} block {block_id} of {rid} differs from the store")
+                    self.violations.append(f"LoadedBytes (Python-only): rank {rank} block {block_id} of {rid} differs from the store")
 
     def _recompute(self, rank: int, block_id: int, rows: torch.Tensor) -> None:
         self.violations += check_block_writes(self._rank_state(rank), {block_id})
@@ -578,11 +578,11 @@ class ProtocolSimulation:
                 break
             self.step()
         if self.delayed:
-            self.violations.append(f"Liveness: delayed frees never completed for {sorted(self.delayed)}")
+            self.violations.append(f"Liveness (Python-only): delayed frees never completed for {sorted(self.delayed)}")
         for worker in self.workers:
             worker.shutdown()
         self.scheduler.shutdown()
         self.shut_down = True
         leftover = [task for task in self.store.outstanding_tasks() if task.kind == "dump"]
         if leftover:
-            self.violations.append(f"Shutdown: {len(leftover)} dump task(s) never waited")
+            self.violations.append(f"Shutdown (Python-only): {len(leftover)} dump task(s) never waited")

@@ -23,12 +23,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import ConnectorConfig, make_store
-from .connectors import OuterConnector, Role
-from .errors import ConfigError, DeferDumpError
-from .metadata import DeferDumpMetadata
-from .store_base import KVStore
-from .views import CachedRequestView, NewRequestView, RequestView, StepView
+from deferdump.reference.config import ConnectorConfig, make_store
+from deferdump.reference.connectors import OuterConnector, Role
+from deferdump.reference.errors import ConfigError, DeferDumpError
+from deferdump.reference.metadata import DeferDumpMetadata
+from deferdump.reference.stores.base import KVStore
+from deferdump.reference.views import CachedRequestView, NewRequestView, RequestView, StepView
 
 try:  # vLLM is optional: the adapter is the only module that needs it.
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (
@@ -224,7 +224,7 @@ class DeferDumpConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
 
     @property
     def requires_kv_delivery(self) -> bool:
-        """A best-effort cache: a dump lost to preemption is only a future miss (UCM #1350)."""
+        """A best-effort cache: a dump lost to preemption is only a future miss (as UCM's own connector treats it)."""
         return False
 
     # ------------------------------------------------------------ scheduler side

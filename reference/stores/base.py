@@ -1,0 +1,142 @@
+"""The store interface every dump/load back-end implements (MemoryStore, FileStore, test stores).
+
+It mirrors the task semantics of UCM's store base class `UcmKVStoreBaseV1`, because the protocol's
+safety argument rests on them:
+
+- `dump`/`load` start asynchronous work and return an opaque `StoreTask` at once; a refused submit
+  raises (`SubmitError`, `StoreFull`) and leaves nothing behind.
+- `check(task)` never blocks and never consumes the task: True once it finished, successfully or not.
+- `wait(task)` blocks until the task has *really stopped touching its source/destination memory*, then
+  erases it: a second `wait` (or a `check` after it) raises `TaskNotFound`. A failed task raises
+  `StoreError` from `wait` only after its transfer stopped.
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+import itertools
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from deferdump.reference.errors import DeferDumpError
+
+
+class StoreError(DeferDumpError, RuntimeError):
+    """A store operation failed (the message says which and why)."""
+
+
+class TaskNotFound(StoreError):
+    """`check`/`wait` on a task the store does not know: never submitted, or already waited."""
+
+
+class SubmitError(StoreError):
+    """The store refused to start a task (nothing was started, nothing is pending)."""
+
+
+class StoreFull(SubmitError):
+    """A dump was refused because the store has no room left; the refusal is counted in `StoreStats`."""
+
+
+class LoadError(StoreError):
+    """A block could not be loaded: missing, truncated, or failing its checksum. Never returned as data."""
+
+    def __init__(self, message: str, bad_hashes: Sequence[bytes] = ()) -> None:
+        super().__init__(message)
+        self.bad_hashes: tuple[bytes, ...] = tuple(bad_hashes)
+
+
+@runtime_checkable
+class BlockPayload(Protocol):
+    """Bytes of n blocks, produced asynchronously by a device copy (the dump's *source read*).
+
+    `result()` blocks until the copy finished and returns a host uint8 tensor of shape [n, block_nbytes];
+    it raises if the copy failed. Until the copy finished, the source KV blocks are still being read.
+    """
+
+    def done(self) -> bool: ...
+
+    def result(self) -> torch.Tensor: ...
+
+
+class ReadyPayload:
+    """A payload whose bytes already exist on the host (tests, synchronous copies)."""
+
+    def __init__(self, data: torch.Tensor) -> None:
+        if data.dtype != torch.uint8 or data.dim() != 2:
+            raise ValueError(f"payload must be a 2-D uint8 tensor [n, block_nbytes], got {data.dtype} {tuple(data.shape)}")
+        self._data = data
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> torch.Tensor:
+        return self._data
+
+
+_task_ids = itertools.count(1)
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreTask:
+    """Opaque handle of one submitted dump or load. Compared by identity of `task_id`."""
+
+    task_id: int
+    kind: str  # "dump" | "load"
+    block_hashes: tuple[bytes, ...]
+
+    @staticmethod
+    def new(kind: str, block_hashes: Sequence[bytes]) -> "StoreTask":
+        return StoreTask(next(_task_ids), kind, tuple(block_hashes))
+
+
+@dataclasses.dataclass
+class StoreStats:
+    """Counters a store keeps about itself (exported as metrics, asserted by soak tests)."""
+
+    blocks: int = 0  # completed blocks held
+    bytes: int = 0  # bytes of completed blocks held
+    dumps_submitted: int = 0
+    dumps_completed: int = 0
+    dumps_failed: int = 0
+    loads_completed: int = 0
+    loads_failed: int = 0
+    refused_full: int = 0
+    evicted: int = 0
+    pending: int = 0  # tasks submitted and not yet waited
+
+
+class KVStore(abc.ABC):
+    """An external KV block store with asynchronous, task-based dumps and loads."""
+
+    @abc.abstractmethod
+    def lookup_prefix(self, block_hashes: Sequence[bytes]) -> int:
+        """How many leading hashes are stored *completely* (finished dumps only). Never raises for a miss."""
+
+    @abc.abstractmethod
+    def dump(self, block_hashes: Sequence[bytes], payload: BlockPayload) -> StoreTask:
+        """Start storing `payload.result()[i]` under `block_hashes[i]`; returns at once."""
+
+    @abc.abstractmethod
+    def load(self, block_hashes: Sequence[bytes]) -> StoreTask:
+        """Start reading blocks; `wait` on the task returns a host uint8 tensor [n, block_nbytes]."""
+
+    @abc.abstractmethod
+    def check(self, task: StoreTask) -> bool:
+        """Non-blocking: True once the task finished (successfully or not). Raises `TaskNotFound`."""
+
+    @abc.abstractmethod
+    def wait(self, task: StoreTask, timeout: float | None = None) -> torch.Tensor | None:
+        """Block until the task stopped, erase it, return the loaded bytes (loads) or None (dumps).
+
+        Raises `TaskNotFound` for an unknown/already-waited task, `StoreError` (e.g. `LoadError`) for a
+        failed one — only after its transfer stopped.
+        """
+
+    @abc.abstractmethod
+    def stats(self) -> StoreStats:
+        """A snapshot of the store's counters."""
+
+    def close(self) -> None:
+        """Stop background work after draining pending tasks."""

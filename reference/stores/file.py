@@ -1,0 +1,198 @@
+"""A block store on disk: one checksummed file per block hash, written atomically.
+
+Crash safety: a block is written to a unique `*.tmp` file in its final directory, fsynced, renamed over
+its final name with `os.replace` (atomic on POSIX), and the directory is fsynced. A crash leaves either
+the old state or a complete file — never a half-written `*.blk`; leftover `*.tmp` files are removed when
+a store opens the directory.
+
+Integrity: each file carries a header (magic, format version, the block hash, payload length, a blake2b
+digest of hash+payload). `load` validates every file it reads; a missing, truncated or corrupted file is
+a `LoadError` naming its hash, never data, and the bad file is removed so the next lookup misses.
+`lookup_prefix` does NOT read files: it answers from the in-memory index (built from file names and
+sizes at start), because vLLM calls it on the scheduler's hot path — a corrupt block is found by the load
+that follows, which the connector reports through `get_block_ids_with_load_errors` (vLLM recomputes).
+On an index miss it stats the block's path once: vLLM's scheduler and workers are separate processes
+with separate `FileStore` instances on one directory, so blocks another instance wrote are adopted.
+`stats()` describes this instance's index; it equals `disk_usage()` when one instance owns the directory.
+
+Layout: `<directory>/<first two hex digits>/<hash hex>.blk`.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import struct
+import uuid
+from pathlib import Path
+
+import torch
+
+from deferdump.reference.errors import UserError
+from deferdump.reference.stores.base import StoreError
+from deferdump.reference.stores.threaded import BadBlock, ThreadedStore
+
+logger = logging.getLogger(__name__)
+
+MAGIC = b"DDKVBLK\x00"
+FORMAT_VERSION = 1
+BLOCK_SUFFIX = ".blk"
+TMP_SUFFIX = ".tmp"
+_HEADER = struct.Struct("<8sHHIQ32s")  # magic, version, flags, hash length, payload length, digest
+HEADER_NBYTES = _HEADER.size
+
+
+class StoreDirectoryError(StoreError, UserError):
+    """The store directory cannot be created, listed or written (raised at construction)."""
+
+
+def encode_block(block_hash: bytes, payload: bytes) -> bytes:
+    """The on-disk bytes of one block: header, hash, payload."""
+    digest = hashlib.blake2b(block_hash + payload, digest_size=32).digest()
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(block_hash), len(payload), digest) + block_hash + payload
+
+
+def decode_block(block_hash: bytes, raw: bytes) -> bytes:
+    """The payload of a block file's bytes; raises `BadBlock` saying what is wrong."""
+    if len(raw) < HEADER_NBYTES:
+        raise BadBlock(f"truncated: {len(raw)} bytes, header needs {HEADER_NBYTES}", corrupt=True)
+    magic, version, _flags, hash_len, payload_len, digest = _HEADER.unpack_from(raw)
+    if magic != MAGIC:
+        raise BadBlock("not a block file (bad magic)", corrupt=True)
+    if version != FORMAT_VERSION:
+        raise BadBlock(f"unsupported format version {version}", corrupt=True)
+    body = raw[HEADER_NBYTES:]
+    if len(body) != hash_len + payload_len:
+        raise BadBlock(f"truncated: {len(body)} body bytes, header says {hash_len + payload_len}", corrupt=True)
+    stored_hash, payload = body[:hash_len], body[hash_len:]
+    if stored_hash != block_hash:
+        raise BadBlock("file holds a different block hash", corrupt=True)
+    if hashlib.blake2b(stored_hash + payload, digest_size=32).digest() != digest:
+        raise BadBlock("checksum mismatch", corrupt=True)
+    return payload
+
+
+def _fsync_directory(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class FileStore(ThreadedStore):
+    """Blocks as files under `directory`; unbounded unless `capacity_blocks` is set (then LRU eviction)."""
+
+    def __init__(self, directory: str | os.PathLike[str], capacity_blocks: int | None = None, *, workers: int = 2) -> None:
+        super().__init__(capacity_blocks, workers=workers, name="file-store")
+        self.directory = Path(directory)
+        try:
+            self._open_directory()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------- start-up
+    def _open_directory(self) -> None:
+        """Create/probe the directory, drop crash leftovers, rebuild the index from file names and sizes."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            probe = self.directory / f".probe-{uuid.uuid4().hex}{TMP_SUFFIX}"
+            with open(probe, "wb") as handle:
+                handle.write(b"probe")
+                handle.flush()
+                os.fsync(handle.fileno())
+            probe.unlink()
+        except OSError as exc:
+            raise StoreDirectoryError(
+                f"FileStore directory {str(self.directory)!r} is not usable: {exc.strerror or exc}"
+            ) from exc
+        found: list[tuple[float, bytes, int]] = []
+        removed_tmp = 0
+        for root, _dirs, files in os.walk(self.directory):
+            for name in files:
+                path = Path(root) / name
+                if name.endswith(TMP_SUFFIX):
+                    path.unlink(missing_ok=True)
+                    removed_tmp += 1
+                    continue
+                block_hash = self._hash_of(path)
+                if block_hash is None:
+                    continue
+                info = path.stat()
+                found.append((info.st_mtime, block_hash, info.st_size))
+        if removed_tmp:
+            logger.warning("FileStore %s: removed %d unfinished *.tmp file(s) left by a crash", self.directory, removed_tmp)
+        with self._lock:
+            for _mtime, block_hash, size in sorted(found):
+                self._ledger.add_existing(block_hash, size)
+            for block_hash in self._ledger.shrink_to_capacity():
+                self._drop_block(block_hash)
+                self._stats.evicted += 1
+        logger.info("FileStore %s: %d block(s) indexed", self.directory, len(found))
+
+    def _hash_of(self, path: Path) -> bytes | None:
+        """The block hash a file name encodes, or None for files that are not ours."""
+        if path.suffix != BLOCK_SUFFIX or path.parent.parent != self.directory:
+            return None
+        try:
+            block_hash = bytes.fromhex(path.stem)
+        except ValueError:
+            return None
+        return block_hash if block_hash and path.parent.name == path.stem[:2] else None
+
+    def _adopt_block(self, block_hash: bytes) -> bool:
+        try:
+            size = self.path_of(block_hash).stat().st_size
+        except OSError:
+            return False
+        self._ledger.add_existing(block_hash, size)
+        return True
+
+    def path_of(self, block_hash: bytes) -> Path:
+        """Where a block's file lives (tests corrupt files through it)."""
+        hex_name = block_hash.hex()
+        return self.directory / hex_name[:2] / f"{hex_name}{BLOCK_SUFFIX}"
+
+    # ---------------------------------------------------------------- hooks
+    def _write_block(self, block_hash: bytes, row: torch.Tensor) -> int:
+        final = self.path_of(block_hash)
+        if not final.parent.is_dir():
+            final.parent.mkdir(exist_ok=True)
+            _fsync_directory(self.directory)
+        data = encode_block(block_hash, row.contiguous().numpy().tobytes())
+        tmp = final.with_name(f"{final.name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
+        try:
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_directory(final.parent)
+        return len(data)
+
+    def _read_block(self, block_hash: bytes) -> torch.Tensor:
+        try:
+            raw = self.path_of(block_hash).read_bytes()
+        except FileNotFoundError:
+            raise BadBlock("file missing", corrupt=True) from None
+        payload = decode_block(block_hash, raw)
+        return torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload else torch.empty(0, dtype=torch.uint8)
+
+    def _drop_block(self, block_hash: bytes) -> None:
+        self.path_of(block_hash).unlink(missing_ok=True)
+
+    # ---------------------------------------------------------------- audit
+    def disk_usage(self) -> tuple[int, int]:
+        """(block files, their bytes) found on disk now — soak tests compare it with `stats()`."""
+        files = total = 0
+        for root, _dirs, names in os.walk(self.directory):
+            for name in names:
+                path = Path(root) / name
+                if self._hash_of(path) is not None:
+                    files += 1
+                    total += path.stat().st_size
+        return files, total

@@ -1,0 +1,284 @@
+"""Task machinery shared by the real stores: submit → worker thread → check/wait, with UCM's semantics.
+
+`MemoryStore` and `FileStore` differ only in where a block's bytes live; everything the protocol's safety
+rests on is here, once: a dump's job first waits for its payload (the device copy still reading the KV
+blocks; a `PayloadWatcher` holds it until the copy is done, so no worker idles meanwhile), then writes
+block by block; `check` is `future.done()`; `wait` erases the task under the lock and
+then blocks until the job *really* ended — on a timeout it asks the job to stop and keeps draining, and
+only then raises. Capacity, LRU and pinning live in `BlockLedger`.
+"""
+from __future__ import annotations
+
+import abc
+import concurrent.futures
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+import torch
+
+from deferdump.reference.stores.block_ledger import BlockLedger
+from deferdump.reference.stores.payload_watcher import PayloadWatcher
+from deferdump.reference.stores.base import (
+    BlockPayload,
+    KVStore,
+    LoadError,
+    StoreError,
+    StoreFull,
+    StoreStats,
+    StoreTask,
+    SubmitError,
+    TaskNotFound,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class BadBlock(Exception):
+    """A stored block cannot be returned as data (missing, truncated, checksum mismatch)."""
+
+    def __init__(self, reason: str, *, corrupt: bool) -> None:
+        super().__init__(reason)
+        self.corrupt = corrupt  # True: the stored copy exists but is bad and must be forgotten
+
+
+class _Cancelled(StoreError):
+    """A timed-out task's job stopped before its next block."""
+
+
+@dataclasses.dataclass
+class _Job:
+    """A submitted task: its future and whether a timed-out wait asked it to stop."""
+
+    task: StoreTask
+    future: concurrent.futures.Future
+    cancel: threading.Event
+
+
+def _check_hashes(block_hashes: Sequence[bytes]) -> tuple[bytes, ...]:
+    hashes = tuple(block_hashes)
+    for block_hash in hashes:
+        if not isinstance(block_hash, bytes) or not block_hash:
+            raise ValueError(f"block hashes must be non-empty bytes, got {block_hash!r}")
+    return hashes
+
+
+class ThreadedStore(KVStore):
+    """A `KVStore` running dumps and loads on a small thread pool; subclasses say where bytes live."""
+
+    def __init__(self, capacity_blocks: int | None, *, workers: int, name: str) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self._ledger = BlockLedger(capacity_blocks)
+        self._lock = threading.RLock()
+        self._jobs: dict[int, _Job] = {}
+        self._stats = StoreStats()
+        self._closed = False
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+        self._watcher = PayloadWatcher(name)
+
+    # ------------------------------------------------------ subclass hooks
+    @abc.abstractmethod
+    def _write_block(self, block_hash: bytes, row: torch.Tensor) -> int:
+        """Store one block's bytes durably (worker thread, no lock held); return its stored size."""
+
+    @abc.abstractmethod
+    def _read_block(self, block_hash: bytes) -> torch.Tensor:
+        """Return one stored block as a 1-D uint8 tensor, or raise `BadBlock` (worker thread)."""
+
+    @abc.abstractmethod
+    def _drop_block(self, block_hash: bytes) -> None:
+        """Delete a block's bytes after the ledger forgot it (eviction, corruption); called under the lock."""
+
+    def _reclaim(self) -> None:
+        """Release what `_drop_block` only unlinked (worker thread, no lock held), so a dump's caller never pays
+        for freeing the blocks its dump evicted. Every eviction happens in `dump`, which then starts a job,
+        and every job calls this first: dropped bytes live at most until that job starts."""
+
+    # ------------------------------------------------------------- KVStore
+    def _adopt_block(self, block_hash: bytes) -> bool:
+        """Index a block another store instance wrote (shared back-ends); called under the lock on a miss."""
+        return False
+
+    def _known(self, block_hash: bytes) -> bool:
+        return block_hash in self._ledger or self._adopt_block(block_hash)
+
+    def lookup_prefix(self, block_hashes: Sequence[bytes]) -> int:
+        with self._lock:
+            hits = 0
+            for block_hash in block_hashes:
+                if not self._known(block_hash):
+                    break
+                self._ledger.touch(block_hash)
+                hits += 1
+            return hits
+
+    def dump(self, block_hashes: Sequence[bytes], payload: BlockPayload) -> StoreTask:
+        hashes = _check_hashes(block_hashes)
+        with self._lock:
+            self._refuse_if_closed("dump")
+            task = StoreTask.new("dump", hashes)
+            try:
+                evicted = self._ledger.reserve_dump(task.task_id, hashes)
+            except StoreFull:
+                self._stats.refused_full += 1
+                raise
+            for block_hash in evicted:
+                self._drop_block(block_hash)
+            self._stats.evicted += len(evicted)
+            self._start(task, lambda cancel: self._run_dump(task, payload, cancel), payload)
+            self._stats.dumps_submitted += 1
+            return task
+
+    def load(self, block_hashes: Sequence[bytes]) -> StoreTask:
+        hashes = _check_hashes(block_hashes)
+        with self._lock:
+            self._refuse_if_closed("load")
+            task = StoreTask.new("load", hashes)
+            self._ledger.pin_load(task.task_id, hashes)
+            for block_hash in hashes:
+                self._ledger.touch(block_hash)
+            self._start(task, lambda cancel: self._run_load(task, cancel))
+            return task
+
+    def check(self, task: StoreTask) -> bool:
+        with self._lock:
+            return self._job(task).future.done()
+
+    def wait(self, task: StoreTask, timeout: float | None = None) -> torch.Tensor | None:
+        with self._lock:
+            job = self._job(task)
+            del self._jobs[task.task_id]  # erased first: a concurrent second wait raises TaskNotFound
+        try:
+            return job.future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            job.cancel.set()
+            concurrent.futures.wait([job.future])  # drain: the transfer must really stop before we report
+            raise StoreError(
+                f"{task.kind} task {task.task_id} timed out after {timeout}s; its transfer was stopped and drained"
+            ) from None
+
+    def stats(self) -> StoreStats:
+        with self._lock:
+            snapshot = dataclasses.replace(self._stats)
+            snapshot.blocks = len(self._ledger)
+            snapshot.bytes = self._ledger.bytes
+            snapshot.pending = len(self._jobs)
+            return snapshot
+
+    def close(self) -> None:
+        """Refuse new tasks, let running ones finish; un-waited tasks can still be waited."""
+        with self._lock:
+            self._closed = True
+        self._watcher.close()
+        self._executor.shutdown(wait=True)
+        self._reclaim()
+
+    def __enter__(self) -> "ThreadedStore":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- jobs
+    def _start(
+        self, task: StoreTask, body: Callable[[threading.Event], torch.Tensor | None], payload: BlockPayload | None = None
+    ) -> None:
+        """Register the task; run `body` on a worker now, or once `payload`'s device copy is done."""
+        job = _Job(task, concurrent.futures.Future(), threading.Event())
+        self._jobs[task.task_id] = job
+
+        def launch() -> None:
+            self._executor.submit(self._execute, job, body)
+
+        if payload is None or payload.done():
+            launch()
+        else:
+            self._watcher.when_done(payload, launch)
+
+    def _execute(self, job: _Job, body: Callable[[threading.Event], torch.Tensor | None]) -> None:
+        """Run one job; whatever happens, count it, free its pins/slots, then resolve its future."""
+        task = job.task
+        result: torch.Tensor | None = None
+        error: StoreError | None = None
+        try:
+            self._reclaim()
+            result = body(job.cancel)
+        except StoreError as exc:
+            error = exc
+        except Exception as exc:  # a back-end bug or OS error: still a failed task, never a lost one
+            logger.exception("%s task %d failed unexpectedly", task.kind, task.task_id)
+            error = StoreError(f"{task.kind} task {task.task_id} failed: {exc}")
+            error.__cause__ = exc
+        with self._lock:
+            self._ledger.release(task.task_id)
+            key = ("dumps_" if task.kind == "dump" else "loads_") + ("completed" if error is None else "failed")
+            setattr(self._stats, key, getattr(self._stats, key) + 1)
+        if error is None:
+            job.future.set_result(result)
+        else:
+            job.future.set_exception(error)
+
+    def _run_dump(self, task: StoreTask, payload: BlockPayload, cancel: threading.Event) -> None:
+        try:
+            data = payload.result()
+        except Exception as exc:
+            raise StoreError(f"dump task {task.task_id}: source copy failed: {exc}") from exc
+        hashes = task.block_hashes
+        well_formed = isinstance(data, torch.Tensor) and data.dtype == torch.uint8 and data.dim() == 2
+        if not well_formed or data.shape[0] != len(hashes):
+            shape = tuple(data.shape) if isinstance(data, torch.Tensor) else type(data).__name__
+            raise StoreError(f"dump task {task.task_id}: payload {shape} does not hold {len(hashes)} uint8 block rows")
+        for index, block_hash in enumerate(hashes):
+            if cancel.is_set():
+                raise _Cancelled(f"dump task {task.task_id} stopped after a timed-out wait ({index} block(s) written)")
+            with self._lock:
+                if block_hash in self._ledger:
+                    self._ledger.touch(block_hash)  # dedupe: already stored by an earlier dump
+                    continue
+            size = self._write_block(block_hash, data[index])
+            with self._lock:
+                self._ledger.commit(task.task_id, block_hash, size)
+        return None
+
+    def _run_load(self, task: StoreTask, cancel: threading.Event) -> torch.Tensor:
+        rows: list[torch.Tensor] = []
+        bad: dict[bytes, str] = {}
+        for block_hash in task.block_hashes:
+            if cancel.is_set():
+                raise _Cancelled(f"load task {task.task_id} stopped after a timed-out wait")
+            with self._lock:
+                stored = self._known(block_hash)
+            if not stored:
+                bad[block_hash] = "not stored"
+                continue
+            try:
+                rows.append(self._read_block(block_hash))
+            except BadBlock as exc:
+                bad[block_hash] = str(exc)
+                if exc.corrupt:
+                    self._forget_corrupt(block_hash, str(exc))
+        if not bad and len({row.numel() for row in rows}) > 1:
+            bad = {h: "block sizes differ within one load" for h in task.block_hashes}
+        if bad:
+            detail = "; ".join(f"{h.hex()}: {reason}" for h, reason in bad.items())
+            raise LoadError(f"load task {task.task_id}: {len(bad)} bad block(s): {detail}", list(bad))
+        return torch.stack(rows) if rows else torch.empty((0, 0), dtype=torch.uint8)
+
+    def _forget_corrupt(self, block_hash: bytes, reason: str) -> None:
+        with self._lock:
+            if self._ledger.discard(block_hash):
+                logger.warning("store block %s is corrupt (%s): removed", block_hash.hex(), reason)
+                self._drop_block(block_hash)
+
+    # ------------------------------------------------------------- helpers
+    def _job(self, task: StoreTask) -> _Job:
+        job = self._jobs.get(task.task_id)
+        if job is None:
+            raise TaskNotFound(f"{task.kind} task {task.task_id} is unknown or already waited")
+        return job
+
+    def _refuse_if_closed(self, kind: str) -> None:
+        if self._closed:
+            raise SubmitError(f"{kind} refused: the store is closed")

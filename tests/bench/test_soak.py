@@ -1,0 +1,112 @@
+"""The CI-sized soak: 5,000 requests over both stores x Direct/LayerWise/CP, faults on,
+invariants checked every step; plus proof that the soak catches a broken connector."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deferdump.reference import connectors
+from deferdump.tools.bench.soak import STORES, VARIANTS, SoakConfig, SoakConfigError, run_cell, run_soak
+
+CI_REQUESTS = 5_000
+CELLS = [(store, variant) for store in STORES for variant in VARIANTS]
+DEFERDUMP = str(Path(sys.executable).parent / "deferdump")
+
+
+def _share(index: int) -> int:
+    share, extra = divmod(CI_REQUESTS, len(CELLS))
+    return share + (1 if index < extra else 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("index", "store", "variant"), [(i, s, v) for i, (s, v) in enumerate(CELLS)])
+def test_ci_soak_cell_is_clean(index: int, store: str, variant: str) -> None:
+    config = SoakConfig(requests=CI_REQUESTS, fault_rate=0.01, seed=0)
+    cell = run_cell(config, store, variant, _share(index))
+    assert cell.requests == _share(index)
+    assert cell.violations == 0, cell.violation_messages
+    assert cell.verify_mismatches == 0
+    assert cell.pending_tasks == 0 and cell.store_pending == 0
+    assert cell.live_event_handles == 0 and cell.leaked_event_handles == 0
+    assert cell.leaked_blocks == 0 and cell.held_requests == 0 and cell.tracked_left == 0
+    assert cell.store_consistent, cell.store_detail
+    assert abs(cell.rss_growth) <= 0.05, (cell.rss_first_mib, cell.rss_last_mib)
+    # the faults really happened, and the workload really preempted and aborted
+    assert cell.faults_injected.get("submit", 0) > 0 and cell.faults_injected.get("wait", 0) > 0
+    assert cell.faults_injected.get("check", 0) > 0 and cell.faults_injected.get("delay", 0) > 0
+    assert cell.preemptions > 0 and cell.aborts > 0
+    assert cell.ok
+
+
+class _NoPreemptionWait(connectors.DirectConnector):
+    """Broken: never waits the preempted requests' dumps (their blocks get reused under the read)."""
+
+    def handle_preemptions(self, meta_or_ids: object) -> None:
+        return None
+
+
+class _NoDelayedFree(connectors.DirectConnector):
+    """Broken: frees at once although dumps are in flight (the pre-PR answer with the post-PR worker)."""
+
+    def request_finished(self, request, block_ids):  # type: ignore[no-untyped-def]
+        super().request_finished(request, block_ids)
+        return False, None
+
+
+@pytest.mark.parametrize("broken", [_NoPreemptionWait, _NoDelayedFree])
+def test_soak_catches_a_broken_connector(broken: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(connectors.VARIANT_CLASSES, "direct", broken)
+    workload = dataclasses.replace(SoakConfig().workload, preempt_prob=0.3)
+    config = SoakConfig(requests=600, fault_rate=0.0, copy_lag_s=0.004, workload=workload)
+    cell = run_cell(config, "memory", "direct", 600)
+    assert cell.violations + cell.verify_mismatches > 0
+    assert not cell.ok
+
+
+def test_soak_report_json_has_every_key() -> None:
+    report = run_soak(SoakConfig(requests=60, fault_rate=0.05, seed=3))
+    data = report.to_json()
+    for key in ("requests", "violations", "pending_tasks", "live_event_handles", "leaked_blocks", "rss_growth", "seconds"):
+        assert key in data
+    assert data["requests"] == 60 and len(data["cells"]) == len(CELLS)
+    assert {(c["store"], c["variant"]) for c in data["cells"]} == set(CELLS)
+    assert data["ok"] is report.ok
+    json.dumps(data)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"requests": 0}, "requests"),
+        ({"requests": 5}, "at least one per cell"),
+        ({"fault_rate": 1.5}, "faults"),
+        ({"stores": ("tape",)}, "store"),
+        ({"variants": ()}, "variant"),
+    ],
+)
+def test_bad_soak_config_is_one_precise_error(kwargs: dict, fragment: str) -> None:
+    with pytest.raises(SoakConfigError, match=fragment):
+        SoakConfig(**kwargs)
+
+
+def test_cli_soak_json_and_exit_status(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [DEFERDUMP, "soak", "--requests", "30", "--faults", "0.02", "--seed", "1", "--json", "--store-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["requests"] == 30 and data["violations"] == 0 and data["ok"] is True
+    assert list(tmp_path.iterdir()) == []  # FileStore temp dirs removed
+
+
+def test_cli_soak_bad_input_is_one_line() -> None:
+    done = subprocess.run([DEFERDUMP, "soak", "--faults", "-1"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "Traceback" not in done.stderr
+    assert "faults" in done.stderr

@@ -1,0 +1,87 @@
+"""The conformance commands through the real CLI: traces, replay (pass, divergence, bad input), verify."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from support.conformance import DEFERDUMP_FIXTURES, deferdump_traces
+from deferdump.tools.tlc.specfiles import spec_dir
+
+CLI = str(Path(sys.executable).with_name("deferdump"))
+
+
+def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _fixture_manifest(tmp_path: Path) -> Path:
+    """A manifest beside copies of the spec modules, listing the ConfMLA fixture as a CI conformance model."""
+    root = tmp_path / "spec"
+    root.mkdir()
+    for module in spec_dir().glob("*.tla"):
+        shutil.copyfile(module, root / module.name)
+    shutil.copyfile(DEFERDUMP_FIXTURES / "ConfMLA.cfg", root / "ConfMLA.cfg")
+    entry = {"name": "ConfMLA", "module": "MCReal", "config": "ConfMLA.cfg", "tier": "ci", "variant": "Direct",
+             "expect": "pass", "distinct_states": 133, "mutant": False, "conformance": True}
+    (root / "manifest.json").write_text(json.dumps({"models": [entry]}))
+    return root / "manifest.json"
+
+
+def test_traces_and_replay_json(tmp_path):
+    manifest = _fixture_manifest(tmp_path)
+    made = _run("traces", "ConfMLA", "--mode", "cover", "--out", str(tmp_path / "t"), "--manifest", str(manifest),
+                "--json")
+    assert made.returncode == 0, made.stderr
+    summary = json.loads(made.stdout)
+    assert set(summary) >= {"model", "mode", "traces", "states", "edges", "covered_edges", "files"}
+    assert summary["model"] == "ConfMLA" and summary["states"] == 133
+    assert summary["covered_edges"] == summary["edges"] and len(summary["files"]) == summary["traces"]
+    replayed = _run("replay", *summary["files"][:5], "--json")
+    assert replayed.returncode == 0, replayed.stderr
+    report = json.loads(replayed.stdout)
+    assert report["traces"] == report["passed"] == 5 and report["failed"] == []
+    assert set(report) >= {"traces", "passed", "failed", "steps", "seconds", "edge_coverage", "action_coverage"}
+
+
+def test_replay_of_a_tampered_trace_names_step_and_diff_and_exits_1(tmp_path):
+    source = next(p for p in deferdump_traces("ConfMLA") if len(json.loads(p.read_text())["states"]) > 3)
+    trace = json.loads(source.read_text())
+    # claim that rank 1 still tracks nothing after the first step that tracked something there
+    step = next(i for i, s in enumerate(trace["states"]) if s["workerAsync"]["#map"][1][1]["#set"])
+    trace["states"][step]["workerAsync"]["#map"][1][1]["#set"] = []
+    tampered = tmp_path / "tampered.itf.json"
+    tampered.write_text(json.dumps(trace))
+    run = _run("replay", str(tampered), "--json", "--no-shrink")
+    assert run.returncode == 1
+    (failure,) = json.loads(run.stdout)["failed"]
+    assert failure["file"] == str(tampered) and failure["step"] == step
+    assert any(line.startswith("workerAsync[1]: only in implementation") for line in failure["diff"])
+
+
+def test_bad_trace_gives_one_line_and_exit_2(tmp_path):
+    trace = json.loads(deferdump_traces("ConfMLA")[0].read_text())
+    trace["states"][1]["action"]["name"] = "explode"
+    bad = tmp_path / "bad.itf.json"
+    bad.write_text(json.dumps(trace))
+    run = _run("replay", str(bad))
+    assert run.returncode == 2 and run.stdout == ""
+    (line,) = run.stderr.strip().splitlines()
+    assert str(bad) in line and "state 1" in line and "$.states[1].action.name" in line
+    assert "unknown action name 'explode'" in line
+
+
+def test_verify_checks_generates_replays_and_summarises(tmp_path):
+    run = _run("verify", "--manifest", str(_fixture_manifest(tmp_path)), "--json", "--out", str(tmp_path / "v"))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr
+    result = json.loads(run.stdout)
+    assert result["ok"] and result["problems"] == []
+    (check,) = result["checks"]
+    assert check["model"] == "ConfMLA"
+    (model,) = result["conformance"]
+    assert model["model"] == "ConfMLA" and model["replay"]["failed"] == []
+    assert model["replay"]["edge_coverage"] == 1.0
+    assert result["core_coverage"]["branches"] > 0
+    assert any((tmp_path / "v" / "ConfMLA").glob("*.itf.json"))

@@ -1,0 +1,1 @@
+"""Root conftest: pytest puts this directory on sys.path, so every test imports `support.*` helpers."""

@@ -1,0 +1,68 @@
+"""`deferdump mro` end to end: JSON shape, the rich table, exit codes, one-line errors for bad input."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import deferdump.reference.connectors as reference_connectors
+from support import FIXTURES as ALL_FIXTURES
+
+FIXTURES = ALL_FIXTURES / "mro"
+REFERENCE = Path(reference_connectors.__file__)
+
+
+def _mro(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "deferdump.tools.cli.app", "mro", *args], capture_output=True, text=True, timeout=900
+    )
+
+
+def test_json_on_the_reference_connector_has_the_documented_shape() -> None:
+    out = _mro(str(REFERENCE), "--json", "--class", "CPConnector")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert set(report) == {"classes", "connectors"}
+    assert all(set(entry) == {"bases", "mro", "defines"} for entry in report["classes"].values())
+    assert report["classes"]["CPConnector"]["mro"] == ["CPConnector", "LayerWiseConnector", "DirectConnector", "object"]
+    assert report["classes"]["LayerWiseConnector"]["bases"] == ["DirectConnector"]
+    assert "build_connector_meta" not in report["classes"]["CPConnector"]["defines"]
+    assert list(report["connectors"]) == ["CPConnector"]
+    cp = report["connectors"]["CPConnector"]
+    assert set(cp) == {"resolves", "verdict", "violated", "context"}
+    assert cp["resolves"]["build_connector_meta"] == "DirectConnector"
+    assert cp["resolves"]["wait_for_save"] == "CPConnector"
+    assert (cp["verdict"], cp["violated"], cp["context"]) == ("safe", None, None)
+
+
+def test_table_output_and_exit_status_for_an_unsafe_connector() -> None:
+    out = _mro(str(FIXTURES / "override_no_super.py"), "--class", "LoggingConnector")
+    assert out.returncode == 1, out.stderr
+    assert "LoggingConnector" in out.stdout and "unsafe" in out.stdout
+    assert "TrackingConnector -> KVConnectorBase_V1" in " ".join(out.stdout.split())
+    assert "non-HMA path" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("fixture", "message"),
+    [
+        ("syntax_error.py", "syntax_error.py:6: syntax error"),
+        ("no_connectors.py", "no connector classes"),
+        ("inconsistent.py", "Cannot create a consistent method resolution order (MRO) for bases Direct, LayerWise"),
+        ("missing.py", "cannot read"),
+    ],
+)
+def test_bad_input_gives_one_line_and_no_traceback(fixture: str, message: str) -> None:
+    out = _mro(str(FIXTURES / fixture), "--json")
+    assert out.returncode == 2
+    assert out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in out.stderr
+
+
+def test_unknown_class_selection_is_bad_input() -> None:
+    out = _mro(str(FIXTURES / "super_skip.py"), "--class", "Nope")
+    assert out.returncode == 2 and "not a connector class in the given files: Nope" in out.stderr

@@ -1,0 +1,115 @@
+"""Judging connector source with the protocol model: real TLC on generated class tables.
+
+One TLC runner is shared by the module, so identical (table, context) runs are checked once."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deferdump.tools.mro.hierarchy import build_hierarchy
+from deferdump.tools.mro.judge import Context, Judge, ModelRunner, judge_files
+from deferdump.tools.mro.source import read_files
+from deferdump.tools.mro.tla import ModelBounds
+from support import FIXTURES as ALL_FIXTURES
+
+FIXTURES = ALL_FIXTURES / "mro"
+SAFETY_VIOLATIONS = {"NoOverwriteWhileDumpingInv", "NoUnexpectedReportInv", "ReportOnceInv"}
+
+
+@pytest.fixture(scope="module")
+def runner() -> ModelRunner:
+    return ModelRunner(ModelBounds(), timeout=300)
+
+
+def _judge(fixture: str, runner: ModelRunner, *classes: str):
+    return judge_files([FIXTURES / fixture], only=list(classes), runner=runner).connectors
+
+
+def test_ucm_cp_resolves_build_connector_meta_to_direct_and_is_safe(runner: ModelRunner) -> None:
+    verdict = _judge("ucm_shaped.py", runner, "UCMCPConnector")["UCMCPConnector"]
+    assert verdict.resolves["build_connector_meta"] == "UCMDirectConnector"
+    assert verdict.verdict == "safe" and verdict.violated is None and verdict.context is None
+    assert [j.context.path for j in verdict.judgements] == ["non_hma", "multi"]
+    assert verdict.judgements[0].labels["UCMDirectConnector.build_connector_meta"] == "track"
+
+
+def test_cp_override_without_tracking_is_unsafe(runner: ModelRunner) -> None:
+    verdict = _judge("cp_override_no_track.py", runner, "UCMCPConnector")["UCMCPConnector"]
+    assert verdict.resolves["build_connector_meta"] == "UCMCPConnector"
+    assert verdict.verdict == "unsafe"
+    assert verdict.violated in SAFETY_VIOLATIONS
+    assert verdict.context == Context("non_hma")
+
+
+def test_wrapper_without_request_finished_forward_is_unsafe_only_beside_a_delaying_sibling(
+    runner: ModelRunner,
+) -> None:
+    hierarchy = build_hierarchy(read_files([FIXTURES / "outer_no_forward.py"]))
+    judge = Judge(hierarchy, runner)
+    assert hierarchy.resolves("UCMConnector")["request_finished"] == "KVConnectorBase_V1"
+    top = judge.judge_context("UCMConnector", Context("hma", "UCMDirectConnector"), [])
+    multi = judge.judge_context("UCMConnector", Context("multi", "UCMDirectConnector"), [])
+    assert top.verdict == "safe"  # the HMA path uses the forwarded request_finished_all_groups
+    assert multi.verdict == "unsafe" and multi.violated in SAFETY_VIOLATIONS
+    assert multi.labels["UCMConnector.request_finished_all_groups"] == "forward"
+
+
+def test_wrapper_is_judged_once_per_inner_class_its_init_may_pick(runner: ModelRunner) -> None:
+    verdict = _judge("wrapper_multi_inner.py", runner, "Wrapper")["Wrapper"]
+    by_inner = {}
+    for judgement in verdict.judgements:
+        by_inner.setdefault(judgement.context.inner, set()).add(judgement.verdict)
+    assert by_inner == {"LayerWise": {"safe"}, "Direct": {"safe"}, "Forgetful": {"unsafe"}}
+    assert verdict.verdict == "unsafe" and verdict.context is not None
+    assert verdict.context.inner == "Forgetful"
+    assert {j.context.path for j in verdict.judgements} == {"hma", "multi"}
+
+
+def test_override_that_does_not_call_super_is_unsafe(runner: ModelRunner) -> None:
+    verdicts = _judge("override_no_super.py", runner, "LoggingConnector", "PoliteLoggingConnector")
+    assert verdicts["LoggingConnector"].verdict == "unsafe"
+    assert verdicts["LoggingConnector"].violated in SAFETY_VIOLATIONS
+    assert verdicts["PoliteLoggingConnector"].verdict == "safe"
+
+
+def test_super_with_a_class_argument_skips_a_level(runner: ModelRunner) -> None:
+    verdicts = _judge("super_skip.py", runner, "CPSkipping", "CPPlainSuper")
+    assert verdicts["CPSkipping"].verdict == "safe"
+    assert verdicts["CPPlainSuper"].verdict == "unsafe"
+
+
+def test_diamonds_follow_the_instance_mro(runner: ModelRunner) -> None:
+    verdicts = _judge("diamond.py", runner, "ReplanningFirst", "CooperativeFirst", "Cooperative")
+    assert verdicts["ReplanningFirst"].resolves["build_connector_meta"] == "Replanning"
+    assert verdicts["CooperativeFirst"].resolves["build_connector_meta"] == "Cooperative"
+    assert verdicts["ReplanningFirst"].verdict == "unsafe"
+    assert verdicts["CooperativeFirst"].verdict == "safe"
+    assert verdicts["Cooperative"].verdict == "unsafe"
+
+
+def test_unclassifiable_definition_is_unknown_with_the_reason(runner: ModelRunner) -> None:
+    verdict = _judge("unknown_policy.py", runner, "PolicyConnector")["PolicyConnector"]
+    assert verdict.verdict == "unknown"
+    assert verdict.violated in SAFETY_VIOLATIONS
+    assert any("request_finished decides the delay" in r for r in verdict.reasons)
+
+
+def test_identical_runs_are_cached_within_one_judge() -> None:
+    fresh = ModelRunner(ModelBounds(), timeout=300)
+    judge_files([FIXTURES / "override_no_super.py"], only=["PoliteLoggingConnector"], runner=fresh)
+    runs = fresh.runs
+    again = judge_files([FIXTURES / "override_no_super.py"], only=["PoliteLoggingConnector"], runner=fresh)
+    assert fresh.runs == runs and again.tlc_runs == 0 and again.cached_runs == 2
+
+
+def test_liveness_option_catches_a_get_finished_that_never_reports(runner: ModelRunner) -> None:
+    """Reporting nothing overwrites no dump (safety holds) but never frees the delayed blocks."""
+    hierarchy = build_hierarchy(read_files([FIXTURES / "silent_get_finished.py"]))
+    safety = Judge(hierarchy, runner).judge_context("Silent", Context("non_hma"), [])
+    live = Judge(hierarchy, ModelRunner(ModelBounds(), timeout=300, liveness=True)).judge_context(
+        "Silent", Context("non_hma"), []
+    )
+    assert safety.verdict == "safe"
+    assert (live.verdict, live.violated) == ("unsafe", "DelayedEventuallyFreedProp")
+    assert live.labels["Silent.get_finished"] == "base"

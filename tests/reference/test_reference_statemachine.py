@@ -1,0 +1,14 @@
+"""Property test: the real connectors inside a miniature vLLM, driven by Hypothesis through schedule,
+chunked prefill, preempt/resume, finish, abort, task completion and failure, and injected store faults.
+
+After every rule the library invariant checker (`deferdump.reference.invariants`) must pass on a snapshot
+of scheduler, worker and block-pool state; the real KV bytes every dump stored and every load restored
+are checked too. At the end everything is aborted, drained and shut down: no pending task, no live handle.
+
+Examples: the `deferdump-ci` profile runs 2,000; set DEFERDUMP_HYPOTHESIS_EXAMPLES for more.
+"""
+from __future__ import annotations
+
+from support.statemachine import DeferredDumpMachine
+
+TestDeferredDumpProtocol = DeferredDumpMachine.TestCase

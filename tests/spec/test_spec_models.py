@@ -1,0 +1,137 @@
+"""The CI tier of the TLA+ model (spec/manifest.json) meets every expectation, through the real CLI and TLC.
+
+One `deferdump check --tier ci --json` run (the path CI takes) feeds every test here: each model's
+verdict and distinct-state count match the manifest, and each mutant's counterexample is the bug it
+names — its `action` history holds the connector calls that make that bug.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from deferdump.tools.tlc.manifest import load_manifest
+from deferdump.tools.tlc.specfiles import spec_dir
+
+pytestmark = pytest.mark.slow
+
+CI_MODELS = [entry for entry in load_manifest().models if entry.tier == "ci"]
+MUTANTS = [entry.name for entry in CI_MODELS if entry.mutant]
+
+# Connector calls / engine events each mutant's counterexample must contain (names in `action`).
+EXPECTED_CALLS: dict[str, set[str]] = {
+    "CPOverrideNoTrack": {"build_connector_meta", "request_finished", "forward", "get_finished"},
+    "OuterNoForward": {"request_finished", "get_finished", "_update_from_kv_xfer_finished"},
+    "NoPreemptWait": {"handle_preemptions", "forward", "wait_for_save"},
+    "ReportBeforeWait": {"get_finished", "request_finished", "_update_from_kv_xfer_finished", "forward"},
+    "TrackAfterMLAReturn": {"wait_for_save", "request_finished", "get_finished"},
+    "ReleaseOnlyOnSuccess": {"task_complete", "wait_for_save"},
+    "BlockingWaitForSave": {"wait_for_save"},
+    "PreemptWaitsAll": {"handle_preemptions", "build_connector_meta"},
+}
+
+
+@pytest.fixture(scope="module")
+def ci_results() -> dict[str, dict[str, Any]]:
+    """Run the CI tier once through the CLI, as `make verify` and CI do."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "deferdump.tools.cli.app", "check", "--tier", "ci", "--json"],
+        capture_output=True, text=True, timeout=1800,
+    )
+    results = json.loads(proc.stdout)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    return {row["model"]: row for row in results}
+
+
+def _names(value: Any) -> Iterator[str]:
+    """Every `name` field anywhere inside an ITF value (the action record and its nested calls)."""
+    if isinstance(value, dict):
+        name = value.get("name")
+        if isinstance(name, str):
+            yield name
+        for item in value.values():
+            yield from _names(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _names(item)
+
+
+def _calls(row: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """Every call record named `name` in a counterexample's action history."""
+    found: list[dict[str, Any]] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            if value.get("name") == name:
+                found.append(value)
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    for step in row["trace"]:
+        walk(step["state"].get("action"))
+    return found
+
+
+def _set(value: Any) -> list[Any]:
+    return value["#set"]
+
+
+@pytest.mark.parametrize("name", [entry.name for entry in CI_MODELS])
+def test_ci_model_meets_manifest(ci_results: dict[str, dict[str, Any]], name: str) -> None:
+    entry = next(e for e in CI_MODELS if e.name == name)
+    row = ci_results[name]
+    assert row["expected_ok"], row
+    if entry.expect.passes:
+        assert row["status"] == "pass"
+        assert row["distinct_states"] == entry.distinct_states
+    else:
+        assert row["status"] == "violation"
+        assert row["property"] == entry.expect.violation
+
+
+def test_ci_tier_covers_the_issue() -> None:
+    """Every variant passes in CI, every named mutant is there, conformance models are passing ones."""
+    passing = [e for e in CI_MODELS if e.expect.passes]
+    assert {e.variant for e in passing} == {"Direct", "LayerWise", "CP"}
+    assert set(MUTANTS) == set(EXPECTED_CALLS)
+    assert all(e.expect.passes and not e.mutant for e in CI_MODELS if e.conformance)
+    assert all(e.distinct_states for e in CI_MODELS)
+    for entry in CI_MODELS:
+        assert entry.module_path.is_file() and entry.config_path.is_file(), entry.name
+        assert entry.config_path.parent == spec_dir()
+
+
+@pytest.mark.parametrize("name", MUTANTS)
+def test_mutant_counterexample_shows_the_bug(ci_results: dict[str, dict[str, Any]], name: str) -> None:
+    row = ci_results[name]
+    assert row["trace"], f"{name}: no counterexample"
+    seen = set(_names([step["state"].get("action") for step in row["trace"]]))
+    missing = EXPECTED_CALLS[name] - seen
+    assert not missing, f"{name}: counterexample lacks {sorted(missing)}; has {sorted(seen)}"
+
+
+def test_cp_mutant_dumps_without_tracking(ci_results: dict[str, dict[str, Any]]) -> None:
+    """The reviewer's hypothesis: metadata with dump slices but nothing tracked, so no delayed free."""
+    metas = _calls(ci_results["CPOverrideNoTrack"], "build_connector_meta")
+    assert any(_set(m["dump"]) and not _set(m["tracked"]) for m in metas)
+    finishes = _calls(ci_results["CPOverrideNoTrack"], "request_finished")
+    assert any(_set(f["reqs"]) and not _set(f["delayed"]) for f in finishes)
+
+
+def test_no_preempt_wait_counterexample_preempts(ci_results: dict[str, dict[str, Any]]) -> None:
+    metas = _calls(ci_results["NoPreemptWait"], "build_connector_meta")
+    assert any(_set(m["preempted_req_ids"]) for m in metas)
+    waits = _calls(ci_results["NoPreemptWait"], "handle_preemptions")
+    assert all(not _set(w["waited"]) for w in waits)
+
+
+def test_blocking_wait_for_save_blocks(ci_results: dict[str, dict[str, Any]]) -> None:
+    saves = _calls(ci_results["BlockingWaitForSave"], "wait_for_save")
+    assert any(_set(s["blocked"]) for s in saves)

@@ -1,0 +1,189 @@
+"""The Toy fixture model (tests/fixtures/conformance/Toy.tla) and a tiny implementation of it with a driver.
+
+The generic machinery (state graph, edge cover, ITF files, replay, diffs, shrinking, coverage) is tested
+on this model, independently of the DeferDump model that the spec helper is still growing.
+"""
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import shutil
+import tempfile
+
+from support import FIXTURES as ALL_FIXTURES
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from deferdump.conformance.driver import StepMismatch
+from deferdump.conformance.itfload import TraceLoader
+from deferdump.conformance.tracegen import GeneratedTraces, generate_traces
+from deferdump.conformance.verify import conformance_entries
+from deferdump.tools.tlc.manifest import Expectation, Manifest, ModelEntry, load_manifest
+from deferdump.tools.tlc.specfiles import spec_dir
+from deferdump.tools.tlc.values import ItfTrace, Record, Tup, Value
+
+FIXTURES = ALL_FIXTURES / "conformance"
+
+
+def toy_manifest() -> Manifest:
+    return load_manifest(FIXTURES / "manifest.json")
+
+
+class ToyCounters:
+    """The 'implementation': two counters and a reset."""
+
+    def __init__(self) -> None:
+        self.slots = [0, 0]
+
+    def inc(self, slot: int) -> None:
+        self.slots[slot] += 1
+
+    def reset(self) -> None:
+        self.slots = [0, 0]
+
+
+class ToyDriver:
+    observed = ("slots",)
+    actions = frozenset({"init", "inc", "reset"})
+
+    def __init__(self) -> None:
+        self.impl = ToyCounters()
+        self.resets = 0
+
+    def reset(self, initial: Mapping[str, Value]) -> None:
+        self.impl = ToyCounters()
+        self.resets += 1
+
+    def step(self, before: Mapping[str, Value], after: Mapping[str, Value]) -> None:
+        action = after["action"]
+        if action["name"] == "inc":
+            self.impl.inc(int(action["slot"]) - 1)
+        elif action["name"] == "reset":
+            self.impl.reset()
+        else:
+            raise StepMismatch(f"unexpected action {action['name']}")
+
+    def abstract_state(self) -> dict[str, Value]:
+        return {"slots": Tup(self.impl.slots)}
+
+    def model_view(self, state: Mapping[str, Value]) -> dict[str, Value]:
+        return {"slots": state["slots"]}
+
+    def close(self) -> None:
+        pass
+
+
+class RecordingFactory:
+    """Builds ToyDrivers and remembers them (to prove that nothing was replayed)."""
+
+    def __init__(self) -> None:
+        self.drivers: list[ToyDriver] = []
+
+    def __call__(self, trace: ItfTrace) -> ToyDriver:
+        driver = ToyDriver()
+        self.drivers.append(driver)
+        return driver
+
+    @property
+    def replayed(self) -> int:
+        return sum(driver.resets for driver in self.drivers)
+
+
+# ------------------------------------------------------------------------------------------ DeferDump
+
+DEFERDUMP_FIXTURES = FIXTURES / "deferdump"
+
+LOADER = TraceLoader()
+"""One loader for the whole session: the trace modules share decoded values (decoding dominates)."""
+
+COVER_FIXTURES = ("ConfLayerWise", "ConfMulti")
+"""Small DeferDump configs (tests/fixtures/conformance/deferdump) replayed with their full edge cover: what
+the shipped conformance models leave out (the HMA path and fused engine steps with two layers,
+MultiConnector). MLA and preemption are shipped models (MLAConformance, PreemptConformance); the ConfMLA
+fixture stays for the CLI tests' small fixture manifest."""
+
+
+def conformance_entry(name: str) -> ModelEntry:
+    shipped = {e.name: e for e in manifest_conformance_entries()}
+    return shipped.get(name) or fixture_entry(name)
+
+
+def fixture_entry(name: str) -> ModelEntry:
+    """A DeferDump model on the shipped spec modules with a fixture cfg (not in the shipped manifest)."""
+    config = os.path.relpath(DEFERDUMP_FIXTURES / f"{name}.cfg", spec_dir())
+    return ModelEntry(name=name, module="MCReal", config=config, tier="ci", variant="Direct",
+                      expect=Expectation(), distinct_states=None, mutant=False, conformance=True,
+                      spec_dir=spec_dir(), timeout=300)
+
+
+def manifest_conformance_entries() -> list[ModelEntry]:
+    """The shipped manifest's CI conformance models (passing, not mutants)."""
+    return conformance_entries(load_manifest())
+
+
+def conformance_manifest() -> Manifest:
+    """The shipped manifest's models plus the fixture models (for coverage against their graphs)."""
+    shipped = load_manifest()
+    extra = tuple(fixture_entry(name) for name in COVER_FIXTURES)
+    return replace(shipped, models=shipped.models + extra)
+
+
+@functools.lru_cache(maxsize=None)
+def _trace_root() -> Path:
+    root = Path(tempfile.mkdtemp(prefix="deferdump-conformance-tests-"))
+    atexit.register(shutil.rmtree, root, True)  # the session's traces go when the session ends
+    return root
+
+
+def deferdump_traces(name: str) -> tuple[Path, ...]:
+    """Trace files of one conformance model, generated once per test session."""
+    return tuple(generated(name).files)
+
+
+@functools.lru_cache(maxsize=None)
+def generated(name: str) -> GeneratedTraces:
+    """What generating one conformance model's traces produced (once per test session)."""
+    shipped = {e.name: e for e in manifest_conformance_entries()}
+    return generate_traces(shipped.get(name) or fixture_entry(name), "cover", _trace_root() / name)
+
+
+def conformance_model_names() -> list[str]:
+    """The fixtures (small, each showing what the shipped models leave out) first, then the shipped ones."""
+    shipped = [e.name for e in manifest_conformance_entries()]
+    return [n for n in COVER_FIXTURES if n not in shipped] + shipped
+
+
+def all_deferdump_traces() -> list[Path]:
+    return [path for name in conformance_model_names() for path in deferdump_traces(name)]
+
+
+def shipped_deferdump_traces() -> list[Path]:
+    """The edge-cover traces of the shipped manifest's CI conformance models only (what CI replays)."""
+    return [path for entry in manifest_conformance_entries() for path in deferdump_traces(entry.name)]
+
+
+def steps_of(action: Record) -> Iterator[Record]:
+    """The phase records of an action: ``engine_step`` holds three; the others are their own phase."""
+    if action["name"] == "engine_step":
+        yield from action["phases"]
+    else:
+        yield action
+
+
+def rank_calls(phase: Record, name: str) -> Iterator[tuple[int, Record]]:
+    """(rank, call record) of every call named ``name`` in an ``execute_model`` phase."""
+    if phase["name"] == "execute_model":
+        for rank, calls in phase["ranks"].items():
+            for call in calls:
+                if call["name"] == name:
+                    yield rank, call
+
+
+def first_step(trace: ItfTrace, predicate: Callable[[Record], bool]) -> int | None:
+    """Index of the first state whose action has a phase satisfying ``predicate``."""
+    for index, state in enumerate(trace.states):
+        if index and any(predicate(phase) for phase in steps_of(state["action"])):
+            return index
+    return None

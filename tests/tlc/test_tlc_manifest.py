@@ -1,0 +1,101 @@
+"""The manifest schema and the comparison of TLC results with a model's expectations (no JVM needed)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from deferdump.tools.tlc.manifest import Expectation, ManifestError, UnknownModel, compare, load_manifest
+from deferdump.tools.tlc.bridge import Kind, Status, TlcResult
+
+
+def _write(tmp_path: Path, models: list[dict[str, object]]) -> Path:
+    (tmp_path / "M.tla").write_text("---- MODULE M ----\n====\n")
+    (tmp_path / "M.cfg").write_text("")
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps({"models": models}))
+    return path
+
+
+def _model(**changes: object) -> dict[str, object]:
+    model: dict[str, object] = {"name": "A", "module": "M", "config": "M.cfg", "tier": "ci", "variant": "CP",
+                                "expect": "pass", "distinct_states": 5, "mutant": False, "conformance": True}
+    model.update(changes)
+    return model
+
+
+def test_loads_entries_and_selects_by_name_and_tier(tmp_path: Path) -> None:
+    manifest = load_manifest(_write(tmp_path, [
+        _model(), _model(name="B", tier="deep", expect={"violation": "XInv"}, distinct_states=None, workers=2,
+                         module="M.tla", config="M"),
+    ]))
+    a, b = manifest.models
+    assert (a.module_path, a.config_path, a.expect, a.workers) == (tmp_path / "M.tla", tmp_path / "M.cfg",
+                                                                   Expectation(), 1)
+    assert (b.module, b.config, b.expect.violation, b.workers) == ("M", "M.cfg", "XInv", 2)
+    assert [e.name for e in manifest.select(tier="deep")] == ["B"]
+    assert [e.name for e in manifest.select(["B", "A"])] == ["B", "A"]
+    with pytest.raises(ManifestError, match="models not in tier ci: B"):
+        manifest.select(["B"], tier="ci")
+    with pytest.raises(UnknownModel, match="unknown model 'C' .*lists: A, B"):
+        manifest.get("C")
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    ({"tier": "nightly"}, "model 'A': 'tier' must be one of ci, deep, not 'nightly'"),
+    ({"variant": "Multi"}, "'variant' must be one of Direct, LayerWise, CP"),
+    ({"expect": "fail"}, "'expect' must be \"pass\" or"),
+    ({"expect": {"violation": ""}}, "'expect' must be"),
+    ({"distinct_states": 0}, "'distinct_states' must be a positive integer or null"),
+    ({"mutant": "no"}, "'mutant' must be true or false"),
+    ({"module": "Missing"}, "module file"),
+    ({"config": "Missing.cfg"}, "config file"),
+    ({"distinct": 5}, "unknown keys: distinct"),
+    ({"workers": 0}, "'workers' must be a positive integer"),
+])
+def test_schema_errors_name_model_and_key(tmp_path: Path, change: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ManifestError) as raised:
+        load_manifest(_write(tmp_path, [_model(**change)]))
+    assert fragment in str(raised.value)
+    assert str(raised.value).startswith(str(tmp_path / "manifest.json"))
+
+
+def test_structural_errors(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError, match="listed twice"):
+        load_manifest(_write(tmp_path, [_model(), _model()]))
+    with pytest.raises(ManifestError, match="missing keys: conformance"):
+        load_manifest(_write(tmp_path, [{k: v for k, v in _model().items() if k != "conformance"}]))
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(ManifestError, match="bad JSON at line 1"):
+        load_manifest(tmp_path / "bad.json")
+    with pytest.raises(ManifestError, match="manifest not found"):
+        load_manifest(tmp_path / "none.json")
+
+
+def test_shipped_manifest_is_valid() -> None:
+    manifest = load_manifest()
+    assert manifest.path.name == "manifest.json"
+
+
+def _result(status: Status, kind: Kind | None, prop: str | None, distinct: int | None) -> TlcResult:
+    return TlcResult(status=status, kind=kind, property=prop, distinct_states=distinct, generated_states=None,
+                     depth=None, seconds=0.0, trace=[], loop_index=None, message=None, exit_code=0,
+                     spec=Path("M.tla"), config=None)
+
+
+def test_compare() -> None:
+    passing = _result(Status.PASS, None, None, 5)
+    assert compare(Expectation(), 5, passing) == []
+    assert compare(Expectation(), 6, passing) == [
+        "distinct states 5, manifest says 6 (the model changed: review, then update the manifest)"]
+    assert compare(Expectation("XInv"), None, passing) == ["expected violation of XInv, got pass"]
+    violated = _result(Status.VIOLATION, Kind.INVARIANT, "XInv", 3)
+    assert compare(Expectation("XInv"), None, violated) == []
+    assert compare(Expectation("YInv"), None, violated) == [
+        "expected violation of YInv, got violation of XInv (invariant)"]
+    assert compare(Expectation("Deadlock"), None, _result(Status.VIOLATION, Kind.DEADLOCK, None, 3)) == []
+    unnamed = _result(Status.VIOLATION, Kind.LIVENESS, None, 3)
+    assert "list exactly one PROPERTY" in compare(Expectation("LiveProp"), None, unnamed)[0]
+    assert compare(Expectation(), 5, _result(Status.ERROR, Kind.TIMEOUT, None, 2)) == [
+        "expected pass, got error (timeout)"]

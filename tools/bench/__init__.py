@@ -1,0 +1,1 @@
+"""`deferdump bench` and `deferdump soak`: figures of the reference connector and the model checker."""

@@ -1,0 +1,1 @@
+"""The `deferdump` command line: one module per command; `app.main` is the console-script entry point."""

@@ -1,0 +1,63 @@
+"""The `deferdump` command line. Each command lives in its own module and registers itself here."""
+from __future__ import annotations
+
+import typer
+
+from deferdump.tools.cli.bench import bench
+from deferdump.tools.cli.check import check
+from deferdump.tools.cli.conformance import replay, traces, verify
+from deferdump.tools.cli.explain import explain
+from deferdump.tools.cli.mro import mro
+from deferdump.tools.cli.soak import soak
+from deferdump.reference.errors import UserError
+
+app = typer.Typer(
+    name="deferdump",
+    help="Model-check, trace and replay the deferred KV-dump protocol (UCM PR #989).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """deferdump: is a KV block ever freed and rewritten while an async dump still reads it?"""
+
+
+@app.command("version")
+def version() -> None:
+    """Print deferdump's version."""
+    from importlib.metadata import version as _v
+
+    typer.echo(_v("deferdump"))
+
+
+app.command("check")(check)
+app.command("traces")(traces)
+app.command("replay")(replay)
+app.command("verify")(verify)
+app.command("explain")(explain)
+app.command("bench")(bench)
+app.command("soak")(soak)
+app.command("mro")(mro)
+
+
+def main() -> None:
+    """Console-script entry point: usage errors and DeferdumpErrors become one line on stderr, no traceback."""
+    try:
+        code = app(standalone_mode=False)
+    except typer.TyperException as error:  # click's usage errors (typer vendors click)
+        typer.echo(f"deferdump: {error.format_message()} (see deferdump --help)", err=True)
+        raise SystemExit(error.exit_code) from None
+    except typer.Abort:
+        typer.echo("deferdump: aborted", err=True)
+        raise SystemExit(1) from None
+    except UserError as error:
+        typer.echo(f"deferdump: {error}", err=True)
+        raise SystemExit(2) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

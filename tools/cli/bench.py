@@ -1,0 +1,77 @@
+"""``deferdump bench``: no-save vs blocking vs deferred dumps, and the cost of everything else.
+
+Exit status 0 when the benchmark ran (goals met or not: a missed goal is a finding, not an error), 2 for
+bad input (e.g. ``--device cuda`` without CUDA). ``--json`` prints one object on stdout; progress goes
+to stderr.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+
+
+class DeviceChoice(str, enum.Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def bench(
+    quick: bool = typer.Option(False, "--quick", help="Scaled-down sizes; finishes within 2 minutes."),
+    device: DeviceChoice = typer.Option(DeviceChoice.cpu, "--device", help="Where the KV caches live."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object with every figure."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write step-time distributions per mode (PNG).",
+                                        dir_okay=False, writable=True),
+    no_tlc: bool = typer.Option(False, "--no-tlc", help="Skip the TLC states/s figure."),
+    no_malloc_tuning: bool = typer.Option(False, "--no-malloc-tuning",
+                                          help="Keep glibc's default mmap/trim thresholds (see docs/benchmarks.md)."),
+) -> None:
+    """Measure what deferring the dump wait buys (wait_for_save, step time) and what it costs."""
+    from deferdump.tools.bench.suite import BenchConfig, run_bench  # torch loads only when a benchmark runs
+    from deferdump.tools.bench.plot import plot_modes
+
+    logging.getLogger("deferdump.reference").setLevel(logging.ERROR)
+    config = BenchConfig.quick(device.value) if quick else BenchConfig.full(device.value)
+    if no_malloc_tuning:
+        config = dataclasses.replace(config, malloc_tuning=False)
+    err = Console(stderr=True)
+    with err.status("bench: starting") as status:
+        report, runs = run_bench(config, on_progress=lambda message: status.update(f"bench: {message}"),
+                                 include_tlc=not no_tlc)
+    if plot is not None:
+        title = (f"deferdump bench ({'quick' if quick else 'full'}, {report['device']}, {report['cpu_model']}, "
+                 f"torch_threads={report['torch_threads']}, copy_threads={report['copy_threads']})")
+        report["plot"] = str(plot_modes(runs, plot, title=title))
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, sort_keys=False))
+        return
+    table = Table(title=f"deferdump bench ({'quick' if quick else 'full'}, {report['device']})")
+    for column in ("figure", "value", "goal", "met"):
+        table.add_column(column)
+    for key, verdict in report["goals"].items():
+        reason = report.get(f"{key}_reason")
+        table.add_row(key, _fmt(verdict["value"]) if reason is None else f"— ({reason})", verdict["goal"],
+                      _fmt(verdict["met"]))
+    table.add_row("tlc_distinct_states_per_s", _fmt(report.get("tlc_distinct_states_per_s")), "report", "")
+    for mode, summary in report["step_ms"].items():
+        table.add_row(f"step ms median ({mode})", _fmt(summary["median"]), "", "")
+    Console().print(table)
+    Console().print(f"{report['cpu_model']}, {report['cpu_cores']} cores, torch {report['torch_version']}, "
+                    f"torch_threads={report['torch_threads']}, copy_threads={report['copy_threads']}, "
+                    f"{report['seconds']} s")

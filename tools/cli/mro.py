@@ -1,0 +1,107 @@
+"""``deferdump mro FILE… [--json]``: read connector source (never importing it), linearize its classes and
+judge every connector class with the protocol model.
+
+Exit status: 0 when every judged connector is safe, 1 when some connector is unsafe or unknown, 2 for bad
+input (a file that cannot be read or parsed, an impossible hierarchy, no connector classes), one line on
+stderr and no traceback.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from deferdump.tools.mro.judge import MroReport, judge_files
+from deferdump.tools.mro.source import DEFAULT_TRACKING_ATTR
+
+EXIT_NOT_SAFE = 1
+
+_VERDICT_STYLE = {"safe": "bold green", "unsafe": "bold red", "unknown": "bold yellow"}
+
+
+def _render(report: MroReport, console: Console) -> None:
+    """Per class: its bases and MRO; for a connector, a table of which definition of each connector method
+    runs (with the model label it was judged by), the verdict per context, and why it is not safe."""
+    hierarchy = report.hierarchy
+    for name in hierarchy.defined:
+        facts = hierarchy.classes[name]
+        judgement = report.connectors.get(name)
+        head = Text(name, style="bold")
+        if judgement is not None:
+            head.append("  ")
+            head.append(judgement.verdict, style=_VERDICT_STYLE[judgement.verdict])
+        elif name not in hierarchy.connectors:
+            head.append("  (not a connector)", style="dim")
+        console.print(head)
+        console.print(f"  bases: {', '.join(facts.base_exprs) or '-'}")
+        console.print(f"  MRO:   {' -> '.join(hierarchy.mro[name])}")
+        if judgement is None:
+            if facts.methods:
+                console.print(f"  defines: {', '.join(facts.methods)}")
+            console.print()
+            continue
+        labels: dict[str, str] = {}
+        for context_judgement in reversed(judgement.judgements):
+            labels.update(context_judgement.labels)
+        table = Table(show_header=True, header_style="bold", box=None, padding=(0, 2))
+        table.add_column("method")
+        table.add_column("runs the definition in")
+        table.add_column("model label")
+        for method, owner in judgement.resolves.items():
+            table.add_row(method, Text(owner, style="cyan" if owner == name else ""), labels.get(f"{owner}.{method}", ""))
+        console.print(table)
+        for context_judgement in judgement.judgements:
+            line = Text(f"  {context_judgement.context.describe()}: ")
+            line.append(context_judgement.verdict, style=_VERDICT_STYLE[context_judgement.verdict])
+            if context_judgement.violated:
+                verb = "could be violated" if context_judgement.verdict == "unknown" else "violated"
+                line.append(f" ({context_judgement.violated} {verb})")
+            console.print(line)
+            for reason in context_judgement.reasons:
+                console.print(Text(f"    because {reason}", style="yellow"))
+        console.print()
+    console.print(
+        f"{len(report.connectors)} connector(s) judged with {report.tlc_runs} TLC run(s) "
+        f"({report.cached_runs} cached) in {report.seconds:.1f}s"
+    )
+
+
+def mro(
+    files: List[Path] = typer.Argument(..., help="Python source files, analysed together; never imported."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+    tracking_attr: str = typer.Option(
+        DEFAULT_TRACKING_ATTR, "--tracking-attr", help="Attribute holding the async-dump tracking set."
+    ),
+    only: Optional[List[str]] = typer.Option(
+        None, "--class", help="Judge only this connector class (repeatable); all classes are still listed."
+    ),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds allowed per TLC run."),
+    liveness: bool = typer.Option(
+        False, "--liveness", help="Also check that every delayed request is eventually freed (slower)."
+    ),
+) -> None:
+    """Judge connector classes in FILE… with the model: MRO, method ownership, safe/unsafe/unknown."""
+    console = Console(stderr=json_out)
+    if not console.is_terminal:
+        console = Console(stderr=json_out, width=120)  # files and pipes: do not squeeze method names into 80
+    if json_out:
+        report = judge_files(files, tracking_attr=tracking_attr, only=only, timeout=timeout, liveness=liveness)
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        with console.status("judging connectors with TLC") as status:
+            report = judge_files(
+                files,
+                tracking_attr=tracking_attr,
+                only=only,
+                timeout=timeout,
+                liveness=liveness,
+                on_connector=lambda name: status.update(f"judging {name} with TLC"),
+            )
+        _render(report, console)
+    if any(j.verdict != "safe" for j in report.connectors.values()):
+        raise typer.Exit(EXIT_NOT_SAFE)

@@ -1,0 +1,158 @@
+"""The step's "forward": a real compute kernel of configurable cost that writes the new tokens' KV slots.
+
+Per layer it runs `matmuls_per_layer` dense matmuls (+tanh) over the step's tokens — the cost knob — then
+writes each scheduled token's K and V into its (block, offset) slot of that layer's real KV tensor, in
+vLLM's layout for the device (CUDA `[2, num_blocks, block_size, kv_heads, head_dim]`, CPU
+`[num_blocks, kv_heads, block_size, 2*head_dim]`). The values come from the hidden state, so a block
+rewritten by a later step holds different bytes: a dump that read it too late stores the wrong data and
+`verify_dumps` sees it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import torch
+
+from deferdump.tools.engine.scheduler import ScheduledChunk
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelShape:
+    """KV-cache geometry and the forward's compute cost."""
+
+    layers: int = 32
+    kv_heads: int = 8
+    head_dim: int = 128
+    block_size: int = 16
+    dtype: str = "bfloat16"
+    hidden_dim: int = 256
+    matmuls_per_layer: int = 2
+
+    def __post_init__(self) -> None:
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {self.dtype!r}")
+        for name in ("layers", "kv_heads", "head_dim", "block_size", "hidden_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.matmuls_per_layer < 0:
+            raise ValueError("matmuls_per_layer must be >= 0")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return _DTYPES[self.dtype]
+
+    @property
+    def layer_block_nbytes(self) -> int:
+        """Bytes of one block in one layer (K and V)."""
+        return 2 * self.kv_heads * self.head_dim * self.block_size * self.torch_dtype.itemsize
+
+    @property
+    def block_nbytes(self) -> int:
+        """Bytes of one block across all layers: what one dumped block costs."""
+        return self.layers * self.layer_block_nbytes
+
+    def layer_names(self) -> list[str]:
+        return [f"model.layers.{i}.self_attn" for i in range(self.layers)]
+
+
+def make_kv_caches(shape: ModelShape, num_blocks: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """Zeroed KV tensors in vLLM's layout for `device` (touched, so page faults stay out of the timings)."""
+    caches: dict[str, torch.Tensor] = {}
+    for name in shape.layer_names():
+        if device.type == "cuda":
+            size = (2, num_blocks, shape.block_size, shape.kv_heads, shape.head_dim)
+        else:
+            size = (num_blocks, shape.kv_heads, shape.block_size, 2 * shape.head_dim)
+        caches[name] = torch.zeros(size, dtype=shape.torch_dtype, device=device)
+    return caches
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotBatch:
+    """The step's tokens as KV slots: block and in-block offset of each, plus every block written."""
+
+    block_index: torch.Tensor
+    offset_index: torch.Tensor
+    num_tokens: int
+    written_blocks: frozenset[int]
+
+
+class ForwardPass:
+    """Weights, the running hidden state and one rank's KV tensors."""
+
+    def __init__(self, shape: ModelShape, num_blocks: int, device: torch.device, *, seed: int = 0, max_tokens: int = 8192) -> None:
+        self.shape = shape
+        self.device = device
+        self.kv_caches = make_kv_caches(shape, num_blocks, device)
+        self._names = list(self.kv_caches)
+        generator = torch.Generator().manual_seed(seed)
+        scale = 1.0 / math.sqrt(shape.hidden_dim)
+        self._weights = [
+            [(torch.randn(shape.hidden_dim, shape.hidden_dim, generator=generator) * scale).to(device)
+             for _ in range(shape.matmuls_per_layer)]
+            for _ in range(shape.layers)
+        ]
+        self._tokens = torch.randn(max_tokens, shape.hidden_dim, generator=generator).to(device)
+        self._kv_width = 2 * shape.kv_heads * shape.head_dim
+        self._repeats = -(-self._kv_width // shape.hidden_dim)
+        self._step = 0
+        self._hidden: torch.Tensor | None = None
+
+    @property
+    def layer_names(self) -> list[str]:
+        return self._names
+
+    def slots(self, chunks: Sequence[ScheduledChunk]) -> SlotBatch:
+        """Where each scheduled token's KV goes."""
+        block_size = self.shape.block_size
+        blocks: list[int] = []
+        offsets: list[int] = []
+        for chunk in chunks:
+            ids = chunk.block_ids
+            for position in range(chunk.start, chunk.start + chunk.num_tokens):
+                blocks.append(ids[position // block_size])
+                offsets.append(position % block_size)
+        return SlotBatch(
+            torch.tensor(blocks, dtype=torch.long, device=self.device),
+            torch.tensor(offsets, dtype=torch.long, device=self.device),
+            len(blocks),
+            frozenset(blocks),
+        )
+
+    def begin(self, batch: SlotBatch) -> None:
+        """Start a step: the hidden state of its tokens (rotated each step so KV bytes differ per step)."""
+        self._step += 1
+        count = batch.num_tokens
+        rows = self._tokens.shape[0]
+        start = (self._step * 7919) % rows
+        index = torch.arange(start, start + count, device=self.device) % rows
+        self._hidden = self._tokens.index_select(0, index)
+
+    def layer(self, index: int, batch: SlotBatch) -> None:
+        """Compute layer `index` and write its K/V for every scheduled token."""
+        if self._hidden is None:
+            raise RuntimeError("ForwardPass.layer called before begin()")
+        hidden = self._hidden
+        for weight in self._weights[index]:
+            hidden = torch.tanh(hidden @ weight)
+        self._hidden = hidden
+        if batch.num_tokens == 0:
+            return
+        values = hidden.repeat(1, self._repeats)[:, : self._kv_width].to(self.shape.torch_dtype)
+        kv = self.kv_caches[self._names[index]]
+        shape = self.shape
+        if self.device.type == "cuda":
+            kv[:, batch.block_index, batch.offset_index] = values.view(
+                batch.num_tokens, 2, shape.kv_heads, shape.head_dim
+            ).transpose(0, 1)
+        else:
+            kv[batch.block_index, :, batch.offset_index] = values.view(batch.num_tokens, shape.kv_heads, 2 * shape.head_dim)
+
+    def finish(self) -> None:
+        """End the step; on CUDA wait for the compute stream (vLLM syncs at sampling)."""
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()

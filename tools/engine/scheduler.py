@@ -1,0 +1,416 @@
+"""A small simulation of vLLM's V1 scheduler and block pool: enough to drive a KV connector as vLLM does.
+
+What it keeps from vLLM 0.32's V1 scheduler (`v1/core/sched/scheduler.py`): a token budget per step with chunked
+prefill; running requests first, FCFS; when blocks run out, the *last* running request is preempted, its
+blocks freed at once (no `request_finished`), its computed tokens reset, and it goes back to the front of
+the waiting queue; no waiting request is admitted in a step that preempted; admission asks the connector
+for external hits (`get_num_new_matched_tokens`, then `update_state_after_alloc`); every finished request
+(stop or abort) goes through `request_finished`, which may delay the free until every worker rank reported
+it in `finished_sending`; finished ids reach workers in the *next* step; a block-load failure fails the
+request (vLLM's default `kv_load_failure_policy="fail"`).
+
+No prefix caching inside the pool: every block belongs to exactly one request, so "blocks held by
+finished requests" is exact.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+import random
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from deferdump.reference.views import CachedRequestView, NewRequestView, RequestView, StepView
+
+from deferdump.reference.errors import UserError
+
+
+class SimulationError(UserError):
+    """The simulated scheduler found its own bookkeeping broken (a harness bug or a protocol violation)."""
+
+
+class SchedulerConnector(Protocol):
+    """The scheduler-side connector calls the simulation makes (vLLM's names)."""
+
+    def get_num_new_matched_tokens(self, request: RequestView, num_computed_tokens: int) -> tuple[int, bool]: ...
+
+    def update_state_after_alloc(self, request: RequestView, block_ids: Any, num_external_tokens: int) -> None: ...
+
+    def build_connector_meta(self, step: StepView) -> Any: ...
+
+    def request_finished(self, request: RequestView, block_ids: Any) -> tuple[bool, dict[str, Any] | None]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkloadConfig:
+    """The request stream and the scheduler's limits."""
+
+    block_size: int = 16
+    num_blocks: int = 256
+    max_running: int = 8
+    max_batched_tokens: int = 512
+    prompt_tokens: tuple[int, int] = (16, 256)  # inclusive range, uniform
+    output_tokens: tuple[int, int] = (1, 16)
+    shared_prefix_prob: float = 0.3  # a prompt starts with one of a few shared documents (store hits, loads)
+    shared_prefixes: int = 4
+    abort_prob: float = 0.002  # per live request per step
+    preempt_prob: float = 0.02  # per step: preempt one running request even if blocks remain
+    waiting_target: int = 4  # keep this many requests waiting while the stream is open
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1 or self.num_blocks < 1 or self.max_running < 1 or self.max_batched_tokens < 1:
+            raise ValueError("block_size, num_blocks, max_running and max_batched_tokens must be >= 1")
+        for name in ("prompt_tokens", "output_tokens"):
+            low, high = getattr(self, name)
+            if not 1 <= low <= high:
+                raise ValueError(f"{name} must be a range 1 <= low <= high, got {(low, high)}")
+        longest = self.prompt_tokens[1] + self.output_tokens[1]
+        if -(-longest // self.block_size) > self.num_blocks:
+            raise ValueError(f"num_blocks {self.num_blocks} cannot hold one request of {longest} tokens")
+        for name in ("shared_prefix_prob", "abort_prob", "preempt_prob"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be a probability, got {getattr(self, name)}")
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    HELD = "held"  # finished; its free is delayed until every rank reported it
+    DONE = "done"  # finished and freed
+
+
+@dataclasses.dataclass(eq=False)
+class SimRequest:
+    req_id: str
+    tokens: list[int]  # prompt, then sampled outputs
+    num_prompt: int
+    max_output: int
+    num_computed: int = 0
+    blocks: list[int] = dataclasses.field(default_factory=list)
+    status: Status = Status.WAITING
+    admitted: bool = False  # scheduled at least once: later schedules are "cached" requests
+    resumed: bool = False  # preempted since it was last scheduled
+    reports: int = 0  # ranks that reported it in finished_sending
+
+    @property
+    def num_output(self) -> int:
+        return len(self.tokens) - self.num_prompt
+
+    def view(self) -> RequestView:
+        return RequestView(self.req_id, tuple(self.tokens), self.num_prompt)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduledChunk:
+    """Tokens [start, start + num_tokens) of a request computed this step, into `block_ids`."""
+
+    req_id: str
+    block_ids: tuple[int, ...]
+    start: int
+    num_tokens: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduledStep:
+    view: StepView
+    chunks: tuple[ScheduledChunk, ...]
+    preempted_blocks: frozenset[int]
+
+
+@dataclasses.dataclass
+class StepOutcome:
+    """What one `update` changed: finished requests and their connector answers, frees, failures."""
+
+    finished: dict[str, bool] = dataclasses.field(default_factory=dict)  # req id -> request_finished answer
+    freed_after_reports: list[str] = dataclasses.field(default_factory=list)
+    failed_loads: list[str] = dataclasses.field(default_factory=list)
+    bad_reports: list[str] = dataclasses.field(default_factory=list)  # one line per report vLLM would reject
+
+
+class BlockPool:
+    """Free block ids, reused LIFO like vLLM's unhashed blocks (a freed block is the next one handed out)."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        self._free: list[int] = list(range(num_blocks - 1, -1, -1))
+        self._is_free = [True] * num_blocks
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def free_blocks(self) -> frozenset[int]:
+        return frozenset(self._free)
+
+    def allocate(self, count: int) -> list[int] | None:
+        if count > len(self._free):
+            return None
+        taken = [self._free.pop() for _ in range(count)]
+        for block in taken:
+            self._is_free[block] = False
+        return taken
+
+    def free(self, blocks: Iterable[int]) -> None:
+        for block in blocks:
+            if self._is_free[block]:
+                raise SimulationError(f"block {block} freed twice")
+            self._is_free[block] = True
+            self._free.append(block)
+
+
+class RequestFactory:
+    """Random prompts (some sharing a document prefix, so the store gets hits) and output lengths."""
+
+    def __init__(self, config: WorkloadConfig, rng: random.Random) -> None:
+        self._config = config
+        self._rng = rng
+        self._count = 0
+        low = config.prompt_tokens[0]
+        self._documents = [
+            [rng.randrange(1, 50_000) for _ in range(rng.randint(low, max(low, config.prompt_tokens[1] // 2)))]
+            for _ in range(config.shared_prefixes)
+        ]
+
+    def make(self) -> SimRequest:
+        config, rng = self._config, self._rng
+        length = rng.randint(*config.prompt_tokens)
+        prompt: list[int] = []
+        if self._documents and rng.random() < config.shared_prefix_prob:
+            prompt = list(rng.choice(self._documents)[:length])
+        prompt += [rng.randrange(1, 50_000) for _ in range(length - len(prompt))]
+        self._count += 1
+        return SimRequest(f"req-{self._count}", prompt, len(prompt), rng.randint(*config.output_tokens))
+
+
+class SimScheduler:
+    """vLLM's scheduler loop in miniature; `connector` None means no KV connector at all (baseline)."""
+
+    def __init__(
+        self,
+        config: WorkloadConfig,
+        connector: SchedulerConnector | None,
+        *,
+        world_size: int = 1,
+        timed: Callable[[str], Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.connector = connector
+        self.world_size = world_size
+        self.pool = BlockPool(config.num_blocks)
+        self._rng = random.Random(config.seed)
+        self._factory = RequestFactory(config, random.Random(config.seed + 1))
+        self.requests: dict[str, SimRequest] = {}
+        self.waiting: collections.deque[SimRequest] = collections.deque()
+        self.running: list[SimRequest] = []
+        self._finished_for_workers: set[str] = set()
+        self._timed = timed
+        self.admitted_total = 0  # requests created
+        self.finished_total = 0  # requests that went through request_finished
+        self.freed_total = 0  # finished requests whose blocks are back in the pool
+        self.preempted_total = 0
+        self.aborted_total = 0
+        self.stream_open = True
+        self.request_limit: int | None = None
+
+    # ------------------------------------------------------------------ stream
+    def top_up(self) -> None:
+        """Keep `waiting_target` requests waiting while the stream is open and under the request limit."""
+        while self.stream_open and len(self.waiting) < self.config.waiting_target:
+            if self.request_limit is not None and self.admitted_total >= self.request_limit:
+                self.stream_open = False
+                break
+            request = self._factory.make()
+            self.requests[request.req_id] = request
+            self.waiting.append(request)
+            self.admitted_total += 1
+
+    def idle(self) -> bool:
+        """No request is alive or held, and nothing is left to tell the workers."""
+        return not self.requests and not self._finished_for_workers
+
+    def held_blocks(self) -> int:
+        """Blocks of finished requests still waiting for their reports."""
+        return sum(len(r.blocks) for r in self.requests.values() if r.status is Status.HELD)
+
+    # --------------------------------------------------------------- schedule
+    def schedule(self) -> tuple[ScheduledStep, Any]:
+        """One `schedule()`: the step's chunks, preemptions and `build_connector_meta`'s metadata."""
+        config = self.config
+        budget = config.max_batched_tokens
+        new_views: list[NewRequestView] = []
+        cached_views: list[CachedRequestView] = []
+        chunks: list[ScheduledChunk] = []
+        preempted: list[SimRequest] = []
+        preempted_blocks: set[int] = set()
+
+        if self.running and self._rng.random() < config.preempt_prob:
+            victim = self._rng.choice(self.running)
+            self.running.remove(victim)
+            preempted_blocks.update(self._preempt(victim))
+            preempted.append(victim)
+
+        scheduled_now: set[str] = set()
+        index = 0
+        while index < len(self.running) and budget > 0:
+            request = self.running[index]
+            num_new = min(len(request.tokens) - request.num_computed, budget)
+            new_blocks = self._allocate_for(request, request.num_computed + num_new)
+            while new_blocks is None:
+                victim = self.running.pop()
+                preempted_blocks.update(self._preempt(victim))
+                preempted.append(victim)
+                if victim is request:
+                    break
+                new_blocks = self._allocate_for(request, request.num_computed + num_new)
+            if new_blocks is None:
+                break
+            cached_views.append(CachedRequestView(request.req_id, tuple(new_blocks), False, request.num_computed, num_new))
+            chunks.append(ScheduledChunk(request.req_id, tuple(request.blocks), request.num_computed, num_new))
+            scheduled_now.add(request.req_id)
+            budget -= num_new
+            index += 1
+
+        while not preempted and self.waiting and len(self.running) < config.max_running and budget > 0:
+            request = self.waiting[0]
+            external = 0
+            if self.connector is not None:
+                with self._measure("sched_connector"):
+                    external, _load_async = self.connector.get_num_new_matched_tokens(request.view(), 0)
+            num_new = min(len(request.tokens) - external, budget)
+            if num_new <= 0:
+                raise SimulationError(f"{request.req_id}: connector claimed all {len(request.tokens)} tokens")
+            blocks = self.pool.allocate(self._blocks_needed(external + num_new))
+            if blocks is None:
+                break
+            self.waiting.popleft()
+            request.blocks = blocks
+            request.num_computed = external
+            if self.connector is not None:
+                with self._measure("sched_connector"):
+                    self.connector.update_state_after_alloc(request.view(), tuple(blocks), external)
+            if request.resumed:
+                cached_views.append(CachedRequestView(request.req_id, tuple(blocks), True, external, num_new))
+            else:
+                new_views.append(
+                    NewRequestView(request.req_id, tuple(request.tokens), request.num_prompt, tuple(blocks), external, num_new)
+                )
+            request.admitted, request.resumed, request.status = True, False, Status.RUNNING
+            self.running.append(request)
+            chunks.append(ScheduledChunk(request.req_id, tuple(blocks), external, num_new))
+            budget -= num_new
+
+        view = StepView(
+            tuple(new_views), tuple(cached_views), frozenset(self._finished_for_workers),
+            frozenset(r.req_id for r in preempted),
+        )
+        self._finished_for_workers.clear()
+        meta = None
+        if self.connector is not None:
+            with self._measure("sched_connector"):
+                meta = self.connector.build_connector_meta(view)
+        return ScheduledStep(view, tuple(chunks), frozenset(preempted_blocks)), meta
+
+    def _blocks_needed(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.config.block_size)
+
+    def _allocate_for(self, request: SimRequest, num_tokens: int) -> list[int] | None:
+        missing = self._blocks_needed(num_tokens) - len(request.blocks)
+        if missing <= 0:
+            return []
+        blocks = self.pool.allocate(missing)
+        if blocks is not None:
+            request.blocks.extend(blocks)
+        return blocks
+
+    def _preempt(self, request: SimRequest) -> list[int]:
+        """Free at once, reset computed tokens, back to the front of the queue; no request_finished."""
+        freed = list(request.blocks)
+        self.pool.free(freed)
+        request.blocks = []
+        request.num_computed = 0
+        request.status = Status.WAITING
+        request.resumed = request.admitted
+        self.waiting.appendleft(request)
+        self.preempted_total += 1
+        return freed
+
+    # ----------------------------------------------------------------- update
+    def update(
+        self, step: ScheduledStep, reports: Mapping[str, int], failed_blocks: Iterable[int] = ()
+    ) -> StepOutcome:
+        """`update_from_output`: advance computed tokens, sample, finish; free requests all ranks reported."""
+        outcome = StepOutcome()
+        failed = set(failed_blocks)
+        for chunk in step.chunks:
+            request = self.requests.get(chunk.req_id)
+            if request is None or request.status is not Status.RUNNING:
+                continue
+            if failed and not failed.isdisjoint(request.blocks):
+                outcome.failed_loads.append(request.req_id)
+                self._finish(request, outcome)
+                continue
+            request.num_computed = chunk.start + chunk.num_tokens
+            if request.num_computed >= len(request.tokens):
+                request.tokens.append(self._rng.randrange(1, 50_000))
+                if request.num_output >= request.max_output:
+                    self._finish(request, outcome)
+        for request in [r for r in self.requests.values() if r.status in (Status.WAITING, Status.RUNNING)]:
+            if self._rng.random() < self.config.abort_prob:
+                self.aborted_total += 1
+                self._finish(request, outcome)
+        for req_id, count in reports.items():
+            request = self.requests.get(req_id)
+            if request is None or request.status is not Status.HELD:
+                # vLLM's scheduler asserts here (EngineCore crash); the simulation records it and goes on.
+                outcome.bad_reports.append(f"finished_sending reported {req_id}, which awaits no delayed free")
+                continue
+            request.reports += count
+            if request.reports > self.world_size:
+                outcome.bad_reports.append(f"{req_id} reported {request.reports} times by {self.world_size} rank(s)")
+                continue
+            if request.reports == self.world_size:
+                self._free(request)
+                outcome.freed_after_reports.append(req_id)
+        return outcome
+
+    def _finish(self, request: SimRequest, outcome: StepOutcome) -> None:
+        if request.status is Status.RUNNING:
+            self.running.remove(request)
+        elif request.status is Status.WAITING:
+            self.waiting.remove(request)
+        delay = False
+        if self.connector is not None:
+            with self._measure("sched_connector"):
+                delay, _params = self.connector.request_finished(request.view(), tuple(request.blocks))
+        outcome.finished[request.req_id] = delay
+        self._finished_for_workers.add(request.req_id)
+        self.finished_total += 1
+        if delay:
+            request.status = Status.HELD
+        else:
+            self._free(request)
+
+    def _free(self, request: SimRequest) -> None:
+        self.pool.free(request.blocks)
+        request.blocks = []
+        request.status = Status.DONE
+        del self.requests[request.req_id]
+        self.freed_total += 1
+
+    def _measure(self, phase: str) -> Any:
+        if self._timed is None:
+            return _NULL_CONTEXT
+        return self._timed(phase)
+
+
+class _NullContext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+_NULL_CONTEXT = _NullContext()

@@ -1,0 +1,320 @@
+"""The bench and soak step loop: drives the reference connector in vLLM's call order over real KV tensors.
+
+One step, in vLLM 0.32's V1 order (`gpu_model_runner` and `KVConnectorModelRunnerMixin`):
+
+    scheduler  schedule() → build_connector_meta(step)                       [SimScheduler]
+    each rank  handle_preemptions(meta) → bind_connector_metadata → start_load_kv
+               forward: per layer wait_for_layer_load → compute + KV writes → save_kv_layer
+               wait_for_save → get_finished(finished ids) → get_block_ids_with_load_errors → clear
+    scheduler  update_from_output: sample/finish (request_finished), free on aggregated finished_sending
+
+Modes (bench interleaves them over identical request streams):
+- `NO_SAVE`: no connector at all — the baseline;
+- `BLOCKING`: the pre-PR behaviour, made by the *loop*, not by connector code: right after
+  `wait_for_save` it waits every pending task (via the public `handle_preemptions` with all pending ids),
+  so the step pays the whole dump, as UCM's blocking `store.wait` did;
+- `DEFERRED`: the connector as it is (this project).
+
+With `check_invariants` the loop feeds `InvariantWatch` (the spec's invariants) at every step. Every phase
+is timed with a `PhaseTimer`; bench reads the timings, soak reads the watch. Bench and soak share this loop.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from deferdump.reference.config import ConnectorConfig
+from deferdump.reference.connectors import OuterConnector, Role
+from deferdump.reference.devices import Device
+from deferdump.reference.stores.base import KVStore
+
+from deferdump.tools.engine.forward import ForwardPass, ModelShape
+from deferdump.tools.engine.invariant_watch import InvariantWatch
+from deferdump.tools.engine.phase_timer import PhaseTimer
+from deferdump.tools.engine.scheduler import SimScheduler, SimulationError, Status, StepOutcome, WorkloadConfig
+from deferdump.tools.engine.store_probe import ProbeStore
+
+logger = logging.getLogger(__name__)
+
+# Phases that are connector Python on the scheduler and worker sides (python_ms_per_step_*).
+CONNECTOR_PHASES = (
+    "sched_connector", "handle_preemptions", "bind", "start_load_kv", "wait_for_layer_load",
+    "save_kv_layer", "wait_for_save", "get_finished",
+)
+
+
+class Mode(str, enum.Enum):
+    NO_SAVE = "no_save"
+    BLOCKING = "blocking"
+    DEFERRED = "deferred"
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+    """Everything one step loop needs besides its store."""
+
+    workload: WorkloadConfig
+    shape: ModelShape
+    connector: ConnectorConfig | None = None  # None only with Mode.NO_SAVE
+    mode: Mode = Mode.DEFERRED
+    world_size: int = 1  # worker ranks (cp: must equal cp_world_size)
+    device: str = "cpu"
+    check_invariants: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode is not Mode.NO_SAVE and self.connector is None:
+            raise ValueError(f"mode {self.mode.value} needs a connector config")
+        if self.shape.block_size != self.workload.block_size:
+            raise ValueError("shape.block_size and workload.block_size differ")
+        if self.connector is not None:
+            if self.connector.block_size != self.workload.block_size:
+                raise ValueError("connector block_size must equal the workload's block_size")
+            if self.connector.variant == "cp" and self.world_size != self.connector.cp_world_size:
+                raise ValueError("variant cp needs world_size == cp_world_size")
+        if self.world_size < 1:
+            raise ValueError("world_size must be >= 1")
+
+
+@dataclasses.dataclass
+class ShutdownReport:
+    """State after the loop drained and every connector shut down."""
+
+    pending_tasks: int
+    live_event_handles: int
+    leaked_event_handles: int
+    leaked_blocks: int  # blocks not back in the pool although no request is alive
+    held_requests: int  # finished requests whose free never came
+    tracked_left: int  # ids left in any `_async_dump_req_ids`
+    verify_mismatches: int
+    submit_failures: int
+    wait_failures: int
+    steps: int
+
+
+@dataclasses.dataclass
+class _Rank:
+    connector: OuterConnector | None
+    probe: ProbeStore | None
+    forward: ForwardPass
+
+
+class StepLoop:
+    """Scheduler simulation + one connector and KV tensors per worker rank, stepped in vLLM's order."""
+
+    def __init__(
+        self,
+        config: LoopConfig,
+        store: KVStore | None = None,
+        *,
+        timer: PhaseTimer | None = None,
+        device_factory: Callable[[int], Device] | None = None,
+    ) -> None:
+        """`device_factory(rank)` gives each worker its copy device (closed by `shutdown`); default: the
+        connector picks `CpuDevice`/`CudaDevice` from the KV tensors and owns it."""
+        if config.mode is not Mode.NO_SAVE and store is None:
+            raise ValueError("a saving mode needs a store")
+        self.config = config
+        self.timer = timer if timer is not None else PhaseTimer()
+        self.store = store
+        device = torch.device(config.device)
+        connector_config = config.connector if config.mode is not Mode.NO_SAVE else None
+        self.scheduler_connector: OuterConnector | None = None
+        if connector_config is not None:
+            assert store is not None
+            self.scheduler_connector = OuterConnector(connector_config, Role.SCHEDULER, store=store)
+        self.scheduler = SimScheduler(
+            config.workload, self.scheduler_connector, world_size=config.world_size, timed=self.timer.measure
+        )
+        self.ranks: list[_Rank] = []
+        self._devices: list[Device] = []
+        for rank in range(config.world_size):
+            forward = ForwardPass(config.shape, config.workload.num_blocks, device, seed=config.workload.seed + rank)
+            connector = probe = None
+            if connector_config is not None:
+                assert store is not None
+                probe = ProbeStore(store)
+                copy_device = device_factory(rank) if device_factory is not None else None
+                if copy_device is not None:
+                    self._devices.append(copy_device)
+                connector = OuterConnector(
+                    connector_config, Role.WORKER, store=probe, device=copy_device, rank=rank,
+                    world_size=config.world_size,
+                )
+                connector.register_kv_caches(forward.kv_caches, config.workload.num_blocks)
+            self.ranks.append(_Rank(connector, probe, forward))
+        self.watch = InvariantWatch(config.world_size) if config.check_invariants and connector_config else None
+        self.steps = 0
+        self._closed = False
+
+    # -------------------------------------------------------------------- run
+    def run(
+        self,
+        *,
+        steps: int | None = None,
+        requests: int | None = None,
+        on_step: Callable[["StepLoop"], None] | None = None,
+    ) -> None:
+        """Run `steps` steps, or until `requests` requests were created and all of them are freed."""
+        if (steps is None) == (requests is None):
+            raise ValueError("give exactly one of steps or requests")
+        if steps is not None:
+            for _ in range(steps):
+                self.step()
+                if on_step is not None:
+                    on_step(self)
+            return
+        assert requests is not None
+        self.scheduler.request_limit = requests
+        stalled = 0
+        while not (not self.scheduler.stream_open and self.scheduler.idle()):
+            freed_before = self.scheduler.freed_total
+            self.step()
+            if on_step is not None:
+                on_step(self)
+            stalled = 0 if self.scheduler.freed_total != freed_before or self.scheduler.running else stalled + 1
+            if stalled > 10_000:
+                raise SimulationError(
+                    f"no progress for {stalled} steps: {len(self.scheduler.requests)} request(s) alive or held"
+                )
+
+    def drain(self, max_steps: int = 10_000) -> None:
+        """Close the request stream and step until every request finished and was freed."""
+        self.scheduler.stream_open = False
+        for _ in range(max_steps):
+            if self.scheduler.idle():
+                return
+            self.step()
+        raise SimulationError(f"did not drain within {max_steps} steps: {len(self.scheduler.requests)} left")
+
+    # ------------------------------------------------------------------- step
+    def step(self) -> StepOutcome:
+        timer, sched = self.timer, self.scheduler
+        started = time.perf_counter()
+        sched.top_up()
+        with timer.measure("schedule"):
+            scheduled, meta = sched.schedule()
+        if self.watch is not None:
+            self.watch.on_meta(meta)
+        batch = self.ranks[0].forward.slots(scheduled.chunks)
+        written = set(batch.written_blocks)
+        if meta is not None:
+            for request_meta in meta.request_meta.values():
+                written.update(request_meta.load_block_ids)
+        finished_ids = set(scheduled.view.finished_req_ids)
+        reports: collections.Counter[str] = collections.Counter()
+        failed_blocks: set[int] = set()
+        for rank_index, rank in enumerate(self.ranks):
+            sending, errors = self._worker_step(rank_index, rank, meta, batch, written, finished_ids, scheduled)
+            reports.update(sending)
+            failed_blocks |= errors
+        with timer.measure("update"):
+            outcome = sched.update(scheduled, reports, failed_blocks)
+        if self.watch is not None:
+            assert self.scheduler_connector is not None
+            self.watch.record(outcome.bad_reports)
+            self.watch.on_finished(outcome.finished, outcome.freed_after_reports)
+            with timer.measure("invariants"):
+                self.watch.end_step(self.scheduler_connector, self._connectors(), sched.pool.free_blocks())
+        timer.add("step", time.perf_counter() - started)
+        timer.end_step()
+        self.steps += 1
+        return outcome
+
+    def _worker_step(
+        self, rank_index: int, rank: _Rank, meta: Any, batch: Any, written: set[int], finished_ids: set[str], scheduled: Any
+    ) -> tuple[set[str], set[int]]:
+        """One rank's half of the step, in the V1 runner's order."""
+        timer, connector, probe, forward = self.timer, rank.connector, rank.probe, rank.forward
+        layer_names = forward.layer_names
+        if connector is None or probe is None:
+            with timer.measure("compute"):
+                forward.begin(batch)
+                for index in range(len(layer_names)):
+                    forward.layer(index, batch)
+                forward.finish()
+            return set(), set()
+        watch = self.watch
+        task_requests = {}
+        if watch is not None:
+            task_requests = {p.task.task_id: p.request_ids for p in connector._pending_dump_tasks}
+        probe.phase = "handle_preemptions"
+        with timer.measure("handle_preemptions"):
+            connector.handle_preemptions(meta)
+        if watch is not None:
+            watch.before_writes(rank_index, connector, written)
+        probe.phase = "load"
+        with timer.measure("bind"):
+            connector.bind_connector_metadata(meta)
+        with timer.measure("start_load_kv"):
+            connector.start_load_kv()
+        with timer.measure("compute"):
+            forward.begin(batch)
+        for index, name in enumerate(layer_names):
+            with timer.measure("wait_for_layer_load"):
+                connector.wait_for_layer_load(name)
+            with timer.measure("compute"):
+                forward.layer(index, batch)
+            with timer.measure("save_kv_layer"):
+                connector.save_kv_layer(name, forward.kv_caches[name])
+        with timer.measure("compute"):
+            forward.finish()
+        probe.phase = "wait_for_save"
+        with timer.measure("wait_for_save"):
+            connector.wait_for_save()
+            if self.config.mode is Mode.BLOCKING:
+                probe.phase = "blocking_drain"  # pre-PR: the step pays for the whole dump here
+                connector.handle_preemptions(set(connector.inner.pending_request_ids()))
+        probe.phase = "get_finished"
+        with timer.measure("get_finished"):
+            sending, _recving = connector.get_finished(finished_ids)
+            errors = connector.get_block_ids_with_load_errors()
+        with timer.measure("bind"):
+            connector.clear_connector_metadata()
+        probe.phase = ""
+        waits = probe.take_waits()
+        if watch is not None:
+            watch.on_waits(rank_index, waits, task_requests, scheduled.view.preempted_req_ids)
+            watch.on_get_finished(rank_index, finished_ids, sending)
+        return set(sending or ()), set(errors)
+
+    # --------------------------------------------------------------- shutdown
+    def _connectors(self) -> list[OuterConnector]:
+        return [rank.connector for rank in self.ranks if rank.connector is not None]
+
+    def shutdown(self) -> ShutdownReport:
+        """Shut every worker connector down (draining its tasks) and report what is left anywhere."""
+        if self._closed:
+            raise RuntimeError("StepLoop.shutdown called twice")
+        self._closed = True
+        connectors = self._connectors()
+        for connector in connectors:
+            connector.shutdown()
+        for copy_device in self._devices:
+            copy_device.close()
+        if self.watch is not None and self.scheduler_connector is not None:
+            self.watch.end_step(self.scheduler_connector, connectors, self.scheduler.pool.free_blocks(), shut_down=True)
+        sched = self.scheduler
+        alive = sum(len(r.blocks) for r in sched.requests.values())
+        tracked = sum(len(c._async_dump_req_ids) for c in connectors)
+        if self.scheduler_connector is not None:
+            tracked += len(self.scheduler_connector._async_dump_req_ids)
+        inner = [c.inner for c in connectors]
+        return ShutdownReport(
+            pending_tasks=sum(len(c._pending_dump_tasks) for c in connectors),
+            live_event_handles=sum(c.events.live() for c in connectors),
+            leaked_event_handles=sum(c.events.leaked for c in connectors),
+            leaked_blocks=sched.pool.num_blocks - sched.pool.num_free - alive,
+            held_requests=sum(1 for r in sched.requests.values() if r.status is Status.HELD),
+            tracked_left=tracked if sched.idle() else 0,
+            verify_mismatches=sum(c.verify_mismatches for c in inner),
+            submit_failures=sum(c.submit_failures for c in inner),
+            wait_failures=sum(c.wait_failures for c in inner),
+            steps=self.steps,
+        )

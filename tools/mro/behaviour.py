@@ -1,0 +1,247 @@
+"""The spec's behaviour label of each method definition, read from what the definition does.
+
+A definition's effect is its own body plus every ``self.<helper>()`` and ``super()`` call it makes,
+resolved through the MRO of the class being judged. The effect is mapped to the vocabulary of
+``spec/Connectors.tla`` (``track``/``notrack``, ``delay_if_tracked``, ``wait_finished`` ...). A pure
+``super()`` pass-through is labelled ``super`` and a wrapper's call into its inner connector ``forward``,
+so the model itself does the dispatch. What the syntax cannot settle is ``unknown``, with the reason.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from deferdump.tools.mro.hierarchy import Hierarchy
+from deferdump.tools.mro.source import CONNECTOR_METHODS, Forward
+
+#: The connector methods the protocol model dispatches (``Connectors!Methods``).
+SPEC_METHODS: tuple[str, ...] = (
+    "build_connector_meta",
+    "request_finished",
+    "request_finished_all_groups",
+    "handle_preemptions",
+    "save_kv_layer",
+    "wait_for_save",
+    "get_finished",
+    "_wait_pending_dump_task",
+)
+
+UNKNOWN = "unknown"
+
+#: Calls on other objects that mean "blocks on a store task", "polls one", "submits a dump".
+WAIT_CALLS = frozenset({"wait", "wait_dump"})
+CHECK_CALLS = frozenset({"check"})
+SUBMIT_CALLS = frozenset({"dump_data", "dump"})
+
+#: Unknown definitions are checked twice: with the worst label the method admits, then with the PR's.
+PESSIMISTIC: dict[str, str] = {
+    "build_connector_meta": "notrack",
+    "request_finished": "base",
+    "request_finished_all_groups": "base",
+    "handle_preemptions": "base",
+    "save_kv_layer": "submit_layer",
+    "wait_for_save": "poll_track_submit",
+    "get_finished": "report_before_wait",
+    "_wait_pending_dump_task": "release_on_success",
+}
+OPTIMISTIC: dict[str, str] = {
+    "build_connector_meta": "track",
+    "request_finished": "delay_if_tracked",
+    "request_finished_all_groups": "call_request_finished",
+    "handle_preemptions": "wait_preempted",
+    "save_kv_layer": "pass",
+    "wait_for_save": "poll_track_submit",
+    "get_finished": "wait_finished",
+    "_wait_pending_dump_task": "release_finally",
+}
+
+#: A wrapper's method also counts as forwarding when it calls a related inner method (the HMA variant
+#: falling back to the inner ``request_finished``).
+FORWARD_ALIASES: dict[str, tuple[str, ...]] = {"request_finished_all_groups": ("request_finished",)}
+
+
+@dataclass(frozen=True)
+class Effect:
+    """Everything one call of a method does for an instance of some class, helpers and supers included."""
+
+    tracking_ops: frozenset[str] = frozenset()
+    calls: frozenset[str] = frozenset()
+    finally_calls: frozenset[str] = frozenset()
+    self_calls: frozenset[str] = frozenset()  # the definition's own self.<m>() calls (not transitive)
+    constant: str | None = None  # the literal every return yields, when the call returns only that
+    noop: bool = False
+    abstract: bool = False
+    forwards: tuple[Forward, ...] = ()
+    reasons: tuple[str, ...] = ()  # why part of the behaviour is unknown
+
+    @property
+    def relevant(self) -> bool:
+        """Does the effect do any of the protocol's work (beyond calling elsewhere)?"""
+        return bool(
+            self.tracking_ops
+            or self.calls & (WAIT_CALLS | CHECK_CALLS | SUBMIT_CALLS)
+            or self.constant is not None
+            or self.forwards
+        )
+
+
+@dataclass(frozen=True)
+class DefinitionLabel:
+    """The spec label of ``owner``'s definition of ``method`` (judged for some class); ``reasons`` says
+    why it is ``unknown``; ``phantom`` marks a definition an unanalysed base *might* have."""
+
+    owner: str
+    method: str
+    label: str
+    reasons: tuple[str, ...] = ()
+    phantom: bool = False
+
+
+class EffectReader:
+    """Computes effects and labels for one hierarchy, memoised."""
+
+    def __init__(self, hierarchy: Hierarchy) -> None:
+        self.hierarchy = hierarchy
+        self._memo: dict[tuple[str, str, str, bool], Effect] = {}
+
+    def effect(self, cls: str, owner: str, method: str, *, delegations: bool = True) -> Effect:
+        """The effect of ``owner``'s definition of ``method`` running on an instance of ``cls``; without
+        ``delegations``, ``super()``/``Parent.m(self)`` calls are left out (the definition's own work)."""
+        return self._effect(cls, owner, method, delegations, ())
+
+    def _effect(
+        self, cls: str, owner: str, method: str, delegations: bool, stack: tuple[tuple[str, str], ...]
+    ) -> Effect:
+        key = (cls, owner, method, delegations)
+        if key in self._memo:
+            return self._memo[key]
+        if (owner, method) in stack:  # recursion adds nothing new
+            return Effect()
+        facts = self.hierarchy.method(owner, method)
+        inner = stack + ((owner, method),)
+        reasons = [f"{owner}.{method}: {r}" for r in facts.opaque]
+        callees: list[Effect] = []
+        for helper in sorted(facts.self_calls):
+            target = self.hierarchy.lookup(cls, helper)
+            if target is not None:
+                callees.append(self._effect(cls, target, helper, True, inner))
+            elif self.hierarchy.opaque_ancestors(cls):
+                opaque = self.hierarchy.opaque_ancestors(cls)[0]
+                reasons.append(f"{owner}.{method} calls self.{helper}(), which may come from {opaque}")
+        delegated: list[Effect] = []
+        for delegation in facts.delegations if delegations else ():
+            if delegation.anchor not in self.hierarchy.mro:
+                if delegation.method in CONNECTOR_METHODS and delegation.anchor[:1].isupper():
+                    reasons.append(
+                        f"{owner}.{method} calls {delegation.anchor}.{delegation.method}(self, ...), "
+                        "a class outside the analysed files"
+                    )
+                continue
+            target = self.hierarchy.delegation_target(cls, delegation)
+            if target is None:
+                reasons.append(f"{owner}.{method}: super().{delegation.method}() finds no definition")
+                continue
+            delegated.append(self._effect(cls, target, delegation.method, True, inner))
+        everything = callees + delegated
+        only_delegates = len(delegated) == 1 and not callees and facts.body == "code" and not facts.tracking_ops
+        constant = facts.constant_return
+        if only_delegates and constant is None:
+            constant = delegated[0].constant
+        result = Effect(
+            tracking_ops=facts.tracking_ops.union(*(e.tracking_ops for e in everything)),
+            calls=facts.calls.union(*(e.calls for e in everything)),
+            finally_calls=facts.finally_calls.union(*(e.finally_calls for e in everything)),
+            self_calls=facts.self_calls,
+            constant=constant,
+            noop=(facts.body == "noop" and not everything) or (only_delegates and delegated[0].noop),
+            abstract=facts.body == "abstract" or (only_delegates and delegated[0].abstract),
+            forwards=tuple(dict.fromkeys([*facts.forwards, *(f for e in everything for f in e.forwards)])),
+            reasons=tuple(dict.fromkeys([*reasons, *(r for e in everything for r in e.reasons)])),
+        )
+        self._memo[key] = result
+        return result
+
+    def label(self, cls: str, owner: str, method: str) -> DefinitionLabel:
+        """The spec label of ``owner``'s definition of ``method``, judged for an instance of ``cls``."""
+        owner_facts = self.hierarchy.classes[owner]
+        if owner_facts.external:
+            if owner_facts.opaque:
+                return DefinitionLabel(owner, method, UNKNOWN, owner_facts.opaque, phantom=True)
+            return DefinitionLabel(owner, method, "base")
+        facts = self.hierarchy.method(owner, method)
+        related = (method, *FORWARD_ALIASES.get(method, ()))
+        if any(f.method in related for f in facts.forwards):
+            return DefinitionLabel(owner, method, "forward")
+        own = self.effect(cls, owner, method, delegations=False)
+        plain_super = [d for d in facts.delegations if d.method == method]
+        if (
+            plain_super
+            and all(d.kind == "super" and d.anchor == owner for d in plain_super)
+            and len(facts.delegations) == len(plain_super)
+            and not own.relevant
+            and not own.reasons
+        ):
+            return DefinitionLabel(owner, method, "super")
+        label, reasons = classify(method, owner, self.effect(cls, owner, method))
+        return DefinitionLabel(owner, method, label, reasons)
+
+
+def _reads(effect: Effect) -> bool:
+    return bool(effect.tracking_ops & {"read", "remove"})
+
+
+def classify(method: str, owner: str, effect: Effect) -> tuple[str, tuple[str, ...]]:
+    """Map a definition's full effect to the label the spec gives that kind of body; ``(unknown, why)``
+    when the effect matches none of them or part of it could not be followed."""
+    if effect.reasons:
+        return UNKNOWN, effect.reasons
+    where = f"{owner}.{method}"
+    if effect.abstract:
+        return UNKNOWN, (f"{where} is abstract: a class resolving to it cannot run",)
+    waits = bool(effect.calls & WAIT_CALLS)
+    submits = bool(effect.calls & SUBMIT_CALLS)
+    if method == "build_connector_meta":
+        return ("track" if "add" in effect.tracking_ops else "notrack"), ()
+    if method == "request_finished":
+        if _reads(effect) and effect.constant is None:
+            return "delay_if_tracked", ()
+        if effect.constant == "(False, None)" or effect.noop:
+            return "base", ()
+        return UNKNOWN, (f"{where} decides the delay without consulting the tracking set",)
+    if method == "request_finished_all_groups":
+        if "request_finished" in effect.self_calls:
+            return "call_request_finished", ()
+        if effect.constant == "(False, None)" or effect.noop:
+            return "base", ()
+        return UNKNOWN, (f"{where} does not delegate to request_finished",)
+    if method == "handle_preemptions":
+        if waits:
+            return "wait_preempted", ()
+        if effect.noop:
+            return "base", ()
+        return UNKNOWN, (f"{where} does not visibly wait on a store task",)
+    if method == "save_kv_layer":
+        if submits:
+            return "submit_layer", ()
+        if effect.noop or not effect.relevant:
+            return "pass", ()
+        return UNKNOWN, (f"{where} does protocol work other than submitting a dump",)
+    if method == "wait_for_save":
+        if "add" in effect.tracking_ops:
+            if not submits:
+                return "poll_track", ()
+            blocking = waits and not effect.calls & CHECK_CALLS
+            return ("blocking" if blocking else "poll_track_submit"), ()
+        if effect.noop:
+            return "base", ()
+        return UNKNOWN, (f"{where} does not record the step's dump requests in the tracking set",)
+    if method == "get_finished":
+        if _reads(effect) and effect.constant is None:
+            return ("wait_finished" if waits else "report_before_wait"), ()
+        if effect.constant == "(None, None)" or effect.noop:
+            return "base", ()
+        return UNKNOWN, (f"{where} reports without consulting the tracking set",)
+    if method == "_wait_pending_dump_task":
+        if waits:
+            return ("release_finally" if effect.finally_calls else "release_on_success"), ()
+        return UNKNOWN, (f"{where} does not wait on a store task",)
+    raise ValueError(f"{method!r} is not a method the spec dispatches")

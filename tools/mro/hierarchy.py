@@ -1,0 +1,108 @@
+"""The class hierarchy of analysed source: every class's MRO, which classes are connectors, and which
+definition of each connector method runs for a given class (Python's attribute lookup, recomputed)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from deferdump.tools.mro.c3 import linearize
+from deferdump.tools.mro.errors import NoConnectorError
+from deferdump.tools.mro.externals import ABSTRACT_CONNECTOR_METHODS, HMA_MIXIN, ROOT_CONNECTOR, known_external
+from deferdump.tools.mro.source import CONNECTOR_METHODS, ClassFacts, Delegation, MethodFacts
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """Defined classes plus the external classes they name, with C3 MROs."""
+
+    classes: Mapping[str, ClassFacts]
+    mro: Mapping[str, list[str]]
+
+    @property
+    def defined(self) -> list[str]:
+        """Classes defined in the analysed files, in table order."""
+        return [n for n, c in self.classes.items() if not c.external]
+
+    @property
+    def roots(self) -> list[str]:
+        """Connector roots: ``KVConnectorBase_V1``, and any defined class that defines all seven abstract
+        methods of vLLM's base itself (a vLLM-free connector, such as deferdump's reference one)."""
+        ducks = [
+            n
+            for n in self.defined
+            if ROOT_CONNECTOR not in self.mro[n] and ABSTRACT_CONNECTOR_METHODS <= set(self.classes[n].methods)
+        ]
+        return [ROOT_CONNECTOR, *ducks]
+
+    @property
+    def connectors(self) -> list[str]:
+        """Defined classes whose MRO reaches a connector root (vLLM's base and the HMA mixin excluded)."""
+        roots = set(self.roots)
+        return [
+            n for n in self.defined if roots & set(self.mro[n]) and n not in (ROOT_CONNECTOR, HMA_MIXIN)
+        ]
+
+    def supports_hma(self, cls: str) -> bool:
+        return HMA_MIXIN in self.mro[cls]
+
+    def lookup(self, cls: str, method: str, after: str | None = None) -> str | None:
+        """The class whose definition of ``method`` runs for an instance of ``cls``; with ``after``, the lookup
+        ``super(after, self)`` performs. None when nothing in the MRO defines it."""
+        mro = self.mro[cls]
+        start = 0
+        if after is not None:
+            if after not in mro:
+                return None
+            start = mro.index(after) + 1
+        for owner in mro[start:]:
+            if method in self.classes[owner].methods:
+                return owner
+        return None
+
+    def method(self, owner: str, name: str) -> MethodFacts:
+        return self.classes[owner].methods[name]
+
+    def delegation_target(self, cls: str, delegation: Delegation) -> str | None:
+        """Which class's definition a ``super()``/``Parent.m(self)`` call reaches for an instance of ``cls``."""
+        if delegation.kind == "super":
+            return self.lookup(cls, delegation.method, after=delegation.anchor)
+        if delegation.anchor not in self.mro:
+            return None
+        return self.lookup(delegation.anchor, delegation.method)
+
+    def resolves(self, cls: str) -> dict[str, str]:
+        """Connector method -> owning class, for every connector method ``cls`` has."""
+        found = {m: self.lookup(cls, m) for m in CONNECTOR_METHODS}
+        return {m: owner for m, owner in found.items() if owner is not None}
+
+    def opaque_ancestors(self, cls: str) -> list[str]:
+        """External classes in ``cls``'s MRO whose source was not analysed (they could define anything)."""
+        return [c for c in self.mro[cls] if self.classes[c].external and self.classes[c].opaque]
+
+
+def build_hierarchy(
+    defined: Mapping[str, ClassFacts], *, sources: Sequence[str] = (), require_connector: bool = True
+) -> Hierarchy:
+    """Add the external classes the defined ones name, then linearize everything.
+
+    Raises :class:`HierarchyError` where Python's ``class`` statement would fail, and
+    :class:`NoConnectorError` (with ``require_connector``) when no class reaches ``KVConnectorBase_V1``.
+    """
+    classes: dict[str, ClassFacts] = dict(defined)
+    pending = [b for c in defined.values() for b in c.bases]
+    while pending:
+        name = pending.pop()
+        if name not in classes:
+            classes[name] = known_external(name)
+            pending.extend(classes[name].bases)
+    if "object" not in classes:
+        classes["object"] = known_external("object")
+    mro = linearize({name: facts.bases for name, facts in classes.items()})
+    hierarchy = Hierarchy(classes=classes, mro=mro)
+    if require_connector and not hierarchy.connectors:
+        files = list(sources) or sorted({c.file for c in defined.values()}) or ["the given source"]
+        raise NoConnectorError(
+            f"{', '.join(files)}: no connector classes (none of {len(defined)} classes reaches {ROOT_CONNECTOR} "
+            "or defines its seven abstract methods)"
+        )
+    return hierarchy

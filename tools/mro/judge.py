@@ -1,0 +1,386 @@
+"""Judge connector classes read from source with the protocol model.
+
+For each connector class and each context it can run in (top level on vLLM's HMA path if it is
+``SupportsHMA``, else top level on the non-HMA path; and as a MultiConnector child beside a non-HMA
+delaying sibling; a wrapper once per inner class its ``__init__`` may pick), the class table is injected
+into the spec and TLC checks the protocol's safety invariants. Definitions the analysis cannot classify
+are first given the worst label their method admits: if even that passes, the class is safe; otherwise
+they get the PR's label, and a violation that survives is ``unsafe``, one that disappears ``unknown``.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Literal, Sequence
+
+from deferdump.tools.mro.behaviour import (
+    FORWARD_ALIASES,
+    OPTIMISTIC,
+    PESSIMISTIC,
+    SPEC_METHODS,
+    UNKNOWN,
+    DefinitionLabel,
+    EffectReader,
+)
+from deferdump.tools.mro.errors import JudgeError, MroError
+from deferdump.tools.mro.hierarchy import Hierarchy, build_hierarchy
+from deferdump.tools.mro.source import DEFAULT_TRACKING_ATTR, read_files
+from deferdump.tools.mro.tla import (
+    ASSIGNED_CONSTANTS,
+    PROTOCOL_MODULE,
+    TEMPLATE_CFG,
+    WRAPPER_NAME,
+    CallPath,
+    ClassTable,
+    ModelBounds,
+    cfg_assignments,
+    config_text,
+    declared_constants,
+    module_name,
+    module_text,
+)
+
+log = logging.getLogger(__name__)
+
+Verdict = Literal["safe", "unsafe", "unknown"]
+
+_PATH_WORDS: dict[str, str] = {
+    "hma": "top level, HMA path (request_finished_all_groups)",
+    "non_hma": "top level, non-HMA path (request_finished)",
+    "multi": "MultiConnector child beside a non-HMA delaying sibling",
+}
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where a connector class runs: vLLM's call path, and for a wrapper the inner class it was given."""
+
+    path: CallPath
+    inner: str | None = None
+
+    def describe(self) -> str:
+        words = _PATH_WORDS[self.path]
+        return f"{words}, wrapping {self.inner}" if self.inner else words
+
+    def to_json(self) -> dict[str, object]:
+        return {"path": self.path, "inner": self.inner, "description": self.describe()}
+
+
+@dataclass(frozen=True)
+class ContextJudgement:
+    """The verdict in one context, with the property TLC found violated and why it is unknown."""
+
+    context: Context
+    verdict: Verdict
+    violated: str | None
+    reasons: tuple[str, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)  # "Class.method" -> label, as injected
+
+
+@dataclass(frozen=True)
+class ConnectorJudgement:
+    """One connector class: which definition runs for each method, and the verdict over its contexts."""
+
+    name: str
+    resolves: dict[str, str]
+    verdict: Verdict
+    violated: str | None
+    context: Context | None
+    reasons: tuple[str, ...]
+    judgements: tuple[ContextJudgement, ...]
+
+    def to_json(self) -> dict[str, object]:
+        context: dict[str, object] | None = None
+        if self.context is not None:
+            context = self.context.to_json()
+            if self.reasons:
+                context["reasons"] = list(self.reasons)
+        return {"resolves": self.resolves, "verdict": self.verdict, "violated": self.violated, "context": context}
+
+
+@dataclass(frozen=True)
+class MroReport:
+    """Everything ``deferdump mro`` says about a set of files."""
+
+    hierarchy: Hierarchy
+    connectors: dict[str, ConnectorJudgement]
+    tlc_runs: int
+    cached_runs: int
+    seconds: float
+
+    def to_json(self) -> dict[str, object]:
+        classes = {
+            name: {
+                "bases": list(self.hierarchy.classes[name].bases),
+                "mro": list(self.hierarchy.mro[name]),
+                "defines": list(self.hierarchy.classes[name].methods),
+            }
+            for name in self.hierarchy.defined
+        }
+        return {"classes": classes, "connectors": {n: j.to_json() for n, j in self.connectors.items()}}
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    passed: bool
+    violated: str | None
+
+
+class ModelRunner:
+    """Runs generated models with TLC, caching identical (table, context) runs within one judge."""
+
+    def __init__(
+        self, bounds: ModelBounds, timeout: float | None, spec_dir: Path | None = None, liveness: bool = False
+    ) -> None:
+        self.bounds = bounds
+        self.liveness = liveness
+        self.timeout = timeout
+        self.spec_dir = spec_dir
+        self._cache: dict[tuple[object, ...], _Outcome] = {}
+        self.runs = 0
+        self.cached = 0
+
+    def spec_settings(self, directory: Path) -> tuple[dict[str, str], str]:
+        """Values for the constants the protocol declares beyond the ones the judge sets (its context and
+        bounds), and the spelling of the first rank (``0`` or ``w0``). Both come from the spec's own cfgs
+        (``DirectSafety.cfg`` first), so a new model switch keeps the spec's choice."""
+        declared: set[str] = set()
+        for module in (f"{PROTOCOL_MODULE}.tla", "Connectors.tla"):
+            path = directory / module
+            if not path.is_file():
+                raise JudgeError(f"{path}: the protocol model is missing")
+            declared |= declared_constants(path.read_text(encoding="utf-8"))
+        missing = sorted(declared - ASSIGNED_CONSTANTS)
+        values: dict[str, str] = {}
+        templates = [directory / TEMPLATE_CFG, *sorted(directory.glob("*.cfg"))]
+        for template in reversed([t for t in templates if t.is_file()]):  # the preferred template wins
+            values.update(cfg_assignments(template.read_text(encoding="utf-8")))
+        unset = [name for name in missing if name not in values]
+        if unset:
+            raise JudgeError(
+                f"{directory}: the model declares constants `deferdump mro` cannot set: {', '.join(unset)}"
+            )
+        return {name: values[name] for name in missing}, values.get("Rank0", "0")
+
+    def check(self, table: ClassTable, inner: str, wrapper: bool, path: CallPath) -> _Outcome:
+        key = (table.key(), inner, wrapper, path, self.liveness)
+        if key in self._cache:
+            self.cached += 1
+            return self._cache[key]
+        from deferdump.tools.tlc.specfiles import spec_dir
+        from deferdump.tools.tlc.bridge import run_tlc
+
+        directory = self.spec_dir or spec_dir()
+        inherited, rank0 = self.spec_settings(directory)
+        name = module_name(table, inner, wrapper, path, self.bounds, self.liveness)
+        result = run_tlc(
+            directory / f"{name}.tla",
+            f"{name}.cfg",  # type: ignore[arg-type]
+            workers=1,
+            timeout=self.timeout,
+            heap="512m",
+            jvm_args=("-XX:TieredStopAtLevel=1",),
+            extra_modules={name: module_text(name, table), f"{name}.cfg": config_text(
+                inner, wrapper, path, self.bounds, inherited, self.liveness, rank0
+            )},
+        )
+        self.runs += 1
+        status = getattr(result.status, "value", result.status)
+        if status == "error":
+            raise JudgeError(f"TLC could not check the model for {inner} ({path}): {result.message}")
+        outcome = _Outcome(passed=status == "pass", violated=result.property if status != "pass" else None)
+        log.info("TLC %s %s wrapper=%s %s: %s in %.1fs", name, inner, wrapper, path, status, result.seconds)
+        self._cache[key] = outcome
+        return outcome
+
+
+class Judge:
+    """Judges every connector of one hierarchy."""
+
+    def __init__(self, hierarchy: Hierarchy, runner: ModelRunner) -> None:
+        self.hierarchy = hierarchy
+        self.reader = EffectReader(hierarchy)
+        self.runner = runner
+
+    # -- which definitions, which contexts ---------------------------------------------------------------
+    def _forwarded_attrs(self, cls: str) -> dict[str, list[str]]:
+        """attr -> the spec methods ``cls`` forwards to ``self.<attr>``."""
+        attrs: dict[str, list[str]] = {}
+        for method in SPEC_METHODS:
+            owner = self.hierarchy.lookup(cls, method)
+            if owner is None or self.hierarchy.classes[owner].external:
+                continue
+            related = (method, *FORWARD_ALIASES.get(method, ()))
+            for forward in self.hierarchy.method(owner, method).forwards:
+                if forward.method in related:
+                    attrs.setdefault(forward.attr, []).append(method)
+        return attrs
+
+    def inner_choices(self, cls: str) -> tuple[list[str | None], list[str]]:
+        """The inner classes a wrapper may hold ([None] for a plain connector) and why some are unknown."""
+        attrs = self._forwarded_attrs(cls)
+        if not attrs:
+            return [None], []
+        init_owner = self.hierarchy.lookup(cls, "__init__")
+        assigned = self.hierarchy.classes[init_owner].inner_classes if init_owner else {}
+        choices: list[str] = []
+        reasons: list[str] = []
+        for attr in attrs:
+            candidates = assigned.get(attr, ())
+            if not candidates:
+                reasons.append(f"{cls} forwards to self.{attr}, but its __init__ assigns no recognisable class to it")
+            for candidate in candidates:
+                if candidate in self.hierarchy.connectors:
+                    choices.append(candidate)
+                else:
+                    reasons.append(f"{cls}.__init__ may put {candidate} in self.{attr}, which was not analysed")
+        unique = list(dict.fromkeys(choices))
+        if reasons:
+            return [*unique, None], reasons
+        return list(unique), reasons
+
+    def contexts(self, cls: str) -> list[Context]:
+        paths: list[CallPath] = ["hma" if self.hierarchy.supports_hma(cls) else "non_hma", "multi"]
+        inners, _ = self.inner_choices(cls)
+        return [Context(path, inner) for inner in inners for path in paths]
+
+    def _labels(self, cls: str, inner: str | None, forward_reasons: Sequence[str]) -> list[DefinitionLabel]:
+        """Label every spec-method definition in the MROs of ``cls`` and its inner class."""
+        concretes = [cls] + ([inner] if inner else [])
+        labels: dict[tuple[str, str], DefinitionLabel] = {}
+        for concrete in concretes:
+            for owner in self.hierarchy.mro[concrete]:
+                facts = self.hierarchy.classes[owner]
+                methods = SPEC_METHODS if facts.external and facts.opaque else facts.methods
+                for method in SPEC_METHODS:
+                    if method not in methods:
+                        continue
+                    label = self.reader.label(concrete, owner, method)
+                    if label.label == "forward" and (inner is None or concrete == inner):
+                        why = tuple(forward_reasons) or (f"{owner}.{method} forwards, but no inner class is known",)
+                        label = DefinitionLabel(owner, method, UNKNOWN, why)
+                    previous = labels.get((owner, method))
+                    if previous is not None and previous.label != label.label:
+                        label = DefinitionLabel(
+                            owner, method, UNKNOWN,
+                            (f"{owner}.{method} behaves as {previous.label} for {cls} but {label.label} for {concrete}",),
+                        )
+                    labels[(owner, method)] = label
+        return list(labels.values())
+
+    def _table(
+        self, cls: str, inner: str | None, labels: Iterable[DefinitionLabel], resolve_unknown: dict[str, str] | None
+    ) -> tuple[ClassTable, dict[str, str]]:
+        """The injected table (the wrapper renamed to the model's ``UCMConnector``) and the name map."""
+        names: list[str] = []
+        for concrete in [cls] + ([inner] if inner else []):
+            names.extend(c for c in self.hierarchy.mro[concrete] if c not in names)
+        rename: dict[str, str] = {n: n for n in names}
+        if inner is not None:
+            for n in names:
+                if n == WRAPPER_NAME and n != cls:
+                    rename[n] = f"{WRAPPER_NAME}_renamed"
+            rename[cls] = WRAPPER_NAME
+        behaviour: dict[tuple[str, str], str] = {}
+        for label in labels:
+            value = label.label
+            if value == UNKNOWN and resolve_unknown is not None:
+                if label.phantom and resolve_unknown is OPTIMISTIC:
+                    continue
+                value = resolve_unknown[label.method]
+            behaviour[(rename[label.owner], label.method)] = value
+        table = ClassTable(
+            classes=tuple(rename[n] for n in names),
+            bases={rename[n]: tuple(rename[b] for b in self.hierarchy.classes[n].bases) for n in names},
+            behaviour=behaviour,
+        )
+        return table, rename
+
+    # -- judging -----------------------------------------------------------------------------------------
+    def judge_context(self, cls: str, context: Context, inner_reasons: Sequence[str]) -> ContextJudgement:
+        labels = self._labels(cls, context.inner, inner_reasons)
+        shown = {f"{l.owner}.{l.method}": l.label for l in labels if not self.hierarchy.classes[l.owner].external}
+        unknowns = [l for l in labels if l.label == UNKNOWN]
+        reasons = tuple(dict.fromkeys(r for l in unknowns for r in l.reasons))
+        target = context.inner or cls
+        wrapper = context.inner is not None
+        table, rename = self._table(cls, context.inner, labels, PESSIMISTIC)
+        worst = self.runner.check(table, rename[target], wrapper, context.path)
+        if worst.passed:
+            return ContextJudgement(context, "safe", None, (), shown)
+        if not unknowns:
+            return ContextJudgement(context, "unsafe", worst.violated, (), shown)
+        table, rename = self._table(cls, context.inner, labels, OPTIMISTIC)
+        best = self.runner.check(table, rename[target], wrapper, context.path)
+        if not best.passed:
+            return ContextJudgement(context, "unsafe", best.violated, (), shown)
+        return ContextJudgement(context, "unknown", worst.violated, reasons, shown)
+
+    def judge(self, cls: str) -> ConnectorJudgement:
+        _, inner_reasons = self.inner_choices(cls)
+        judgements = tuple(self.judge_context(cls, c, inner_reasons) for c in self.contexts(cls))
+        deciding = next((j for j in judgements if j.verdict == "unsafe"), None) or next(
+            (j for j in judgements if j.verdict == "unknown"), None
+        )
+        return ConnectorJudgement(
+            name=cls,
+            resolves=self.hierarchy.resolves(cls),
+            verdict=deciding.verdict if deciding else "safe",
+            violated=deciding.violated if deciding else None,
+            context=deciding.context if deciding else None,
+            reasons=deciding.reasons if deciding else (),
+            judgements=judgements,
+        )
+
+
+def judge_files(
+    paths: Sequence[Path | str],
+    *,
+    tracking_attr: str = DEFAULT_TRACKING_ATTR,
+    bounds: ModelBounds = ModelBounds(),
+    timeout: float | None = 300.0,
+    only: Sequence[str] | None = None,
+    liveness: bool = False,
+    runner: ModelRunner | None = None,
+    on_connector: Callable[[str], None] | None = None,
+) -> MroReport:
+    """Read ``paths`` (never importing them), linearize, and judge every connector class with TLC.
+
+    Raises :class:`MroError` subclasses for a file that cannot be read or parsed, an impossible hierarchy,
+    no connector classes, or a model TLC cannot check; any other :class:`UserError` from the TLC bridge
+    (no Java, a bad jar) passes through. ``only`` restricts judging to some connector classes (every class
+    is still read and linearized); ``liveness`` also checks that delayed requests are eventually freed; a
+    shared ``runner`` (which then decides ``bounds``/``timeout``/``liveness``) shares its cache of TLC runs.
+    """
+    started = time.perf_counter()
+    hierarchy = build_hierarchy(read_files(paths, tracking_attr), sources=[str(p) for p in paths])
+    selected = list(hierarchy.connectors)
+    if only is not None:
+        missing = [name for name in only if name not in hierarchy.connectors]
+        if missing:
+            raise MroError(f"not a connector class in the given files: {', '.join(missing)}")
+        selected = [name for name in selected if name in only]
+    runner = runner or ModelRunner(bounds, timeout, liveness=liveness)
+    runs_before, cached_before = runner.runs, runner.cached
+    judge = Judge(hierarchy, runner)
+    connectors: dict[str, ConnectorJudgement] = {}
+    for cls in selected:
+        if on_connector is not None:
+            on_connector(cls)
+        connectors[cls] = judge.judge(cls)
+    return MroReport(
+        hierarchy, connectors, runner.runs - runs_before, runner.cached - cached_before, time.perf_counter() - started
+    )
+
+
+__all__ = [
+    "Context",
+    "ContextJudgement",
+    "ConnectorJudgement",
+    "Judge",
+    "ModelRunner",
+    "MroReport",
+    "judge_files",
+]

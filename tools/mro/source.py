@@ -1,0 +1,487 @@
+"""Facts about connector classes read from Python source with `ast`, never by importing it.
+
+Real connector files import vLLM, CUDA and C++ stores, so they cannot be imported here. What the MRO judge
+needs is syntactic: the classes and their bases, and for each method it defines whether it delegates up the
+MRO, touches the async-dump tracking set, forwards to an inner connector, or returns a constant.
+"""
+from __future__ import annotations
+
+import ast
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Literal
+
+from deferdump.tools.mro.errors import DuplicateClassError, SourceParseError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TRACKING_ATTR = "_async_dump_req_ids"
+
+#: Methods of vLLM's ``KVConnectorBase_V1`` (and ``SupportsHMA``) a connector may define or inherit.
+CONNECTOR_METHODS: tuple[str, ...] = (
+    "register_kv_caches",
+    "bind_connector_metadata",
+    "clear_connector_metadata",
+    "has_connector_metadata",
+    "handle_preemptions",
+    "start_load_kv",
+    "wait_for_layer_load",
+    "save_kv_layer",
+    "wait_for_save",
+    "get_finished",
+    "get_transfer_results",
+    "get_block_ids_with_load_errors",
+    "build_connector_worker_meta",
+    "shutdown",
+    "get_num_new_matched_tokens",
+    "update_state_after_alloc",
+    "build_connector_meta",
+    "update_connector_output",
+    "request_finished",
+    "request_finished_all_groups",
+)
+
+TrackingOp = Literal["add", "remove", "read", "assign"]
+BodyKind = Literal["noop", "abstract", "code"]
+
+_ADDING_CALLS = frozenset({"add", "update", "__ior__"})
+_REMOVING_CALLS = frozenset(
+    {"discard", "remove", "pop", "clear", "difference_update", "intersection_update", "__isub__"}
+)
+
+
+@dataclass(frozen=True)
+class Delegation:
+    """A call from a method to a definition further up the hierarchy.
+
+    ``kind="super"``: ``super().m()`` in class C (anchor C) or ``super(X, self).m()`` (anchor X); the lookup
+    runs in ``type(self).__mro__`` *after* the anchor. ``kind="explicit"``: ``Anchor.m(self, ...)``; the
+    lookup runs in ``Anchor.__mro__`` starting *at* the anchor.
+    """
+
+    kind: Literal["super", "explicit"]
+    method: str
+    anchor: str
+
+
+@dataclass(frozen=True)
+class Forward:
+    """``self.<attr>.<method>(...)``: a call into an inner (wrapped) connector."""
+
+    attr: str
+    method: str
+
+
+@dataclass(frozen=True)
+class MethodFacts:
+    """What one method definition does, as far as its syntax shows."""
+
+    name: str
+    owner: str
+    lineno: int
+    body: BodyKind
+    delegations: tuple[Delegation, ...] = ()
+    self_calls: frozenset[str] = frozenset()
+    tracking_ops: frozenset[str] = frozenset()
+    forwards: tuple[Forward, ...] = ()
+    constant_return: str | None = None
+    calls: frozenset[str] = frozenset()  # methods called on objects other than self (``store.wait`` -> "wait")
+    finally_calls: frozenset[str] = frozenset()  # every method called inside a ``finally:`` block
+    opaque: tuple[str, ...] = ()  # constructs the analysis could not follow, each as a short reason
+
+
+@dataclass(frozen=True)
+class ClassFacts:
+    """One class: where it is, its bases (simple names, in order) and the methods its body defines."""
+
+    name: str
+    file: str
+    lineno: int
+    bases: tuple[str, ...]
+    base_exprs: tuple[str, ...]
+    methods: dict[str, MethodFacts] = field(default_factory=dict)
+    inner_classes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # attr -> classes __init__ may assign
+    external: bool = False
+    opaque: tuple[str, ...] = ()
+
+
+def _dotted(node: ast.expr) -> str | None:
+    """``a.b.C`` for a Name/Attribute chain, else None."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr}" if head else None
+    return None
+
+
+def _simple(dotted: str) -> str:
+    return dotted.rsplit(".", 1)[-1]
+
+
+def _is_self(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
+def _own_nodes(func: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
+    """Every node of a function body, without descending into nested functions, lambdas or classes."""
+    stack: list[ast.AST] = list(reversed(func.body))
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in reversed(list(ast.iter_child_nodes(node))):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            stack.append(child)
+
+
+def _strip_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        if isinstance(body[0].value.value, str):
+            return body[1:]
+    return body
+
+
+def _body_kind(func: ast.FunctionDef | ast.AsyncFunctionDef) -> BodyKind:
+    body = _strip_docstring(func.body)
+    is_abstract = any(_simple(_dotted(d) or "") == "abstractmethod" for d in func.decorator_list)
+    trivial = all(
+        isinstance(s, ast.Pass) or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)) for s in body
+    )
+    if trivial:
+        return "abstract" if is_abstract else "noop"
+    if len(body) == 1 and isinstance(body[0], ast.Raise) and body[0].exc is not None:
+        exc = body[0].exc.func if isinstance(body[0].exc, ast.Call) else body[0].exc
+        if _simple(_dotted(exc) or "") == "NotImplementedError":
+            return "abstract"
+    return "code"
+
+
+class _MethodReader:
+    """Walks one method body and collects its facts."""
+
+    def __init__(self, func: ast.FunctionDef | ast.AsyncFunctionDef, owner: str, tracking_attr: str) -> None:
+        self.func = func
+        self.owner = owner
+        self.tracking_attr = tracking_attr
+        self.parents: dict[ast.AST, ast.AST] = {}
+        for node in _own_nodes(func):
+            for child in ast.iter_child_nodes(node):
+                self.parents[child] = node
+        self.tracking_aliases: set[str] = set()
+        self.inner_aliases: dict[str, str] = {}  # local name -> self attribute it holds
+        self.delegations: list[Delegation] = []
+        self.self_calls: set[str] = set()
+        self.tracking_ops: set[str] = set()
+        self.forwards: list[Forward] = []
+        self.calls: set[str] = set()
+        self.opaque: list[str] = []
+
+    def read(self) -> MethodFacts:
+        self._collect_aliases()
+        for node in _own_nodes(self.func):
+            if isinstance(node, ast.Call):
+                self._read_call(node)
+            elif isinstance(node, ast.Attribute) and _is_self(node.value) and node.attr == self.tracking_attr:
+                self.tracking_ops.add(self._tracking_op(node))
+            elif isinstance(node, ast.Name) and node.id in self.tracking_aliases:
+                if not isinstance(node.ctx, ast.Store):
+                    self.tracking_ops.add(self._tracking_op(node))
+        return MethodFacts(
+            name=self.func.name,
+            owner=self.owner,
+            lineno=self.func.lineno,
+            body=_body_kind(self.func),
+            delegations=tuple(dict.fromkeys(self.delegations)),
+            self_calls=frozenset(self.self_calls),
+            tracking_ops=frozenset(self.tracking_ops),
+            forwards=tuple(dict.fromkeys(self.forwards)),
+            constant_return=self._constant_return(),
+            calls=frozenset(self.calls),
+            finally_calls=self._finally_calls(),
+            opaque=tuple(dict.fromkeys(self.opaque)),
+        )
+
+    def _collect_aliases(self) -> None:
+        for node in _own_nodes(self.func):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                value = node.value
+                if isinstance(value, ast.Attribute) and _is_self(value.value):
+                    if value.attr == self.tracking_attr:
+                        self.tracking_aliases.add(node.targets[0].id)
+                    else:
+                        self.inner_aliases[node.targets[0].id] = value.attr
+
+    def _tracking_op(self, node: ast.expr) -> str:
+        parent = self.parents.get(node)
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            call = self.parents.get(parent)
+            if isinstance(call, ast.Call) and call.func is parent:
+                if parent.attr in _ADDING_CALLS:
+                    return "add"
+                if parent.attr in _REMOVING_CALLS:
+                    return "remove"
+            return "read"
+        if isinstance(parent, ast.AugAssign) and parent.target is node:
+            if isinstance(parent.op, ast.BitOr):
+                return "add"
+            if isinstance(parent.op, (ast.Sub, ast.BitAnd)):
+                return "remove"
+            return "assign"
+        if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.Delete)) and node is not getattr(parent, "value", None):
+            return "assign"
+        return "read"
+
+    def _read_call(self, call: ast.Call) -> None:
+        func = call.func
+        if isinstance(func, ast.Name) and func.id == "getattr" and call.args and _is_self(call.args[0]):
+            self.opaque.append(f"line {call.lineno}: getattr(self, ...) call")
+            return
+        if not isinstance(func, ast.Attribute):
+            return
+        target = func.value
+        if not _is_self(target) and not (isinstance(target, ast.Call) and _dotted(target.func) == "super"):
+            self.calls.add(func.attr)
+        if isinstance(target, ast.Call) and isinstance(target.func, ast.Name) and target.func.id == "super":
+            self._read_super(call, func.attr, target)
+        elif _is_self(target):
+            self.self_calls.add(func.attr)
+        elif isinstance(target, ast.Attribute) and _is_self(target.value) and target.attr != self.tracking_attr:
+            if func.attr in CONNECTOR_METHODS:
+                self.forwards.append(Forward(target.attr, func.attr))
+        elif isinstance(target, ast.Name) and target.id in self.inner_aliases:
+            if func.attr in CONNECTOR_METHODS:
+                self.forwards.append(Forward(self.inner_aliases[target.id], func.attr))
+        elif call.args and _is_self(call.args[0]):
+            anchor = _dotted(target)
+            if anchor is not None:
+                self.delegations.append(Delegation("explicit", func.attr, _simple(anchor)))
+
+    def _read_super(self, call: ast.Call, method: str, sup: ast.Call) -> None:
+        if not sup.args:
+            self.delegations.append(Delegation("super", method, self.owner))
+            return
+        anchor = _dotted(sup.args[0])
+        if len(sup.args) == 2 and _is_self(sup.args[1]) and anchor is not None:
+            self.delegations.append(Delegation("super", method, _simple(anchor)))
+        else:
+            self.opaque.append(f"line {call.lineno}: super({ast.unparse(sup.args[0])}, ...) with a dynamic class")
+
+    def _finally_calls(self) -> frozenset[str]:
+        names: set[str] = set()
+        for node in _own_nodes(self.func):
+            if isinstance(node, ast.Try) and node.finalbody:
+                for stmt in node.finalbody:
+                    for sub in ast.walk(stmt):
+                        if isinstance(sub, ast.Call):
+                            name = _dotted(sub.func)
+                            if name:
+                                names.add(_simple(name))
+        return frozenset(names)
+
+    def _constant_return(self) -> str | None:
+        returns = [n for n in _own_nodes(self.func) if isinstance(n, ast.Return)]
+        body = _strip_docstring(self.func.body)
+        if not returns or not body or not isinstance(body[-1], ast.Return):
+            return None
+        values: set[str] = set()
+        for ret in returns:
+            if ret.value is None:
+                values.add(repr(None))
+                continue
+            try:
+                values.add(repr(ast.literal_eval(ret.value)))
+            except ValueError:
+                return None
+        return values.pop() if len(values) == 1 else None
+
+
+@dataclass
+class _ClassExprScope:
+    """What a class-valued expression may refer to: module-level registries (``{"a": A}``), the class's own
+    factory methods (``def inner_class(...): return A``) and the function's local names."""
+
+    registries: dict[str, tuple[str, ...]]
+    factories: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]
+    local_classes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    depth: int = 0
+
+
+def _class_names_of(expr: ast.expr, scope: _ClassExprScope) -> tuple[str, ...] | None:
+    """The classes an expression can evaluate to, or None when it is not recognisably a class.
+
+    Understands ``A``, ``m.A``, ``a if c else b``, a local bound to those, ``REGISTRY[key]`` and
+    ``REGISTRY.get(key, A)`` for a module-level dict of classes, and ``self.factory(...)`` for a method of
+    the class whose returns are such expressions.
+    """
+    if isinstance(expr, ast.IfExp):
+        body = _class_names_of(expr.body, scope)
+        orelse = _class_names_of(expr.orelse, scope)
+        return None if body is None or orelse is None else body + orelse
+    if isinstance(expr, ast.Name) and expr.id in scope.local_classes:
+        return scope.local_classes[expr.id]
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name):
+        return scope.registries.get(expr.value.id)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+        owner = expr.func.value
+        if isinstance(owner, ast.Name) and owner.id in scope.registries and expr.func.attr == "get":
+            default = _class_names_of(expr.args[1], scope) if len(expr.args) > 1 else ()
+            return None if default is None else scope.registries[owner.id] + default
+        if isinstance(owner, ast.Name) and owner.id in ("self", "cls") and expr.func.attr in scope.factories:
+            return _factory_returns(scope.factories[expr.func.attr], scope)
+        return None
+    dotted = _dotted(expr)
+    if dotted is None or dotted.split(".")[0] in ("self", "cls"):
+        return None
+    return (_simple(dotted),) if _simple(dotted)[:1].isupper() else None
+
+
+def _factory_returns(
+    func: ast.FunctionDef | ast.AsyncFunctionDef, scope: _ClassExprScope
+) -> tuple[str, ...] | None:
+    if scope.depth > 3:
+        return None
+    inner = _ClassExprScope(scope.registries, scope.factories, {}, scope.depth + 1)
+    names: list[str] = []
+    returns = [n for n in _own_nodes(func) if isinstance(n, ast.Return) and n.value is not None]
+    for ret in returns:
+        found = _class_names_of(ret.value, inner)  # type: ignore[arg-type]
+        if found is None:
+            return None
+        names.extend(found)
+    return tuple(names) if names else None
+
+
+def _inner_assignments(
+    func: ast.FunctionDef | ast.AsyncFunctionDef, tracking_attr: str, scope: _ClassExprScope
+) -> dict[str, tuple[str, ...]]:
+    """Which classes ``__init__`` may instantiate into each ``self.<attr>`` (every branch counts); an attribute
+    assigned from something unrecognisable is simply absent (the judge then says the inner is unknown)."""
+    assigned: dict[str, list[str]] = {}
+    for node in _own_nodes(func):
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            if isinstance(target, ast.Name):
+                names = _class_names_of(node.value, scope)
+                if names is not None:
+                    scope.local_classes[target.id] = scope.local_classes.get(target.id, ()) + names
+            elif isinstance(target, ast.Attribute) and _is_self(target.value) and target.attr != tracking_attr:
+                if isinstance(node.value, ast.Call):
+                    names = _class_names_of(node.value.func, scope)
+                    if names is not None:
+                        assigned.setdefault(target.attr, []).extend(names)
+    return {attr: tuple(dict.fromkeys(names)) for attr, names in assigned.items()}
+
+
+def _module_registries(tree: ast.Module) -> dict[str, tuple[str, ...]]:
+    """Module-level ``NAME = {key: Class, ...}`` dicts (a common way to pick a connector variant)."""
+    registries: dict[str, tuple[str, ...]] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and isinstance(stmt.value, ast.Dict):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            values = [_dotted(v) for v in stmt.value.values]
+            if values and all(v is not None and _simple(v)[:1].isupper() for v in values):
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        registries[target.id] = tuple(_simple(v) for v in values if v is not None)
+    return registries
+
+
+def _module_classes(body: Iterable[ast.stmt]) -> Iterator[ast.ClassDef]:
+    """Top-level classes, including those under module-level ``if``/``try``/``with`` blocks."""
+    for stmt in body:
+        if isinstance(stmt, ast.ClassDef):
+            yield stmt
+        elif isinstance(stmt, (ast.If, ast.With, ast.AsyncWith)):
+            yield from _module_classes(stmt.body)
+            yield from _module_classes(getattr(stmt, "orelse", []))
+        elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+            for block in (stmt.body, stmt.orelse, stmt.finalbody):  # type: ignore[attr-defined]
+                yield from _module_classes(block)
+            for handler in stmt.handlers:  # type: ignore[attr-defined]
+                yield from _module_classes(handler.body)
+
+
+def _read_class(
+    node: ast.ClassDef, file: str, tracking_attr: str, registries: dict[str, tuple[str, ...]]
+) -> ClassFacts:
+    bases: list[str] = []
+    base_exprs: list[str] = []
+    opaque: list[str] = []
+    for base in node.bases:
+        expr = base.value if isinstance(base, ast.Subscript) else base
+        dotted = _dotted(expr)
+        base_exprs.append(ast.unparse(base))
+        if dotted is None:
+            opaque.append(f"line {node.lineno}: base {ast.unparse(base)} is computed")
+            bases.append(ast.unparse(base))
+        else:
+            bases.append(_simple(dotted))
+    methods: dict[str, MethodFacts] = {}
+    inner: dict[str, tuple[str, ...]] = {}
+    for stmt in node.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            methods[stmt.name] = _MethodReader(stmt, node.name, tracking_attr).read()
+            if stmt.name == "__init__":
+                factories = {
+                    f.name: f for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                }
+                scope = _ClassExprScope(registries, factories)
+                inner = _inner_assignments(stmt, tracking_attr, scope)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id in CONNECTOR_METHODS and stmt.value is not None:
+                    methods[target.id] = MethodFacts(
+                        name=target.id,
+                        owner=node.name,
+                        lineno=stmt.lineno,
+                        body="code",
+                        opaque=(f"line {stmt.lineno}: {target.id} is assigned ({ast.unparse(stmt.value)}), not def",),
+                    )
+    return ClassFacts(
+        name=node.name,
+        file=file,
+        lineno=node.lineno,
+        bases=tuple(bases),
+        base_exprs=tuple(base_exprs),
+        methods=methods,
+        inner_classes=inner,
+        opaque=tuple(opaque),
+    )
+
+
+def read_source(text: str, file: str = "<string>", tracking_attr: str = DEFAULT_TRACKING_ATTR) -> dict[str, ClassFacts]:
+    """Classes defined at module level in one source text; a later definition of a name replaces an earlier one,
+    as Python's module execution would."""
+    try:
+        tree = ast.parse(text, filename=file)
+    except SyntaxError as exc:
+        raise SourceParseError(f"{file}:{exc.lineno}: syntax error: {exc.msg}") from exc
+    except ValueError as exc:  # e.g. null bytes
+        raise SourceParseError(f"{file}: not Python source: {exc}") from exc
+    classes: dict[str, ClassFacts] = {}
+    registries = _module_registries(tree)
+    for node in _module_classes(tree.body):
+        classes[node.name] = _read_class(node, file, tracking_attr, registries)
+    log.debug("%s: %d classes", file, len(classes))
+    return classes
+
+
+def read_files(paths: Iterable[Path | str], tracking_attr: str = DEFAULT_TRACKING_ATTR) -> dict[str, ClassFacts]:
+    """Classes of several files analysed together (a connector and the module its base lives in, say)."""
+    merged: dict[str, ClassFacts] = {}
+    for raw in paths:
+        path = Path(raw)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SourceParseError(f"{path}: cannot read: {exc}") from exc
+        for name, facts in read_source(text, str(path), tracking_attr).items():
+            if name in merged:
+                raise DuplicateClassError(f"class {name} is defined in both {merged[name].file} and {path}")
+            merged[name] = facts
+    return merged
