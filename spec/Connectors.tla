@@ -37,7 +37,8 @@ LabelsOf(m) ==
     CASE m = "build_connector_meta"        -> {"track", "notrack"}
       [] m = "request_finished"            -> {"delay_if_tracked"}
       [] m = "request_finished_all_groups" -> {"call_request_finished"}
-      [] m = "handle_preemptions"          -> {"wait_preempted", "wait_all"}
+      [] m = "handle_preemptions"          -> {"wait_preempted", "wait_all",
+                                               "wait_freed", "wait_all_on_free"}
       [] m = "save_kv_layer"               -> {"submit_layer", "pass"}
       [] m = "wait_for_save"               -> {"poll_track_submit", "poll_track",
                                                "blocking", "track_after_mla_return"}

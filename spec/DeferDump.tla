@@ -38,7 +38,8 @@ CONSTANTS
     FusedStep,      \* sync scheduling as one engine_step action (MaxInflight = 1)
     StoreHits,      \* may an admission's lookup find the whole prompt in the store?
     ShortReqs,      \* requests whose prompt fills no block (never dumped, no plan)
-    DeferFinalize   \* spec decode: get_finished runs before wait_for_save in a step
+    DeferFinalize,  \* spec decode: get_finished runs before wait_for_save in a step
+    Hybrid          \* two KV-cache groups (full attention + sliding window), HMA path
 
 ASSUME TableOK
 ASSUME InnerClass \in Classes /\ (Wrapper => "UCMConnector" \in Classes)
@@ -48,6 +49,9 @@ ASSUME Rank0 \in Rank /\ PromptBlocks \in Nat \ {0} /\ Layers \in Nat \ {0}
 \* A hit is of the whole prompt, which one allocated block holds (README "Abstractions").
 ASSUME StoreHits \in BOOLEAN /\ (StoreHits => PromptBlocks = 1) /\ ShortReqs \subseteq Req
 ASSUME DeferFinalize \in BOOLEAN
+\* A hybrid model needs the HMA path (vLLM turns the hybrid manager off for a non-SupportsHMA
+\* connector); hits and short prompts are not combined with it.
+ASSUME Hybrid \in BOOLEAN /\ (Hybrid => HMA /\ ~Multi /\ ~StoreHits /\ ShortReqs = {})
 
 NumRanks == Cardinality(Rank)
 
@@ -56,6 +60,12 @@ VARIABLES
     reqState,     \* [Req -> ReqStates]: waiting, running, preempted,
                   \*   delayed (finished, blocks held for a delayed free), done (freed)
     blocksOf,     \* [Req -> Seq(Block)]: blocks held; i-th = prompt block i
+                  \*   (the full-attention group under Hybrid)
+    swBlocksOf,   \* [Req -> Seq(Block \cup {0})]: the sliding-window group's block of
+                  \*   prompt block i, 0 (vLLM's null block) once it left the window
+                  \*   and was freed; <<>> everywhere unless Hybrid
+    freedSince,   \* blocks freed since the last schedule (Hybrid only, else {}):
+                  \*   shipped in the next metadata for the pre-forward fence
     finishedIds,  \* Scheduler.finished_req_ids: finished since the last schedule
     preemptions,  \* number of preemptions so far (bounded by MaxPreempt)
     inflight,     \* Seq of SchedulerOutputs scheduled but not yet processed
@@ -79,12 +89,12 @@ VARIABLES
                   \*   not delayed (vLLM: `assert req_id in self.requests` fails)
     blockingWaits,\* has some wait_for_save waited a still-running task?
     preemptOverWaits, \* has some handle_preemptions waited a task holding no
-                  \*   preempted request?
+                  \*   preempted request and reading no freed block?
     tick,         \* flips at the end of every engine step (liveness premise only)
     action        \* the step just taken: [name |-> method/event, params...]
 
 schedVars  == <<reqState, blocksOf, finishedIds, preemptions, inflight, executed, agg,
-                schedAsync, extraSaves>>
+                schedAsync, extraSaves, swBlocksOf, freedSince>>
 workerVars == <<workerAsync, pending, live, releaseErrors, workerExtra, sibPending,
                 reported>>
 historyVars == <<unexpectedReports, blockingWaits, preemptOverWaits, dumpOverwrites>>
@@ -143,6 +153,8 @@ NeedBlocks(r) == IF r \in ShortReqs THEN 1 ELSE PromptBlocks
 Init ==
     /\ reqState = [r \in Req |-> "waiting"]
     /\ blocksOf = [r \in Req |-> <<>>]
+    /\ swBlocksOf = [r \in Req |-> <<>>]
+    /\ freedSince = {}
     /\ finishedIds = {}
     /\ preemptions = 0
     /\ inflight = <<>>
@@ -173,23 +185,41 @@ Init ==
 (***************************************************************************)
 
 SchedState == [rs |-> reqState, bo |-> blocksOf, fin |-> finishedIds, pre |-> preemptions,
-               sa |-> schedAsync, ex |-> extraSaves, agg |-> agg, unexp |-> unexpectedReports]
+               sa |-> schedAsync, ex |-> extraSaves, agg |-> agg, unexp |-> unexpectedReports,
+               sw |-> swBlocksOf, fs |-> freedSince]
 
 SetSched(S) ==
     /\ reqState' = S.rs /\ blocksOf' = S.bo /\ finishedIds' = S.fin /\ preemptions' = S.pre
     /\ schedAsync' = S.sa /\ extraSaves' = S.ex /\ agg' = S.agg /\ unexpectedReports' = S.unexp
+    /\ swBlocksOf' = S.sw /\ freedSince' = S.fs
 
-HeldIn(S) == UNION {Range(S.bo[r]) : r \in Req}
+(* The sliding-window group (Hybrid).  vLLM's null block id is 0.  With a  *)
+(* window below the block size only the block holding the last computed    *)
+(* token stays in the window: SlidingWindowManager.get_num_skipped_tokens  *)
+(* = num_computed_tokens - sliding_window + 1 skips every earlier block.   *)
+NullBlock == 0
+SwHeld(seq) == {seq[i] : i \in {j \in DOMAIN seq : seq[j] # NullBlock}}
+(* Blocks of the group that left the window: all held ones but the last.   *)
+SwOut(seq) == {seq[i] : i \in {j \in 1..(Len(seq) - 1) : seq[j] # NullBlock}}
+SwKeepLast(seq) == [i \in DOMAIN seq |-> IF i = Len(seq) THEN seq[i] ELSE NullBlock]
+
+HeldIn(S) == UNION {Range(S.bo[r]) \cup SwHeld(S.sw[r]) : r \in Req}
 
 (* UCMDirectConnector.build_connector_meta: one dump slice per request     *)
 (* whose scheduled chunk completed a prompt block (a computed one: a block *)
 (* loaded from a store hit is not dumped, nor the partial block of a short *)
 (* prompt; a missed block is dumped again after a resume); one load slice  *)
 (* per hit; "track" adds the requests given a dump slice to               *)
-(* _async_dump_req_ids (_track_async_dump_requests).                       *)
-build_connector_meta(S, alloc, preempted) ==
+(* _async_dump_req_ids (_track_async_dump_requests).  Under Hybrid a slice *)
+(* reads the chunk's block of both groups (`sw`: the sliding-window one),  *)
+(* and the metadata carries the blocks freed since the previous schedule   *)
+(* (`freed`: window frees, finish and preemption frees), which the fence   *)
+(* labels of handle_preemptions read.                                      *)
+DumpSlice(a) == IF Hybrid THEN [req |-> a.req, block |-> a.block, sw |-> a.sw]
+                ELSE [req |-> a.req, block |-> a.block]
+build_connector_meta(S, alloc, preempted, freed) ==
     LET dump == IF BCMLabel = "base" THEN {}
-                ELSE {[req |-> a.req, block |-> a.block] :
+                ELSE {DumpSlice(a) :
                         a \in {x \in alloc : ~x.hit /\ x.req \notin ShortReqs}}
         load == IF BCMLabel = "base" THEN {}
                 ELSE {[req |-> a.req, block |-> a.block] : a \in {x \in alloc : x.hit}}
@@ -198,6 +228,7 @@ build_connector_meta(S, alloc, preempted) ==
                    dump      |-> dump,
                    load      |-> load,
                    preempted |-> IF BCMLabel = "base" THEN {} ELSE preempted,
+                   freed     |-> IF BCMLabel = "base" THEN {} ELSE freed,
                    finished  |-> S.fin,
                    sibNow    |-> FALSE,
                    extra     |-> S.ex,
@@ -213,50 +244,78 @@ CanSchedule(S) == \E r \in Req : S.rs[r] # "done"
 (* prompt (`hits`): its block is loaded, and only the last token computed. *)
 (* If the free blocks do not suffice, one running victim is preempted: its *)
 (* blocks are freed at once, request_finished is NOT called and nothing    *)
-(* waiting is admitted in that step.  Results:                             *)
+(* waiting is admitted in that step.  Under Hybrid a chunk takes one block *)
+(* of each group, and every scheduled running request (a prefill chunk or  *)
+(* a decode) first frees its sliding-window blocks that left the window    *)
+(* (KVCacheManager.allocate_slots -> remove_skipped_blocks, before it      *)
+(* allocates): they may be picked again in the same schedule, by another   *)
+(* request or by the same one.  Results:                                   *)
 (* [S |-> new scheduler state, meta |-> SchedulerOutput, rec |-> record].  *)
 ScheduleResults(S) ==
     LET running == {r \in Req : S.rs[r] = "running"}
         admit   == {r \in Req : S.rs[r] \in {"waiting", "preempted"}}
         prefill == {r \in running : Len(S.bo[r]) < NeedBlocks(r)}
         Hits(adv) == IF StoreHits THEN SUBSET {r \in adv \cap admit : r \notin ShortReqs} ELSE {{}}
-        freeNow == Block \ HeldIn(S)
-        Free(p) == freeNow \cup UNION {Range(S.bo[v]) : v \in p}
+        Groups == IF Hybrid THEN {"full", "sw"} ELSE {"full"}
+        Need(adv) == Cardinality(adv) * Cardinality(Groups)
+        Slides(adv, p) == IF Hybrid
+                          THEN {r \in running \ p : r \in adv \/ Len(S.bo[r]) = NeedBlocks(r)}
+                          ELSE {}
+        SwFreed(adv, p) == UNION {SwOut(S.sw[r]) : r \in Slides(adv, p)}
+        Victims(p) == UNION {Range(S.bo[v]) \cup SwHeld(S.sw[v]) : v \in p}
+        Free(adv, p) == (Block \ HeldIn(S)) \cup SwFreed(adv, p) \cup Victims(p)
         OK(adv, p) ==
             /\ (p # {}) => /\ S.pre < MaxPreempt
-                           /\ Cardinality(freeNow) < Cardinality(adv)
+                           /\ Cardinality(Free(adv, {})) < Need(adv)
                            /\ adv \cap admit = {}
                            /\ p \cap adv = {}
-            /\ Cardinality(adv) <= Cardinality(Free(p))
+            /\ Need(adv) <= Cardinality(Free(adv, p))
         Opts == {o \in (SUBSET (admit \cup prefill)) \X ({{}} \cup {{v} : v \in running}) :
                     OK(o[1], o[2])}
-        Picks(adv, p) == {pick \in [adv -> Free(p)] : \A x, y \in adv : x # y => pick[x] # pick[y]}
-        Result(adv, p, pick, hits) ==
-            LET alloc == {[req |-> r, idx |-> IF r \in admit THEN 1 ELSE Len(S.bo[r]) + 1,
-                           block |-> pick[r], hit |-> r \in hits] : r \in adv}
-                bcm == build_connector_meta(S, alloc, p)
+        Picks(adv, p) == {pk \in [adv \X Groups -> Free(adv, p)] :
+                            \A x, y \in adv \X Groups : x # y => pk[x] # pk[y]}
+        Idx(r) == IF r \in admit THEN 1 ELSE Len(S.bo[r]) + 1
+        AllocRec(r, pk, hits) ==
+            IF Hybrid
+            THEN [req |-> r, idx |-> Idx(r), block |-> pk[<<r, "full">>], hit |-> r \in hits,
+                  sw |-> pk[<<r, "sw">>]]
+            ELSE [req |-> r, idx |-> Idx(r), block |-> pk[<<r, "full">>], hit |-> r \in hits]
+        Result(adv, p, pk, hits) ==
+            LET alloc == {AllocRec(r, pk, hits) : r \in adv}
+                slides == Slides(adv, p)
+                freed == IF Hybrid THEN S.fs \cup SwFreed(adv, p) \cup Victims(p) ELSE {}
+                bcm == build_connector_meta(S, alloc, p, freed)
+                Kept(r) == IF r \in slides THEN SwKeepLast(S.sw[r]) ELSE S.sw[r]
             IN  [S |-> [S EXCEPT
                           !.rs = [r \in Req |-> IF r \in p THEN "preempted"
                                                 ELSE IF r \in adv THEN "running" ELSE S.rs[r]],
                           !.bo = [r \in Req |-> IF r \in p THEN <<>>
                                                 ELSE IF r \in adv
                                                      THEN (IF r \in admit THEN <<>> ELSE S.bo[r])
-                                                          \o <<pick[r]>>
+                                                          \o <<pk[<<r, "full">>]>>
                                                 ELSE S.bo[r]],
+                          !.sw = [r \in Req |-> IF r \in p THEN <<>>
+                                                ELSE IF Hybrid /\ r \in adv
+                                                     THEN (IF r \in admit THEN <<>> ELSE Kept(r))
+                                                          \o <<pk[<<r, "sw">>]>>
+                                                ELSE Kept(r)],
                           !.pre = @ + Cardinality(p),
                           !.sa = @ \cup bcm.tracked,
                           !.fin = {},
-                          !.ex = {}],
+                          !.ex = {},
+                          !.fs = {}],
                  meta |-> bcm.meta,
                  rec |-> [name |-> "schedule", allocated |-> alloc, preempted |-> p,
+                          sw_freed |-> SwFreed(adv, p),
                           calls |-> << [name |-> "build_connector_meta",
                                         dump |-> bcm.meta.dump,
                                         load |-> bcm.meta.load,
                                         tracked |-> bcm.tracked,
                                         preempted_req_ids |-> bcm.meta.preempted,
                                         finished_req_ids |-> bcm.meta.finished,
-                                        extra_async_saves |-> bcm.meta.extra] >>]]
-    IN  UNION {{Result(o[1], o[2], pick, hits) : pick \in Picks(o[1], o[2]), hits \in Hits(o[1])}
+                                        extra_async_saves |-> bcm.meta.extra,
+                                        freed_blocks |-> bcm.meta.freed] >>]]
+    IN  UNION {{Result(o[1], o[2], pk, hits) : pk \in Picks(o[1], o[2]), hits \in Hits(o[1])}
                : o \in Opts}
 
 -----------------------------------------------------------------------------
@@ -300,29 +359,44 @@ Submit(s, reqs, blocks, layer, fails) ==
                     status |-> "running", event |-> id]
          IN  [s |-> [s EXCEPT !.pending = @ \cup {t}, !.live = @ \cup {id}], id |-> id]
 
+(* handle_preemptions, the only worker hook before the forward.            *)
+(* "wait_preempted": the preempted requests' tasks; "wait_all": every task *)
+(* when anything was preempted; the fences (a fix for hybrid models):      *)
+(* "wait_freed" also every task that reads a block freed since the last    *)
+(* schedule (m.freed; a task surviving earlier fences read no block freed  *)
+(* before them, so this is "freed since it was submitted");                *)
+(* "wait_all_on_free" every task whenever a block was freed or a request   *)
+(* preempted.  A wait of a task that holds no preempted request and reads  *)
+(* no freed block is an over-wait.                                         *)
 handle_preemptions(w, m, s) ==
-    LET T == IF m.preempted = {} THEN {}
-             ELSE CASE HPLabel = "wait_preempted" ->
-                          {t \in s.pending : t.reqs \cap m.preempted # {}}
-                    [] HPLabel = "wait_all" -> s.pending
-                    [] OTHER -> {}
-        over == \E t \in T : t.reqs \cap m.preempted = {}
+    LET ReadsFreed(t) == t.blocks \cap m.freed # {}
+        Preempted(t) == t.reqs \cap m.preempted # {}
+        T == CASE HPLabel = "wait_preempted" -> {t \in s.pending : Preempted(t)}
+               [] HPLabel = "wait_all" -> IF m.preempted = {} THEN {} ELSE s.pending
+               [] HPLabel = "wait_freed" -> {t \in s.pending : Preempted(t) \/ ReadsFreed(t)}
+               [] HPLabel = "wait_all_on_free" ->
+                      IF m.preempted = {} /\ m.freed = {} THEN {} ELSE s.pending
+               [] OTHER -> {}
+        over == \E t \in T : ~Preempted(t) /\ ~ReadsFreed(t)
     IN  [s |-> [WaitTasks(s, T) EXCEPT !.overWait = @ \/ over],
          call |-> [name |-> "handle_preemptions", preempted_req_ids |-> m.preempted,
-                   waited |-> WaitRecords(T)]]
+                   freed_blocks |-> m.freed, waited |-> WaitRecords(T)]]
 
 (* The model's forward: each newly allocated block is written with its     *)
 (* request's prompt block (by the attention layers, or by the load of a    *)
 (* store hit).  A still-running dump task reading such a block is being    *)
 (* overwritten: the block was freed and reused under it.                   *)
+(* Under Hybrid both groups' new blocks are written (`sw_writes`).         *)
+SwWrites(m) == IF Hybrid THEN {<<a.sw, a.req, a.idx>> : a \in m.writes} ELSE {}
 forward(w, m, s) ==
-    LET wb == {a.block : a \in m.writes}
+    LET wb == {a.block : a \in m.writes} \cup {x[1] : x \in SwWrites(m)}
         hit == \E t \in s.pending : t.status = "running" /\ t.blocks \cap wb # {}
     IN  [s |-> [s EXCEPT !.overwrote = @ \/ hit],
-         call |-> [name |-> "forward", writes |-> {<<a.block, a.req, a.idx>> : a \in m.writes}]]
+         call |-> [name |-> "forward", writes |-> {<<a.block, a.req, a.idx>> : a \in m.writes},
+                   sw_writes |-> SwWrites(m)]]
 
 DumpReqs(m)   == {d.req : d \in m.dump}
-DumpBlocks(m) == {d.block : d \in m.dump}
+DumpBlocks(m) == {d.block : d \in m.dump} \cup (IF Hybrid THEN {d.sw : d \in m.dump} ELSE {})
 
 (* UCMLayerWiseConnector.save_kv_layer, once per layer: one task per layer *)
 (* (layer l fails to submit iff l \in failed).                             *)
@@ -491,7 +565,11 @@ request_finished(S, r) == RFLabel = "delay_if_tracked" /\ r \in S.sa
 (* request_finished and join finished_req_ids; then                        *)
 (* _update_from_kv_xfer_finished frees the delayed requests every rank has *)
 (* now reported.  A report for a request that is not delayed is the        *)
-(* engine's `assert req_id in self.requests`.                              *)
+(* engine's `assert req_id in self.requests`.  Under Hybrid the finish     *)
+(* path first frees the sliding-window blocks out of the window            *)
+(* (Scheduler._connector_finished -> remove_skipped_blocks), so the lists  *)
+(* request_finished_all_groups gets (`block_ids`, one per group) show them *)
+(* as the null block and a delayed free no longer holds them.              *)
 UpdateResult(S, sending, fin) ==
     LET ucmDelays == {r \in fin : request_finished(S, r)}
         delays    == IF Multi THEN fin ELSE ucmDelays
@@ -501,10 +579,17 @@ UpdateResult(S, sending, fin) ==
         emitted == {r \in Req : counts[r] >= NumRanks}
         unexpected == {r \in emitted : st1[r] # "delayed"}
         freed == {r \in emitted : st1[r] = "delayed"}
+        sw1 == [r \in Req |-> IF r \in fin THEN SwKeepLast(S.sw[r]) ELSE S.sw[r]]
+        gone == freed \cup (fin \ delays)
+        freedBlocks == IF Hybrid
+                       THEN UNION {SwOut(S.sw[r]) : r \in fin}
+                            \cup UNION {Range(S.bo[r]) \cup SwHeld(sw1[r]) : r \in gone}
+                       ELSE {}
     IN  [S |-> [S EXCEPT
                   !.rs = [r \in Req |-> IF r \in freed THEN "done" ELSE st1[r]],
-                  !.bo = [r \in Req |-> IF r \in freed \/ (r \in fin /\ r \notin delays)
-                                       THEN <<>> ELSE S.bo[r]],
+                  !.bo = [r \in Req |-> IF r \in gone THEN <<>> ELSE S.bo[r]],
+                  !.sw = [r \in Req |-> IF r \in gone THEN <<>> ELSE sw1[r]],
+                  !.fs = @ \cup freedBlocks,
                   !.sa = IF RFLabel = "delay_if_tracked" THEN @ \ fin ELSE @,
                   !.ex = @ \cup (IF Multi THEN ucmDelays ELSE {}),
                   !.fin = @ \cup fin,
@@ -512,7 +597,9 @@ UpdateResult(S, sending, fin) ==
                   !.unexp = @ \cup unexpected],
          rec |-> [name |-> "update_from_output", finished |-> fin,
                   calls |-> << [name |-> "request_finished", reqs |-> fin,
-                                ucm_delayed |-> ucmDelays, delayed |-> delays],
+                                ucm_delayed |-> ucmDelays, delayed |-> delays,
+                                block_ids |-> IF Hybrid THEN [r \in fin |-> <<S.bo[r], sw1[r]>>]
+                                              ELSE <<>>],
                                [name |-> "_update_from_kv_xfer_finished",
                                 finished_sending |-> emitted, unexpected |-> unexpected] >>]]
 
@@ -543,6 +630,7 @@ execute_model ==
          /\ executed' = executed + 1
          /\ action' = ExecRecord(post)
     /\ UNCHANGED <<tick, reqState, blocksOf, finishedIds, preemptions, agg, schedAsync, extraSaves,
+                   swBlocksOf, freedSince,
                    unexpectedReports>>
 
 update_from_output ==
@@ -621,6 +709,10 @@ Spec == Init /\ [][Next]_vars
 TypeInv ==
     /\ reqState \in [Req -> ReqStates]
     /\ \A r \in Req : blocksOf[r] \in Seq(Block) /\ Len(blocksOf[r]) <= NeedBlocks(r)
+    /\ \A r \in Req : swBlocksOf[r] \in Seq(Block \cup {NullBlock})
+                     /\ Len(swBlocksOf[r]) <= NeedBlocks(r)
+                     /\ (~Hybrid => swBlocksOf[r] = <<>>)
+    /\ freedSince \subseteq Block /\ (~Hybrid => freedSince = {})
     /\ finishedIds \subseteq Req
     /\ preemptions \in 0..MaxPreempt
     /\ Len(inflight) <= MaxInflight /\ executed \in 0..Len(inflight)

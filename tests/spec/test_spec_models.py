@@ -32,6 +32,7 @@ EXPECTED_CALLS: dict[str, set[str]] = {
     "ReleaseOnlyOnSuccess": {"task_complete", "wait_for_save"},
     "BlockingWaitForSave": {"wait_for_save"},
     "PreemptWaitsAll": {"handle_preemptions", "build_connector_meta"},
+    "SlidingWindowDrainOverWaits": {"handle_preemptions", "build_connector_meta", "forward"},
 }
 
 
@@ -135,3 +136,38 @@ def test_no_preempt_wait_counterexample_preempts(ci_results: dict[str, dict[str,
 def test_blocking_wait_for_save_blocks(ci_results: dict[str, dict[str, Any]]) -> None:
     saves = _calls(ci_results["BlockingWaitForSave"], "wait_for_save")
     assert any(_set(s["blocked"]) for s in saves)
+
+
+def _writes(call: dict[str, Any]) -> set[str]:
+    """Blocks a forward call record writes, both KV-cache groups."""
+    return {json.dumps(tup["#tup"][0]) for tup in _set(call["writes"]) + _set(call["sw_writes"])}
+
+
+def test_sliding_window_counterexample_frees_a_running_requests_block(ci_results: dict[str, dict[str, Any]]) -> None:
+    """The merged table on a hybrid model: a block leaves the window while its request runs (no
+    preemption, no finish), lands in the metadata's freed set, and the same step's forward writes it
+    while handle_preemptions waited nothing."""
+    row = ci_results["SlidingWindow"]
+    assert row["trace"]
+    schedules = _calls(row, "schedule")
+    assert not any(_set(s["preempted"]) for s in schedules)
+    slid = [s for s in schedules if _set(s["sw_freed"])]
+    assert slid, "no sliding-window free in the counterexample"
+    freed = {json.dumps(b) for s in slid for b in _set(s["sw_freed"])}
+    forwards = _calls(row, "forward")
+    assert freed & set().union(*(_writes(f) for f in forwards))
+    assert all(not _set(h["waited"]) for h in _calls(row, "handle_preemptions"))
+    finishes = _calls(row, "request_finished")
+    assert all(not _set(f["reqs"]) for f in finishes), "the bug needs no finish"
+
+
+def test_sliding_window_fences_pass_where_the_merged_table_fails(ci_results: dict[str, dict[str, Any]]) -> None:
+    """Both fences are safe on the hybrid bounds; the fine one keeps PreemptWaitsOnlyPreemptedInv
+    (it waits only tasks that read a freed block), the coarse one does not."""
+    assert ci_results["SlidingWindowFenced"]["status"] == "pass"
+    assert ci_results["SlidingWindowDrain"]["status"] == "pass"
+    assert ci_results["SlidingWindowFencedLive"]["status"] == "pass"
+    over = ci_results["SlidingWindowDrainOverWaits"]
+    assert over["property"] == "PreemptWaitsOnlyPreemptedInv"
+    waits = [w for w in _calls(over, "handle_preemptions") if _set(w["waited"])]
+    assert waits and not any(_set(w["preempted_req_ids"]) for w in waits)

@@ -67,7 +67,7 @@ def _writes(step: Step) -> dict[Value, tuple[Value, Value]]:
     for rank in _get(_phase(step.action, "execute_model"), "ranks", {}):
         for call in _calls(step.action, rank):
             if call.get("name") == "forward":
-                for write in _get(call, "writes", ()):
+                for write in (*_get(call, "writes", ()), *_get(call, "sw_writes", ())):  # both KV-cache groups
                     if isinstance(write, tuple) and len(write) == 3:
                         written[write[0]] = (write[1], write[2])
     return written
@@ -124,7 +124,8 @@ def overwrites(steps: Sequence[Step], i: int) -> list[tuple[Value, Mapping[str, 
             if call.get("name") == "handle_preemptions":
                 waited |= {_get(record, "task") for record in _get(call, "waited", ())}
             if call.get("name") == "forward":
-                written = {w[0] for w in _get(call, "writes", ()) if isinstance(w, tuple) and w}
+                written = {w[0] for w in (*_get(call, "writes", ()), *_get(call, "sw_writes", ()))
+                           if isinstance(w, tuple) and w}
                 break
         for task in _tasks(steps[i - 1], rank):
             if _get(task, "status") == "running" and _get(task, "id") not in waited:
@@ -255,7 +256,7 @@ def _call_lines(call: Mapping[str, Any]) -> list[str]:
         return [f"handle_preemptions({show_set(preempted)}): waited {_waited(_get(call, 'waited', ()))}"] \
             if preempted else []
     if name == "forward":
-        writes = sorted(_get(call, "writes", ()), key=show)
+        writes = sorted((*_get(call, "writes", ()), *_get(call, "sw_writes", ())), key=show)
         return ["forward: " + ", ".join(f"{show(w[0])}←{show(w[1])}#{show(w[2])}" for w in writes)] if writes else []
     if name == "save_kv_layer":
         submitted = _get(call, "submitted", 0)
