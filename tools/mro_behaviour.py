@@ -34,6 +34,9 @@ SUBMIT_CALLS = frozenset({"dump_data", "dump"})
 #: Calls that write a tensor out before returning (``safetensors.torch.save_file``, ``torch.save``): a save
 #: made only of these is synchronous, so no dump outlives the call.
 SYNC_SAVE_CALLS = frozenset({"save_file", "save", "tofile"})
+#: Calls that wait for the stream's earlier work (``t.cpu()`` is a blocking copy on the current stream): a
+#: ``non_blocking=True`` copy in the same call is complete once one of these has run.
+SYNC_POINT_CALLS = frozenset({"cpu", "synchronize", "item", "tolist", "numpy"})
 
 #: Unknown definitions are checked twice: with the worst label the method admits, then with the PR's.
 PESSIMISTIC: dict[str, str] = {
@@ -56,6 +59,10 @@ OPTIMISTIC: dict[str, str] = {
     "get_finished": "wait_finished",
     "_wait_pending_dump_task": "release_finally",
 }
+
+#: The other benign reading of an unrecognised save: it completes before returning (no dump in flight, so
+#: nothing to track or wait). A class is ``unsafe`` only when both benign readings fail.
+OPTIMISTIC_SYNC: dict[str, str] = {**OPTIMISTIC, "save_kv_layer": "sync_save", "wait_for_save": "sync_save"}
 
 #: A wrapper's method also counts as forwarding when it calls a related inner method (the HMA variant
 #: falling back to the inner ``request_finished``).
@@ -252,6 +259,13 @@ class EffectReader:
         return DefinitionLabel(owner, method, CROSS_FORWARD_LABELS[(method, target)])
 
 
+def _pending_hints(effect: Effect) -> list[str]:
+    """Hand-offs that may still run after the call returns: a ``non_blocking`` copy counts only when no
+    synchronising call (``.cpu()``, ``synchronize()``) in the same call waits for it."""
+    synced = bool(effect.calls & SYNC_POINT_CALLS)
+    return [h for h in effect.async_hints if not (synced and "non_blocking" in h)]
+
+
 def _reads(effect: Effect) -> bool:
     return bool(effect.tracking_ops & {"read", "remove"})
 
@@ -269,7 +283,8 @@ def classify(
         return UNKNOWN, (f"{where} is abstract: a class resolving to it cannot run",)
     waits = bool(effect.calls & WAIT_CALLS)
     submits = bool(effect.calls & SUBMIT_CALLS)
-    synchronous = bool(effect.calls & SYNC_SAVE_CALLS) and not submits and not effect.async_hints
+    hints = _pending_hints(effect)
+    synchronous = bool(effect.calls & SYNC_SAVE_CALLS) and not submits and not hints
     if method == "build_connector_meta":
         if "add" in effect.tracking_ops:
             return "track", ()
@@ -298,8 +313,8 @@ def classify(
     if method == "save_kv_layer":
         if submits:
             return "submit_layer", ()
-        if effect.async_hints:
-            return UNKNOWN, (f"{where} may leave a save running after it returns: {effect.async_hints[0]}",)
+        if hints:
+            return UNKNOWN, (f"{where} may leave a save running after it returns: {hints[0]}",)
         if synchronous and not effect.tracking_ops:
             return "sync_save", ()
         if effect.noop or not effect.relevant:
@@ -315,8 +330,8 @@ def classify(
             return "base", ()
         if synchronous and not effect.tracking_ops and not waits:
             return "sync_save", ()
-        if effect.async_hints:
-            return UNKNOWN, (f"{where} may leave a save running after it returns: {effect.async_hints[0]}",)
+        if hints:
+            return UNKNOWN, (f"{where} may leave a save running after it returns: {hints[0]}",)
         return UNKNOWN, (f"{where} does not record the step's dump requests in the tracking set",)
     if method == "get_finished":
         if _reads(effect) and effect.constant is None:

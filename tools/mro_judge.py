@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 from deferdump.tools.mro_behaviour import (
     FORWARD_ALIASES,
     OPTIMISTIC,
+    OPTIMISTIC_SYNC,
     PESSIMISTIC,
     SPEC_METHODS,
     UNKNOWN,
@@ -267,6 +268,9 @@ class Judge:
             for candidate in candidates:
                 if candidate in self.hierarchy.connectors:
                     choices.append(candidate)
+                elif candidate in self.hierarchy.classes and not self.hierarchy.classes[candidate].external:
+                    reasons.append(f"{cls}.__init__ puts {candidate} in self.{attr}, a helper that is not a "
+                                   "connector class: the model has no counterpart for calls into it")
                 else:
                     reasons.append(f"{cls}.__init__ may put {candidate} in self.{attr}, which was not analysed")
         unique = list(dict.fromkeys(choices))
@@ -328,7 +332,7 @@ class Judge:
         for label in labels:
             value = label.label
             if value == UNKNOWN and resolve_unknown is not None:
-                if label.phantom and resolve_unknown is OPTIMISTIC:
+                if label.phantom and resolve_unknown is not PESSIMISTIC:
                     continue
                 value = resolve_unknown[label.method]
             behaviour[(rename[label.owner], label.method)] = value
@@ -355,6 +359,10 @@ class Judge:
             return ContextJudgement(context, "unsafe", worst.violated, (), shown, worst.result, worst.model)
         table, rename = self._table(cls, context.inner, labels, OPTIMISTIC)
         best = self.runner.check(table, rename[target], wrapper, context.path)
+        if not best.passed and any(l.method in ("save_kv_layer", "wait_for_save") for l in unknowns):
+            table, rename = self._table(cls, context.inner, labels, OPTIMISTIC_SYNC)
+            synchronous = self.runner.check(table, rename[target], wrapper, context.path)
+            best = best if not synchronous.passed else synchronous
         if not best.passed:
             return ContextJudgement(context, "unsafe", best.violated, (), shown, best.result, best.model)
         return ContextJudgement(context, "unknown", worst.violated, reasons, shown, worst.result, worst.model)
