@@ -32,16 +32,33 @@ Methods == {"build_connector_meta", "request_finished",
 (* and "unknown" (an unrecognised body, judged conservatively: as "base",  *)
 (* i.e. it does none of the PR's work).                                    *)
 CommonLabels == {"super", "forward", "base", "unknown"}
+
+(* A wrapper's method that calls a *different* method of its inner        *)
+(* connector (the HMA entry point falling back to the inner                *)
+(* request_finished, or the reverse): the label names the inner method.    *)
+CrossForward == [request_finished_all_groups |-> "forward_request_finished",
+                 request_finished            |-> "forward_request_finished_all_groups"]
+ForwardLabels == {"forward"} \cup {CrossForward[k] : k \in DOMAIN CrossForward}
+
+(* The inner method a forwarding label of m calls ("" if not a forward).   *)
+ForwardTarget(m, l) ==
+    CASE l = "forward"                              -> m
+      [] l = "forward_request_finished"             -> "request_finished"
+      [] l = "forward_request_finished_all_groups"  -> "request_finished_all_groups"
+      [] OTHER                                      -> ""
 LabelsOf(m) ==
     CommonLabels \cup
     CASE m = "build_connector_meta"        -> {"track", "notrack"}
-      [] m = "request_finished"            -> {"delay_if_tracked"}
-      [] m = "request_finished_all_groups" -> {"call_request_finished"}
+      [] m = "request_finished"            -> {"delay_if_tracked",
+                                               "forward_request_finished_all_groups"}
+      [] m = "request_finished_all_groups" -> {"call_request_finished",
+                                               "forward_request_finished"}
       [] m = "handle_preemptions"          -> {"wait_preempted", "wait_all",
                                                "wait_freed", "wait_all_on_free"}
-      [] m = "save_kv_layer"               -> {"submit_layer", "pass"}
+      [] m = "save_kv_layer"               -> {"submit_layer", "pass", "sync_save"}
       [] m = "wait_for_save"               -> {"poll_track_submit", "poll_track",
-                                               "blocking", "track_after_mla_return"}
+                                               "blocking", "track_after_mla_return",
+                                               "sync_save"}
       [] m = "get_finished"                -> {"wait_finished", "report_before_wait"}
       [] m = "_wait_pending_dump_task"     -> {"release_finally", "release_on_success"}
       [] OTHER                             -> {}
@@ -104,13 +121,19 @@ LabelAlong(seq, m) ==
 Label(c, m) == LabelAlong(MRO(c), m)
 
 (* The effective behaviour of calling m on an object of class `outer`      *)
-(* wrapping an object of class `inner`: a "forward" label runs the inner's *)
-(* method; "unknown" is judged as "base".  A forward on the inner object   *)
-(* itself has nothing to forward to and is judged "base" as well.          *)
+(* wrapping an object of class `inner`: a forwarding label runs the inner  *)
+(* method it names (the call the code makes, resolved along the inner's    *)
+(* MRO); "unknown" is judged as "base".  A forward on the inner object     *)
+(* itself has nothing to forward to and is judged "base" as well.  An      *)
+(* inner request_finished_all_groups that calls request_finished, reached  *)
+(* from the wrapper's request_finished, runs the inner's request_finished. *)
 Effective(outer, inner, m) ==
     LET l1 == Label(outer, m)
-        l2 == IF l1 = "forward" THEN Label(inner, m) ELSE l1
-    IN  IF l2 \in {"unknown", "forward"} THEN "base" ELSE l2
+        t  == ForwardTarget(m, l1)
+        l2 == IF t # "" THEN Label(inner, t) ELSE l1
+        l3 == IF t = "request_finished_all_groups" /\ l2 = "call_request_finished"
+              THEN Label(inner, "request_finished") ELSE l2
+    IN  IF l3 \in {"unknown"} \cup ForwardLabels THEN "base" ELSE l3
 
 (* Well-formedness of an (injected) table.                                 *)
 TableOK ==

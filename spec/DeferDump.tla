@@ -410,8 +410,19 @@ SubmitLayers(s, m, l, failed, recs) ==
 
 LayerSubmits(w, m) == SKLLabel = "submit_layer" /\ DumpReqs(m) # {} /\ Dumps(w)
 
+(* "sync_save": the step's dump slices are copied out before the call      *)
+(* returns (vLLM's ExampleConnector.save_kv_layer: .cpu() then             *)
+(* safetensors.torch.save_file); no task outlives the call, nothing to     *)
+(* track or wait.  `saved` lists the blocks read.                          *)
+SyncSaves(w, m, label) == label = "sync_save" /\ DumpReqs(m) # {} /\ Dumps(w)
+SyncSaved(w, m, label) == IF SyncSaves(w, m, label) THEN DumpBlocks(m) ELSE {}
+
 save_kv_layer(w, m, s, failed) ==
     IF LayerSubmits(w, m) THEN SubmitLayers(s, m, 1, failed, <<>>)
+    ELSE IF SyncSaves(w, m, SKLLabel)
+    THEN [s |-> s, calls |-> [l \in 1..Layers |->
+                                 [name |-> "save_kv_layer", layer |-> l, submitted |-> 0,
+                                  submit_error |-> FALSE, saved |-> DumpBlocks(m)]]]
     ELSE [s |-> s, calls |-> <<>>]
 
 (* Does wait_for_save submit a task on this rank in this step?             *)
@@ -427,7 +438,11 @@ DoneTasks(s) == {t \in s.pending : t.status # "running"}
 (* submit one task for the step without waiting ("blocking": pre-PR, wait  *)
 (* it at once).                                                            *)
 wait_for_save(w, m, s, checkErr, submitFails) ==
-    IF WFSLabel = "base" THEN
+    IF WFSLabel = "sync_save" THEN
+        [s |-> s, call |-> [name |-> "wait_for_save", reaped |-> {}, check_error |-> FALSE,
+                            tracked |-> {}, submitted |-> 0, submit_error |-> FALSE,
+                            blocked |-> {}, saved |-> SyncSaved(w, m, WFSLabel)]]
+    ELSE IF WFSLabel = "base" THEN
         [s |-> s, call |-> [name |-> "wait_for_save", reaped |-> {}, check_error |-> FALSE,
                             tracked |-> {}, submitted |-> 0, submit_error |-> FALSE,
                             blocked |-> {}]]
@@ -480,7 +495,7 @@ ChoiceSets(w, m, s0) ==
     LET hp == handle_preemptions(w, m, s0)
         subF == IF "submit" \in Faults /\ StepSubmits(w, m) THEN BOOLEAN ELSE {FALSE}
         layF == IF "submit" \in Faults /\ LayerSubmits(w, m) THEN {{}, 1..Layers} ELSE {{}}
-        chkF == IF "check" \in Faults /\ WFSLabel # "base" /\ DoneTasks(hp.s) # {}
+        chkF == IF "check" \in Faults /\ WFSLabel \notin {"base", "sync_save"} /\ DoneTasks(hp.s) # {}
                 THEN BOOLEAN ELSE {FALSE}
     IN  [submit |-> subF, layers |-> layF, check |-> chkF]
 Choices(w, m, s0) ==

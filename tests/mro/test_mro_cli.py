@@ -66,3 +66,24 @@ def test_bad_input_gives_one_line_and_no_traceback(fixture: str, message: str) -
 def test_unknown_class_selection_is_bad_input() -> None:
     out = _mro(str(FIXTURES / "super_skip.py"), "--class", "Nope")
     assert out.returncode == 2 and "not a connector class in the given files: Nope" in out.stderr
+
+
+def test_unsafe_verdict_shows_its_counterexample_in_table_json_and_html(tmp_path: Path) -> None:
+    fixture = str(FIXTURES / "ucm_independent_no_forward.py")
+    table = _mro(fixture, "--class", "OuterStoreConnector", "--html", str(tmp_path))
+    assert table.returncode == 1, table.stderr
+    text = " ".join(table.stdout.split())
+    assert "counterexample: NoUnexpectedReportInv violated, top level, HMA path" in text
+    assert "build_connector_meta: dump" in text and "UNEXPECTED finished_sending" in text
+    page = tmp_path / "OuterStoreConnector.html"
+    assert page.is_file() and "NoUnexpectedReportInv" in page.read_text(encoding="utf-8")
+    report = json.loads(_mro(fixture, "--class", "OuterStoreConnector", "--json").stdout)
+    example = report["connectors"]["OuterStoreConnector"]["counterexample"]
+    assert example["property"] == "NoUnexpectedReportInv"
+    assert example["trace"][0]["action"] is None  # the initial state, as `deferdump check --json` writes it
+    assert {"action", "state"} == set(example["trace"][-1]) and "unexpectedReports" in example["trace"][-1]["state"]
+
+
+def test_html_into_a_missing_directory_is_bad_input(tmp_path: Path) -> None:
+    out = _mro(str(FIXTURES / "super_skip.py"), "--html", str(tmp_path / "nope"))
+    assert out.returncode == 2 and "not a directory" in out.stderr and "Traceback" not in out.stderr

@@ -52,7 +52,8 @@ def test_wrapper_without_request_finished_forward_is_unsafe_only_beside_a_delayi
     multi = judge.judge_context("UCMConnector", Context("multi", "UCMDirectConnector"), [])
     assert top.verdict == "safe"  # the HMA path uses the forwarded request_finished_all_groups
     assert multi.verdict == "unsafe" and multi.violated in SAFETY_VIOLATIONS
-    assert multi.labels["UCMConnector.request_finished_all_groups"] == "forward"
+    # the inner classes are not SupportsHMA: the isinstance test sends the call to the inner request_finished
+    assert multi.labels["UCMConnector.request_finished_all_groups"] == "forward_request_finished"
 
 
 def test_wrapper_is_judged_once_per_inner_class_its_init_may_pick(runner: ModelRunner) -> None:

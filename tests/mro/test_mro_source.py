@@ -216,7 +216,9 @@ def test_tracking_attr_option_changes_what_counts_as_tracking() -> None:
                 self._saving_ids.update(out.dumping)
         """
     )
-    for attr, expected in (("_saving_ids", "track"), ("_async_dump_req_ids", "notrack")):
+    # with the default attribute nothing in Saver is visibly asynchronous (no tracking set, no store
+    # submit), so "tracks nothing" is not known to be a fault: unknown rather than notrack
+    for attr, expected in (("_saving_ids", "track"), ("_async_dump_req_ids", "unknown")):
         hierarchy = build_hierarchy(read_source(source, "<test>", tracking_attr=attr))
         assert EffectReader(hierarchy).label("Saver", "Saver", "build_connector_meta").label == expected
 

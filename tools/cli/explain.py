@@ -21,7 +21,7 @@ from deferdump.tools.explain.trace import ExplainError, ExplainTrace
 from deferdump.tools.tlc.values import format_value
 
 
-def _write(path: Path, text: str, target: str) -> None:
+def write_page(path: Path, text: str, target: str) -> None:
     """Write atomically (a crash never leaves half a page) and never over the trace being explained."""
     source = Path(target)
     if source.exists() and path.exists() and path.resolve() == source.resolve():
@@ -68,8 +68,8 @@ def explain(
         render_text(timeline, Console(highlight=False))
         return
     if html is not None:
-        _write(html, render_html(timeline, steps_detail(trace)), target)
+        write_page(html, render_html(timeline, steps_detail(trace)), target)
         typer.echo(f"wrote {html}: {timeline.model}, {timeline.verdict}, {len(timeline.columns)} steps", err=True)
     if svg is not None:
-        _write(svg, render_svg(timeline), target)
+        write_page(svg, render_svg(timeline), target)
         typer.echo(f"wrote {svg}", err=True)

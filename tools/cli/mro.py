@@ -8,6 +8,7 @@ stderr and no traceback.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import List, Optional
 
@@ -16,7 +17,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from deferdump.tools.mro.judge import MroReport, judge_files
+from deferdump.tools.cli.explain import steps_detail, write_page
+from deferdump.tools.explain.binding import step_lines
+from deferdump.tools.explain.html import render_html
+from deferdump.tools.explain.source import timeline_for
+from deferdump.tools.explain.trace import from_tlc_result
+from deferdump.tools.mro.errors import MroError
+from deferdump.tools.mro.judge import ConnectorJudgement, MroReport, judge_files
 from deferdump.tools.mro.source import DEFAULT_TRACKING_ATTR
 
 EXIT_NOT_SAFE = 1
@@ -64,11 +71,48 @@ def _render(report: MroReport, console: Console) -> None:
             console.print(line)
             for reason in context_judgement.reasons:
                 console.print(Text(f"    because {reason}", style="yellow"))
+        _render_counterexample(judgement, console)
         console.print()
     console.print(
         f"{len(report.connectors)} connector(s) judged with {report.tlc_runs} TLC run(s) "
         f"({report.cached_runs} cached) in {report.seconds:.1f}s"
     )
+
+
+def _render_counterexample(judgement: ConnectorJudgement, console: Console) -> None:
+    """Why a connector is not safe: the violated property, the context and TLC's shortest counterexample,
+    one numbered step at a time in connector-method words."""
+    deciding = judgement.deciding
+    if deciding is None or deciding.counterexample is None:
+        return
+    result = deciding.counterexample
+    under = " (with the unrecognised definitions at their worst)" if deciding.verdict == "unknown" else ""
+    console.print(Text(
+        f"  counterexample{under}: {deciding.violated} violated, {deciding.context.describe()}", style="bold"
+    ))
+    for index, state in enumerate(result.trace):
+        action = state.values.get("action")
+        lines = step_lines(action) if isinstance(action, Mapping) else [state.action or "step"]
+        console.print(Text(f"    {index + 1}. {lines[0]}"))
+        for line in lines[1:]:
+            console.print(Text(f"       {line}"))
+    if result.loop_index is not None:
+        console.print(Text(f"    ... then loops back to step {result.loop_index + 1}"))
+
+
+def _write_pages(report: MroReport, directory: Path) -> list[Path]:
+    """One ``deferdump explain`` page per connector that is not safe, named after the class."""
+    written: list[Path] = []
+    for name, judgement in report.connectors.items():
+        deciding = judgement.deciding
+        if deciding is None or deciding.counterexample is None:
+            continue
+        trace = from_tlc_result(deciding.counterexample, model=f"{name} ({deciding.context.describe()})",
+                                variant=deciding.context.inner)
+        page = directory / f"{name}.html"
+        write_page(page, render_html(timeline_for(trace), steps_detail(trace)), str(page))
+        written.append(page)
+    return written
 
 
 def mro(
@@ -84,8 +128,13 @@ def mro(
     liveness: bool = typer.Option(
         False, "--liveness", help="Also check that every delayed request is eventually freed (slower)."
     ),
+    html: Optional[Path] = typer.Option(
+        None, "--html", help="Write one `deferdump explain` page per unsafe or unknown connector into DIR."
+    ),
 ) -> None:
     """Judge connector classes in FILE… with the model: MRO, method ownership, safe/unsafe/unknown."""
+    if html is not None and not html.is_dir():
+        raise MroError(f"--html {html}: not a directory")
     console = Console(stderr=json_out)
     if not console.is_terminal:
         console = Console(stderr=json_out, width=120)  # files and pipes: do not squeeze method names into 80
@@ -103,5 +152,8 @@ def mro(
                 on_connector=lambda name: status.update(f"judging {name} with TLC"),
             )
         _render(report, console)
+    if html is not None:
+        for page in _write_pages(report, html):
+            typer.echo(f"wrote {page}", err=True)
     if any(j.verdict != "safe" for j in report.connectors.values()):
         raise typer.Exit(EXIT_NOT_SAFE)

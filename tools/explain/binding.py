@@ -258,12 +258,16 @@ def _call_lines(call: Mapping[str, Any]) -> list[str]:
     if name == "forward":
         writes = sorted((*_get(call, "writes", ()), *_get(call, "sw_writes", ())), key=show)
         return ["forward: " + ", ".join(f"{show(w[0])}←{show(w[1])}#{show(w[2])}" for w in writes)] if writes else []
+    if name == "save_kv_layer" and _get(call, "saved"):
+        return [f"save_kv_layer L{_get(call, 'layer')}: saved {show_set(_get(call, 'saved', ()))} before returning"]
     if name == "save_kv_layer":
         submitted = _get(call, "submitted", 0)
         return [f"save_kv_layer L{_get(call, 'layer')}: " + ("submit FAILED" if _get(call, "submit_error")
                                                               else f"submit task {submitted}")]
     if name == "wait_for_save":
         parts = []
+        if _get(call, "saved"):
+            parts.append(f"saved {show_set(_get(call, 'saved', ()))} before returning")
         if _get(call, "reaped"):
             parts.append(f"reaped {_waited(_get(call, 'reaped', ()))}")
         if _get(call, "check_error"):
@@ -700,3 +704,36 @@ def binding_for(variables: Iterable[str]) -> LaneBinding:
     """The DeferDump binding when the trace has its variables, else one lane per variable."""
     names = list(variables)
     return BINDING if REQUIRED <= set(names) else generic_binding(names)
+
+
+def step_lines(action: Mapping[str, Any]) -> list[str]:
+    """One step of a counterexample in connector-method words, a few short lines: what the scheduler
+    allocated and put in the metadata, each rank's connector calls (ranks with the same calls merged), and
+    what ``request_finished`` / ``finished_sending`` did. Used where a whole page is too much (``deferdump mro``)."""
+    name = str(action.get("name", "step"))
+    if name == "init":
+        return ["initial state"]
+    if name == "task_complete":
+        return [f"store: {line}" for line in describe_action(action).params]
+    lines: list[str] = []
+    schedule = _phase(action, "schedule")
+    if schedule:
+        lines.extend(f"scheduler: {p}" for p in _schedule_params(schedule))
+    execute = _phase(action, "execute_model")
+    if execute:
+        by_calls: dict[tuple[str, ...], list[Value]] = {}
+        for rank in sorted(_get(execute, "ranks", {}), key=show):
+            calls = tuple(line for call in _calls(action, rank) for line in _call_lines(call))
+            by_calls.setdefault(calls, []).append(rank)
+        for calls, ranks in by_calls.items():
+            who = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(show(r) for r in ranks)}"
+            lines.append(f"{who}: " + ("; ".join(calls) if calls else "no connector work"))
+    update = _phase(action, "update_from_output")
+    if update:
+        params = _update_params(update)
+        for call in _get(update, "calls", ()):
+            if _get(call, "name") == "_update_from_kv_xfer_finished" and _get(call, "unexpected"):
+                params.append(f"UNEXPECTED finished_sending {show_set(_get(call, 'unexpected', ()))} "
+                              "(vLLM asserts req_id in self.requests)")
+        lines.extend(f"scheduler: {p}" for p in params)
+    return lines or [name]

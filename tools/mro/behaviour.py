@@ -31,6 +31,12 @@ UNKNOWN = "unknown"
 WAIT_CALLS = frozenset({"wait", "wait_dump"})
 CHECK_CALLS = frozenset({"check"})
 SUBMIT_CALLS = frozenset({"dump_data", "dump"})
+#: Calls that write a tensor out before returning (``safetensors.torch.save_file``, ``torch.save``): a save
+#: made only of these is synchronous, so no dump outlives the call.
+SYNC_SAVE_CALLS = frozenset({"save_file", "save", "tofile"})
+#: Calls that wait for the stream's earlier work (``t.cpu()`` is a blocking copy on the current stream): a
+#: ``non_blocking=True`` copy in the same call is complete once one of these has run.
+SYNC_POINT_CALLS = frozenset({"cpu", "synchronize", "item", "tolist", "numpy"})
 
 #: Unknown definitions are checked twice: with the worst label the method admits, then with the PR's.
 PESSIMISTIC: dict[str, str] = {
@@ -54,9 +60,22 @@ OPTIMISTIC: dict[str, str] = {
     "_wait_pending_dump_task": "release_finally",
 }
 
+#: The other benign reading of an unrecognised save: it completes before returning (no dump in flight, so
+#: nothing to track or wait). A class is ``unsafe`` only when both benign readings fail.
+OPTIMISTIC_SYNC: dict[str, str] = {**OPTIMISTIC, "save_kv_layer": "sync_save", "wait_for_save": "sync_save"}
+
 #: A wrapper's method also counts as forwarding when it calls a related inner method (the HMA variant
 #: falling back to the inner ``request_finished``).
-FORWARD_ALIASES: dict[str, tuple[str, ...]] = {"request_finished_all_groups": ("request_finished",)}
+FORWARD_ALIASES: dict[str, tuple[str, ...]] = {
+    "request_finished_all_groups": ("request_finished",),
+    "request_finished": ("request_finished_all_groups",),
+}
+
+#: The model's label for a wrapper method that calls a different inner method (``Connectors!CrossForward``).
+CROSS_FORWARD_LABELS: dict[tuple[str, str], str] = {
+    ("request_finished_all_groups", "request_finished"): "forward_request_finished",
+    ("request_finished", "request_finished_all_groups"): "forward_request_finished_all_groups",
+}
 
 
 @dataclass(frozen=True)
@@ -72,6 +91,7 @@ class Effect:
     abstract: bool = False
     forwards: tuple[Forward, ...] = ()
     reasons: tuple[str, ...] = ()  # why part of the behaviour is unknown
+    async_hints: tuple[str, ...] = ()  # hand-offs to other threads/streams, with where they are
 
     @property
     def relevant(self) -> bool:
@@ -127,6 +147,15 @@ class EffectReader:
             elif self.hierarchy.opaque_ancestors(cls):
                 opaque = self.hierarchy.opaque_ancestors(cls)[0]
                 reasons.append(f"{owner}.{method} calls self.{helper}(), which may come from {opaque}")
+        # ``self.x = v`` runs a property setter, ``self.x`` a property getter, where the class has one
+        for name in sorted(facts.attr_stores):
+            target = self.hierarchy.lookup(cls, f"{name}.setter")
+            if target is not None:
+                callees.append(self._effect(cls, target, f"{name}.setter", True, inner))
+        for name in sorted(facts.attr_loads):
+            target = self.hierarchy.lookup(cls, name)
+            if target is not None and self.hierarchy.method(target, name).is_property:
+                callees.append(self._effect(cls, target, name, True, inner))
         delegated: list[Effect] = []
         for delegation in facts.delegations if delegations else ():
             if delegation.anchor not in self.hierarchy.mro:
@@ -156,6 +185,9 @@ class EffectReader:
             abstract=facts.body == "abstract" or (only_delegates and delegated[0].abstract),
             forwards=tuple(dict.fromkeys([*facts.forwards, *(f for e in everything for f in e.forwards)])),
             reasons=tuple(dict.fromkeys([*reasons, *(r for e in everything for r in e.reasons)])),
+            async_hints=tuple(dict.fromkeys(
+                [*(f"{owner}.{method} {h}" for h in facts.async_hints), *(h for e in everything for h in e.async_hints)]
+            )),
         )
         self._memo[key] = result
         return result
@@ -181,17 +213,69 @@ class EffectReader:
             and not own.reasons
         ):
             return DefinitionLabel(owner, method, "super")
-        label, reasons = classify(method, owner, self.effect(cls, owner, method))
+        label, reasons = classify(method, owner, self.effect(cls, owner, method), self.saves_async(cls))
         return DefinitionLabel(owner, method, label, reasons)
+
+    def saves_async(self, cls: str) -> bool:
+        """Does anything ``cls`` runs visibly keep dumps in flight (the tracking set, a store submit)? Only
+        then is a ``build_connector_meta`` that tracks nothing known to leave a dump untracked."""
+        for owner in self.hierarchy.mro[cls]:
+            facts = self.hierarchy.classes[owner]
+            if facts.external:
+                continue
+            for method in facts.methods.values():
+                if method.tracking_ops or method.calls & SUBMIT_CALLS:
+                    return True
+        return False
+
+    def forward_label(self, owner: str, method: str, inner: str) -> DefinitionLabel:
+        """The label of ``owner``'s forwarding definition of ``method`` when it wraps an ``inner`` instance:
+        the inner method it actually calls (``isinstance`` guards decided by ``inner``'s MRO), resolved along
+        ``inner``'s MRO; ``unknown`` when it calls several, or one ``inner`` lacks."""
+        facts = self.hierarchy.method(owner, method)
+        related = (method, *FORWARD_ALIASES.get(method, ()))
+        forwards = [f for f in facts.forwards if f.method in related]
+        inner_mro = set(self.hierarchy.mro[inner])
+        taken = [f for f in forwards if all((cls in inner_mro) == positive for cls, positive in f.guards)]
+        where = f"{owner}.{method}"
+        targets = list(dict.fromkeys(f.method for f in taken))
+        if not targets:
+            return DefinitionLabel(owner, method, UNKNOWN, (
+                f"{where} forwards only under isinstance tests an {inner} instance fails",))
+        if len(targets) > 1:
+            calls = " or ".join(f"self.{f.attr}.{f.method}()" for f in taken)
+            return DefinitionLabel(owner, method, UNKNOWN, (
+                f"{where} calls {calls} depending on run-time state",))
+        target = targets[0]
+        attr = taken[0].attr
+        if self.hierarchy.lookup(inner, target) is None:
+            dynamic = self.hierarchy.lookup(inner, "__getattr__")
+            why = (f"{where} calls self.{attr}.{target}(), which {inner} supplies only through "
+                   f"{dynamic}.__getattr__") if dynamic else (
+                f"{where} calls self.{attr}.{target}(), which {inner} does not define (AttributeError at run time)")
+            return DefinitionLabel(owner, method, UNKNOWN, (why,))
+        if target == method:
+            return DefinitionLabel(owner, method, "forward")
+        return DefinitionLabel(owner, method, CROSS_FORWARD_LABELS[(method, target)])
+
+
+def _pending_hints(effect: Effect) -> list[str]:
+    """Hand-offs that may still run after the call returns: a ``non_blocking`` copy counts only when no
+    synchronising call (``.cpu()``, ``synchronize()``) in the same call waits for it."""
+    synced = bool(effect.calls & SYNC_POINT_CALLS)
+    return [h for h in effect.async_hints if not (synced and "non_blocking" in h)]
 
 
 def _reads(effect: Effect) -> bool:
     return bool(effect.tracking_ops & {"read", "remove"})
 
 
-def classify(method: str, owner: str, effect: Effect) -> tuple[str, tuple[str, ...]]:
+def classify(
+    method: str, owner: str, effect: Effect, saves_async: bool = True
+) -> tuple[str, tuple[str, ...]]:
     """Map a definition's full effect to the label the spec gives that kind of body; ``(unknown, why)``
-    when the effect matches none of them or part of it could not be followed."""
+    when the effect matches none of them or part of it could not be followed. ``saves_async``: the class
+    visibly keeps dumps in flight, so not tracking them is a definite ``notrack``."""
     if effect.reasons:
         return UNKNOWN, effect.reasons
     where = f"{owner}.{method}"
@@ -199,8 +283,15 @@ def classify(method: str, owner: str, effect: Effect) -> tuple[str, tuple[str, .
         return UNKNOWN, (f"{where} is abstract: a class resolving to it cannot run",)
     waits = bool(effect.calls & WAIT_CALLS)
     submits = bool(effect.calls & SUBMIT_CALLS)
+    hints = _pending_hints(effect)
+    synchronous = bool(effect.calls & SYNC_SAVE_CALLS) and not submits and not hints
     if method == "build_connector_meta":
-        return ("track" if "add" in effect.tracking_ops else "notrack"), ()
+        if "add" in effect.tracking_ops:
+            return "track", ()
+        if saves_async:
+            return "notrack", ()
+        return UNKNOWN, (f"{where} tracks nothing, and no dump of this class is visibly asynchronous: "
+                         "whether anything needs tracking is not known",)
     if method == "request_finished":
         if _reads(effect) and effect.constant is None:
             return "delay_if_tracked", ()
@@ -222,6 +313,10 @@ def classify(method: str, owner: str, effect: Effect) -> tuple[str, tuple[str, .
     if method == "save_kv_layer":
         if submits:
             return "submit_layer", ()
+        if hints:
+            return UNKNOWN, (f"{where} may leave a save running after it returns: {hints[0]}",)
+        if synchronous and not effect.tracking_ops:
+            return "sync_save", ()
         if effect.noop or not effect.relevant:
             return "pass", ()
         return UNKNOWN, (f"{where} does protocol work other than submitting a dump",)
@@ -233,6 +328,10 @@ def classify(method: str, owner: str, effect: Effect) -> tuple[str, tuple[str, .
             return ("blocking" if blocking else "poll_track_submit"), ()
         if effect.noop:
             return "base", ()
+        if synchronous and not effect.tracking_ops and not waits:
+            return "sync_save", ()
+        if hints:
+            return UNKNOWN, (f"{where} may leave a save running after it returns: {hints[0]}",)
         return UNKNOWN, (f"{where} does not record the step's dump requests in the tracking set",)
     if method == "get_finished":
         if _reads(effect) and effect.constant is None:

@@ -13,11 +13,12 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 
 from deferdump.tools.mro.behaviour import (
     FORWARD_ALIASES,
     OPTIMISTIC,
+    OPTIMISTIC_SYNC,
     PESSIMISTIC,
     SPEC_METHODS,
     UNKNOWN,
@@ -41,6 +42,9 @@ from deferdump.tools.mro.tla import (
     module_name,
     module_text,
 )
+
+if TYPE_CHECKING:
+    from deferdump.tools.tlc.output import TlcResult
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +81,8 @@ class ContextJudgement:
     violated: str | None
     reasons: tuple[str, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)  # "Class.method" -> label, as injected
+    counterexample: "TlcResult | None" = None  # TLC's trace of the violation (unknown: under the worst labels)
+    model: str | None = None  # the generated module the counterexample comes from
 
 
 @dataclass(frozen=True)
@@ -91,13 +97,33 @@ class ConnectorJudgement:
     reasons: tuple[str, ...]
     judgements: tuple[ContextJudgement, ...]
 
+    @property
+    def deciding(self) -> ContextJudgement | None:
+        """The context judgement the verdict comes from (None when safe)."""
+        return next((j for j in self.judgements if j.context == self.context and j.verdict == self.verdict), None)
+
     def to_json(self) -> dict[str, object]:
+        from deferdump.tools.tlc.manifest import trace_json
+
         context: dict[str, object] | None = None
         if self.context is not None:
             context = self.context.to_json()
             if self.reasons:
                 context["reasons"] = list(self.reasons)
-        return {"resolves": self.resolves, "verdict": self.verdict, "violated": self.violated, "context": context}
+        out: dict[str, Any] = {
+            "resolves": self.resolves, "verdict": self.verdict, "violated": self.violated, "context": context
+        }
+        deciding = self.deciding
+        if deciding is not None and deciding.counterexample is not None:
+            result = deciding.counterexample
+            out["counterexample"] = {
+                "model": deciding.model,
+                "property": result.property,
+                "kind": None if result.kind is None else result.kind.value,
+                "trace": trace_json(result),
+                "loop_index": result.loop_index,
+            }
+        return out
 
 
 @dataclass(frozen=True)
@@ -126,6 +152,8 @@ class MroReport:
 class _Outcome:
     passed: bool
     violated: str | None
+    result: "TlcResult | None" = None  # kept for a violation: its counterexample
+    model: str | None = None
 
 
 class ModelRunner:
@@ -190,7 +218,13 @@ class ModelRunner:
         status = getattr(result.status, "value", result.status)
         if status == "error":
             raise JudgeError(f"TLC could not check the model for {inner} ({path}): {result.message}")
-        outcome = _Outcome(passed=status == "pass", violated=result.property if status != "pass" else None)
+        passed = status == "pass"
+        outcome = _Outcome(
+            passed=passed,
+            violated=None if passed else result.property,
+            result=None if passed else result,
+            model=name,
+        )
         log.info("TLC %s %s wrapper=%s %s: %s in %.1fs", name, inner, wrapper, path, status, result.seconds)
         self._cache[key] = outcome
         return outcome
@@ -234,6 +268,9 @@ class Judge:
             for candidate in candidates:
                 if candidate in self.hierarchy.connectors:
                     choices.append(candidate)
+                elif candidate in self.hierarchy.classes and not self.hierarchy.classes[candidate].external:
+                    reasons.append(f"{cls}.__init__ puts {candidate} in self.{attr}, a helper that is not a "
+                                   "connector class: the model has no counterpart for calls into it")
                 else:
                     reasons.append(f"{cls}.__init__ may put {candidate} in self.{attr}, which was not analysed")
         unique = list(dict.fromkeys(choices))
@@ -258,6 +295,8 @@ class Judge:
                     if method not in methods:
                         continue
                     label = self.reader.label(concrete, owner, method)
+                    if label.label == "forward" and inner is not None and concrete == cls:
+                        label = self.reader.forward_label(owner, method, inner)
                     if label.label == "forward" and (inner is None or concrete == inner):
                         why = tuple(forward_reasons) or (f"{owner}.{method} forwards, but no inner class is known",)
                         label = DefinitionLabel(owner, method, UNKNOWN, why)
@@ -268,6 +307,12 @@ class Judge:
                             (f"{owner}.{method} behaves as {previous.label} for {cls} but {label.label} for {concrete}",),
                         )
                     labels[(owner, method)] = label
+            dynamic = self.hierarchy.lookup(concrete, "__getattr__")
+            if dynamic is not None and not self.hierarchy.classes[dynamic].external:
+                for method in SPEC_METHODS:  # Python asks __getattr__ only for what the MRO lacks
+                    if self.hierarchy.lookup(concrete, method) is None and (dynamic, method) not in labels:
+                        labels[(dynamic, method)] = DefinitionLabel(dynamic, method, UNKNOWN, (
+                            f"{concrete} defines no {method}: {dynamic}.__getattr__ supplies it at run time",))
         return list(labels.values())
 
     def _table(
@@ -287,7 +332,7 @@ class Judge:
         for label in labels:
             value = label.label
             if value == UNKNOWN and resolve_unknown is not None:
-                if label.phantom and resolve_unknown is OPTIMISTIC:
+                if label.phantom and resolve_unknown is not PESSIMISTIC:
                     continue
                 value = resolve_unknown[label.method]
             behaviour[(rename[label.owner], label.method)] = value
@@ -311,12 +356,16 @@ class Judge:
         if worst.passed:
             return ContextJudgement(context, "safe", None, (), shown)
         if not unknowns:
-            return ContextJudgement(context, "unsafe", worst.violated, (), shown)
+            return ContextJudgement(context, "unsafe", worst.violated, (), shown, worst.result, worst.model)
         table, rename = self._table(cls, context.inner, labels, OPTIMISTIC)
         best = self.runner.check(table, rename[target], wrapper, context.path)
+        if not best.passed and any(l.method in ("save_kv_layer", "wait_for_save") for l in unknowns):
+            table, rename = self._table(cls, context.inner, labels, OPTIMISTIC_SYNC)
+            synchronous = self.runner.check(table, rename[target], wrapper, context.path)
+            best = best if not synchronous.passed else synchronous
         if not best.passed:
-            return ContextJudgement(context, "unsafe", best.violated, (), shown)
-        return ContextJudgement(context, "unknown", worst.violated, reasons, shown)
+            return ContextJudgement(context, "unsafe", best.violated, (), shown, best.result, best.model)
+        return ContextJudgement(context, "unknown", worst.violated, reasons, shown, worst.result, worst.model)
 
     def judge(self, cls: str) -> ConnectorJudgement:
         _, inner_reasons = self.inner_choices(cls)

@@ -67,10 +67,13 @@ class Delegation:
 
 @dataclass(frozen=True)
 class Forward:
-    """``self.<attr>.<method>(...)``: a call into an inner (wrapped) connector."""
+    """``self.<attr>.<method>(...)``: a call into an inner (wrapped) connector. ``guards`` are the
+    ``isinstance(self.<attr>, X)`` tests the call sits under: ``(X, True)`` inside the test's body,
+    ``(X, False)`` in its ``else`` or after an ``if`` whose body always returns."""
 
     attr: str
     method: str
+    guards: tuple[tuple[str, bool], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,10 @@ class MethodFacts:
     calls: frozenset[str] = frozenset()  # methods called on objects other than self (``store.wait`` -> "wait")
     finally_calls: frozenset[str] = frozenset()  # every method called inside a ``finally:`` block
     opaque: tuple[str, ...] = ()  # constructs the analysis could not follow, each as a short reason
+    attr_stores: frozenset[str] = frozenset()  # ``self.<x> = ...``: runs a property setter if one exists
+    attr_loads: frozenset[str] = frozenset()  # ``self.<x>`` read (not called): runs a property getter
+    is_property: bool = False  # a ``@property`` getter (stored under its name; setters as ``<x>.setter``)
+    async_hints: tuple[str, ...] = ()  # calls that hand work to another thread/stream (``submit``, ``non_blocking=True``)
 
 
 @dataclass(frozen=True)
@@ -143,11 +150,22 @@ def _strip_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
     return body
 
 
+#: Calls that hand work to another thread, process, stream or event loop: a save method making one may
+#: still be reading the blocks when it returns.
+ASYNC_CALLS = frozenset(
+    {"submit", "start", "apply_async", "map_async", "run_in_executor", "create_task", "ensure_future",
+     "run_coroutine_threadsafe", "put", "put_nowait", "Thread", "Process", "start_new_thread", "record_stream"}
+)
+
+
 def _body_kind(func: ast.FunctionDef | ast.AsyncFunctionDef) -> BodyKind:
     body = _strip_docstring(func.body)
     is_abstract = any(_simple(_dotted(d) or "") == "abstractmethod" for d in func.decorator_list)
     trivial = all(
-        isinstance(s, ast.Pass) or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)) for s in body
+        isinstance(s, ast.Pass)
+        or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+        or (isinstance(s, ast.Return) and s.value is None)  # a bare ``return`` does nothing either
+        for s in body
     )
     if trivial:
         return "abstract" if is_abstract else "noop"
@@ -177,6 +195,9 @@ class _MethodReader:
         self.forwards: list[Forward] = []
         self.calls: set[str] = set()
         self.opaque: list[str] = []
+        self.attr_stores: set[str] = set()
+        self.attr_loads: set[str] = set()
+        self.async_hints: list[str] = []
 
     def read(self) -> MethodFacts:
         self._collect_aliases()
@@ -185,6 +206,12 @@ class _MethodReader:
                 self._read_call(node)
             elif isinstance(node, ast.Attribute) and _is_self(node.value) and node.attr == self.tracking_attr:
                 self.tracking_ops.add(self._tracking_op(node))
+            elif isinstance(node, ast.Attribute) and _is_self(node.value):
+                parent = self.parents.get(node)
+                if isinstance(node.ctx, ast.Store):
+                    self.attr_stores.add(node.attr)
+                elif not (isinstance(parent, ast.Call) and parent.func is node):
+                    self.attr_loads.add(node.attr)
             elif isinstance(node, ast.Name) and node.id in self.tracking_aliases:
                 if not isinstance(node.ctx, ast.Store):
                     self.tracking_ops.add(self._tracking_op(node))
@@ -201,6 +228,10 @@ class _MethodReader:
             calls=frozenset(self.calls),
             finally_calls=self._finally_calls(),
             opaque=tuple(dict.fromkeys(self.opaque)),
+            attr_stores=frozenset(self.attr_stores),
+            attr_loads=frozenset(self.attr_loads),
+            is_property=any(_simple(_dotted(d) or "") == "property" for d in self.func.decorator_list),
+            async_hints=tuple(dict.fromkeys(self.async_hints)),
         )
 
     def _collect_aliases(self) -> None:
@@ -235,8 +266,17 @@ class _MethodReader:
 
     def _read_call(self, call: ast.Call) -> None:
         func = call.func
+        if any(k.arg == "non_blocking" and not (isinstance(k.value, ast.Constant) and not k.value.value)
+               for k in call.keywords):
+            self.async_hints.append(f"line {call.lineno}: {ast.unparse(func)}(..., non_blocking=...)")
+        callee = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        if callee in ASYNC_CALLS and not (isinstance(func, ast.Attribute) and _is_self(func.value)):
+            self.async_hints.append(f"line {call.lineno}: {ast.unparse(func)}()")
         if isinstance(func, ast.Name) and func.id == "getattr" and call.args and _is_self(call.args[0]):
             self.opaque.append(f"line {call.lineno}: getattr(self, ...) call")
+            return
+        if isinstance(func, ast.Name):
+            self.calls.add(func.id)  # a plain function: ``save_file(...)`` imported by name
             return
         if not isinstance(func, ast.Attribute):
             return
@@ -249,14 +289,64 @@ class _MethodReader:
             self.self_calls.add(func.attr)
         elif isinstance(target, ast.Attribute) and _is_self(target.value) and target.attr != self.tracking_attr:
             if func.attr in CONNECTOR_METHODS:
-                self.forwards.append(Forward(target.attr, func.attr))
+                self.forwards.append(Forward(target.attr, func.attr, self._guards(call, target.attr)))
         elif isinstance(target, ast.Name) and target.id in self.inner_aliases:
             if func.attr in CONNECTOR_METHODS:
-                self.forwards.append(Forward(self.inner_aliases[target.id], func.attr))
+                attr = self.inner_aliases[target.id]
+                self.forwards.append(Forward(attr, func.attr, self._guards(call, attr)))
         elif call.args and _is_self(call.args[0]):
             anchor = _dotted(target)
             if anchor is not None:
                 self.delegations.append(Delegation("explicit", func.attr, _simple(anchor)))
+
+    def _isinstance_test(self, test: ast.expr, attr: str) -> tuple[str, bool] | None:
+        """``isinstance(self.<attr>, X)`` (or a local alias of it, or its ``not``) as (X, polarity)."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            inner = self._isinstance_test(test.operand, attr)
+            return None if inner is None else (inner[0], not inner[1])
+        if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance"):
+            return None
+        if len(test.args) != 2:
+            return None
+        subject, cls = test.args
+        held = (isinstance(subject, ast.Attribute) and _is_self(subject.value) and subject.attr == attr) or (
+            isinstance(subject, ast.Name) and self.inner_aliases.get(subject.id) == attr
+        )
+        name = _dotted(cls)
+        return (_simple(name), True) if held and name else None
+
+    def _guards(self, node: ast.AST, attr: str) -> tuple[tuple[str, bool], ...]:
+        """The isinstance tests on ``self.<attr>`` that decide whether ``node`` runs: enclosing ``if``s,
+        and earlier ``if``s in the same block whose body always returns (an early return)."""
+        guards: list[tuple[str, bool]] = []
+        child: ast.AST = node
+        parent = self.parents.get(child)
+        while parent is not None:
+            if isinstance(parent, ast.If):
+                test = self._isinstance_test(parent.test, attr)
+                if test is not None and child in parent.body:
+                    guards.append(test)
+                elif test is not None and child in parent.orelse:
+                    guards.append((test[0], not test[1]))
+            for field_name in ("body", "orelse", "finalbody"):
+                block = getattr(parent, field_name, None)
+                if isinstance(block, list) and child in block:
+                    for earlier in block[: block.index(child)]:
+                        if isinstance(earlier, ast.If) and earlier.body and not earlier.orelse:
+                            if isinstance(earlier.body[-1], (ast.Return, ast.Raise)):
+                                test = self._isinstance_test(earlier.test, attr)
+                                if test is not None:
+                                    guards.append((test[0], not test[1]))
+            child, parent = parent, self.parents.get(parent)
+        top = self.func.body
+        if child in top:
+            for earlier in top[: top.index(child)]:
+                if isinstance(earlier, ast.If) and earlier.body and not earlier.orelse:
+                    if isinstance(earlier.body[-1], (ast.Return, ast.Raise)):
+                        test = self._isinstance_test(earlier.test, attr)
+                        if test is not None:
+                            guards.append((test[0], not test[1]))
+        return tuple(dict.fromkeys(guards))
 
     def _read_super(self, call: ast.Call, method: str, sup: ast.Call) -> None:
         if not sup.args:
@@ -424,7 +514,13 @@ def _read_class(
     inner: dict[str, tuple[str, ...]] = {}
     for stmt in node.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            methods[stmt.name] = _MethodReader(stmt, node.name, tracking_attr).read()
+            setter = next(
+                (d.value.id for d in stmt.decorator_list
+                 if isinstance(d, ast.Attribute) and d.attr == "setter" and isinstance(d.value, ast.Name)),
+                None,
+            )
+            key = f"{setter}.setter" if setter else stmt.name
+            methods[key] = _MethodReader(stmt, node.name, tracking_attr).read()
             if stmt.name == "__init__":
                 factories = {
                     f.name: f for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))

@@ -240,12 +240,17 @@ class CheckOutcome:
             "generated_states": result.generated_states,
             "depth": result.depth,
             "seconds": round(result.seconds, 3),
-            "trace": [{"action": state.action, "state": {name: to_itf(value) for name, value in state.values.items()}}
-                      for state in result.trace],
+            "trace": trace_json(result),
             "loop_index": result.loop_index,
             "message": (self.summary or None) if self.entry is not None and not self.expected_ok else result.message,
             "expected_ok": self.expected_ok,
         }
+
+
+def trace_json(result: TlcResult) -> list[dict[str, Any]]:
+    """A TLC trace as ``deferdump check --json`` prints it: per state, TLC's action name and the values (ITF)."""
+    return [{"action": state.action, "state": {name: to_itf(value) for name, value in state.values.items()}}
+            for state in result.trace]
 
 
 def _describe(result: TlcResult) -> str:

@@ -1,0 +1,51 @@
+"""`deferdump mro` on vLLM 0.32's own connector sources, read from the installed vllm package (never
+imported): every connector class gets a verdict, or `unknown` with its reasons, within 60 s per connector
+and its helper modules. What the verdicts mean: docs/mro.md."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from deferdump.tools.mro.judge import ModelRunner, judge_files
+from deferdump.tools.mro.tla import ModelBounds
+
+
+def _v1() -> Path:
+    spec = importlib.util.find_spec("vllm")  # locates the package without importing it
+    assert spec is not None and spec.origin is not None, "vllm is not installed in this environment"
+    return Path(spec.origin).parent / "distributed" / "kv_transfer" / "kv_connector" / "v1"
+
+
+V1 = _v1()
+
+#: A connector and the helper modules analysed with it -> the verdict of each connector class.
+SOURCES: dict[str, tuple[list[Path], dict[str, str]]] = {
+    "example": ([V1 / "example_connector.py"], {"ExampleConnector": "safe"}),
+    "multi": ([V1 / "multi_connector.py"], {"MultiConnector": "unknown"}),
+    "offloading": (
+        [V1 / "offloading_connector.py", *sorted((V1 / "offloading").glob("*.py"))],
+        {"OffloadingConnector": "unknown"},
+    ),
+    "lmcache": ([V1 / "lmcache_connector.py"], {"LMCacheConnectorV1": "unknown"}),
+    "nixl": (
+        sorted((V1 / "nixl").glob("*.py")),
+        {"NixlBaseConnector": "unknown", "NixlPullConnector": "unknown", "NixlPushConnector": "unknown"},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SOURCES))
+def test_vllm_connector_sources_are_judged(name: str) -> None:
+    files, expected = SOURCES[name]
+    assert all(f.is_file() for f in files), files
+    report = judge_files(files, runner=ModelRunner(ModelBounds(), timeout=120))
+    assert set(report.connectors) == set(report.hierarchy.connectors)  # every connector class judged
+    verdicts = {cls: j.verdict for cls, j in report.connectors.items()}
+    assert verdicts == expected, {cls: (j.verdict, j.violated, j.reasons) for cls, j in report.connectors.items()}
+    for judgement in report.connectors.values():
+        if judgement.verdict == "unknown":
+            assert judgement.reasons and judgement.deciding is not None
+            assert judgement.deciding.counterexample is not None  # the run under the worst labels
+    assert report.seconds <= 60, f"{name}: {report.seconds:.1f}s"
