@@ -6,18 +6,27 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.deferdump-installed
 
-.PHONY: setup verify test test-vllm bench clean java-check
+.PHONY: setup verify test test-vllm bench clean java-check redis-check
 
-setup: java-check $(STAMP)
+setup: java-check redis-check $(STAMP)
 
 java-check:
 	@command -v java >/dev/null 2>&1 || { echo "make setup: java not found: install a JRE >= 11 (Debian: apt-get install -y openjdk-17-jre-headless)" >&2; exit 1; }
+
+# The Redis store's tests start their own redis-server (and a local Redis Cluster) on free ports.
+redis-check:
+	@command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && [ -f /etc/debian_version ]; then \
+	    apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; \
+	  else \
+	    echo "make setup: redis-server not found: install Redis >= 6 (Debian: apt-get install -y redis-server)" >&2; exit 1; \
+	  fi; }
 
 # torch first, pinned to the CPU build on this machine's disk: a bare `torch` would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) -m pip install -q -e '.[test,bench,redis]'
 	@touch $(STAMP)
 
 # check the CI models, generate edge-cover traces of each conformance model, replay them on the
@@ -48,10 +57,10 @@ $(VLLM_BASE_STAMP):
 	@touch $(VLLM_BASE_STAMP)
 
 $(VLLM_STAMP): pyproject.toml $(VLLM_BASE_STAMP)
-	set -o pipefail; $(VLLM_VENV)/bin/python -m pip install -q -e '.[test]' 2>&1 | { $(PIP_QUIET_LOCATIONS); }
+	set -o pipefail; $(VLLM_VENV)/bin/python -m pip install -q -e '.[test,redis]' 2>&1 | { $(PIP_QUIET_LOCATIONS); }
 	@touch $(VLLM_STAMP)
 
-test-vllm: $(VLLM_STAMP)
+test-vllm: redis-check $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/pytest -v tests/vllm -p no:cacheprovider --timeout=600 --durations=0
 
 clean:

@@ -39,6 +39,8 @@ _LAZY = {
     "FaultyStore": "faults",
     "FaultConfig": "faults",
     "ManualStore": "manual_store",
+    "RedisStore": "redis_store",
+    "RedisUnavailable": "redis_store",
 }
 
 
@@ -56,7 +58,7 @@ __all__ = [
     "CpuDevice", "CudaDevice", "DeferDumpError", "DeferDumpMetadata", "Device", "DeviceError", "DirectConnector",
     "EventHandleError", "EventRegistry", "FaultConfig", "FaultyStore", "FileStore", "KVCacheLayout", "KVStore",
     "LayerLayout", "LayerWiseConnector", "LayoutError", "LoadError", "ManualStore", "MemoryStore",
-    "NewRequestView", "OuterConnector", "PendingDumpTask", "ReadyPayload", "RequestDispatchMeta", "RequestPlan",
+    "NewRequestView", "OuterConnector", "PendingDumpTask", "ReadyPayload", "RedisStore", "RedisUnavailable", "RequestDispatchMeta", "RequestPlan",
     "RequestView", "Role", "RoleError", "StepView", "StoreDirectoryError", "StoreError", "StoreFull", "StoreStats",
     "StoreTask",
     "SubmitError", "TaskNotFound", "describe_kv_caches", "find_block_dim", "make_store",
