@@ -186,10 +186,9 @@ class RedisStore(ThreadedStore):
         data = self._payload_rows(task, payload)
         redis = _redis()
         hashes = task.block_hashes
-        written = 0
-        for batch in self._batches(len(hashes), data.shape[1] if data.dim() == 2 else 0):
+        for batch in self._batches(len(hashes), data.shape[1]):
             if cancel.is_set():
-                raise _Cancelled(f"dump task {task.task_id} stopped after a timed-out wait ({written} block(s) written)")
+                raise _Cancelled(f"dump task {task.task_id} stopped after a timed-out wait ({batch.start} block(s) written)")
             pipe = self._pipeline()
             for index in batch:
                 row = data[index].contiguous().numpy()
@@ -197,8 +196,7 @@ class RedisStore(ThreadedStore):
             try:
                 pipe.execute()
             except redis.RedisError as exc:
-                raise self._failure(f"dump task {task.task_id} ({written} of {len(hashes)} block(s) written)", exc) from None
-            written += len(batch)
+                raise self._failure(f"dump task {task.task_id} (blocks {batch.start}-{batch.stop - 1} of {len(hashes)})", exc) from None
         return None
 
     def _run_load(self, task: StoreTask, cancel: threading.Event) -> torch.Tensor:
@@ -320,5 +318,10 @@ class RedisStore(ThreadedStore):
 
 
 def _describe(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
+    """One line: the exception's class and Redis's reason (redis-py quotes a failed pipeline command's
+    arguments, i.e. kilobytes of block bytes; they are cut)."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    marker = "of pipeline caused error: "
+    if marker in text:
+        text = text.split(marker, 1)[1]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

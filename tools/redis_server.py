@@ -8,6 +8,7 @@ server without persistence is.
 from __future__ import annotations
 
 import contextlib
+import random
 import shutil
 import signal
 import socket
@@ -31,6 +32,20 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def free_cluster_port() -> int:
+    """A port P with P and its cluster bus port P + 10000 both free (kernel-picked ports may exceed 55535)."""
+    for _ in range(200):
+        port = random.randint(20000, 30000)
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as a, socket.socket(socket.AF_INET, socket.SOCK_STREAM) as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 10000))
+        except OSError:
+            continue
+        return port
+    raise RedisServerError("no free port pair (P, P + 10000) for a Redis Cluster node in 20000-30000")
 
 
 def redis_binaries() -> tuple[str, str]:
@@ -147,7 +162,7 @@ class LocalRedisCluster:
         for index in range(masters):
             node_dir = self.workdir / f"node{index}"
             node_dir.mkdir()
-            self.nodes.append(LocalRedis(workdir=node_dir, extra_args=(
+            self.nodes.append(LocalRedis(free_cluster_port(), workdir=node_dir, extra_args=(
                 "--cluster-enabled", "yes", "--cluster-config-file", str(node_dir / "nodes.conf"),
                 "--cluster-node-timeout", "2000",
             )))
