@@ -15,6 +15,7 @@ import os
 import statistics
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from deferdump.reference.config import ConnectorConfig
 from deferdump.reference.faults import FaultConfig, FaultyStore
 from deferdump.reference.file_store import TMP_SUFFIX, FileStore
 from deferdump.reference.memory_store import MemoryStore
+from deferdump.reference.redis_store import RedisStore, RedisUnavailable, check_redis_url
 from deferdump.reference.store_base import KVStore
 
 from .errors import DeferdumpError
@@ -34,7 +36,8 @@ from .phase_timer import PhaseTimer
 from .sim_scheduler import WorkloadConfig
 from .steploop import LoopConfig, Mode, StepLoop
 
-STORES = ("memory", "file")
+STORES = ("memory", "file", "redis")
+DEFAULT_STORES = ("memory", "file")  # "redis" needs a server: `--store redis --redis-url URL`
 VARIANTS = ("direct", "layerwise", "cp")
 WORLD_SIZES = {"direct": 2, "layerwise": 1, "cp": 2}  # direct runs as TP=2: per-rank keys, aggregated reports
 RSS_TOLERANCE = 0.05
@@ -50,7 +53,8 @@ class SoakConfig:
     fault_rate: float = 0.01  # probability per submit, check and wait
     slow_task_s: float = 0.002  # each task is slowed by up to this much
     seed: int = 0
-    stores: tuple[str, ...] = STORES
+    stores: tuple[str, ...] = DEFAULT_STORES
+    redis_url: str | None = None  # the server of "redis" cells (each cell uses a namespace of its own)
     variants: tuple[str, ...] = VARIANTS
     store_root: Path | None = None  # where FileStore temp dirs go (default: /dev/shm when usable)
     capacity_blocks: int = 96
@@ -76,6 +80,13 @@ class SoakConfig:
             unknown = [value for value in chosen if value not in known]
             if unknown or not chosen:
                 raise SoakConfigError(f"unknown or no {name}(s) {unknown} (known: {', '.join(known)})")
+        if "redis" in self.stores:
+            if self.redis_url is None:
+                raise SoakConfigError("store redis needs --redis-url (e.g. redis://127.0.0.1:6379/0)")
+            try:
+                check_redis_url(self.redis_url)
+            except ValueError as exc:
+                raise SoakConfigError(f"--redis-url: {exc}") from None
         if self.requests < len(self.stores) * len(self.variants):
             raise SoakConfigError(
                 f"requests ({self.requests}) must be at least one per cell ({len(self.stores) * len(self.variants)})"
@@ -111,6 +122,7 @@ class CellResult:
     aborts: int
     submit_failures: int
     wait_failures: int
+    store_errors: int  # failures the store itself reported (failed dumps/loads, unreachable lookups), not injected
     faults_injected: dict[str, int]
 
     @property
@@ -152,6 +164,7 @@ class SoakReport:
             "fault_rate": self.config.fault_rate,
             "slow_task_s": self.config.slow_task_s,
             "seed": self.config.seed,
+            "store_errors": sum(cell.store_errors for cell in cells),
             "faults_injected": _sum_counts(cell.faults_injected for cell in cells),
             "cells": [dataclasses.asdict(cell) | {"ok": cell.ok} for cell in cells],
         }
@@ -172,15 +185,34 @@ def default_store_root() -> Path | None:
 
 
 @contextlib.contextmanager
-def _open_store(kind: str, config: SoakConfig, seed: int) -> Iterator[tuple[KVStore, Callable[[], tuple[bool, str]]]]:
-    """The cell's store (wrapped in a FaultyStore) and a function auditing its files/bytes against its index."""
+def _open_store(
+    kind: str, config: SoakConfig, seed: int
+) -> Iterator[tuple[KVStore, Callable[[], tuple[bool, str]], Callable[[], int]]]:
+    """The cell's store (wrapped in a FaultyStore), a function auditing its files/bytes against its index, and
+    one counting the failures the store reported itself."""
     faults = FaultConfig(
         submit_fail=config.fault_rate, check_fail=config.fault_rate, wait_fail=config.fault_rate,
         delay_s=config.slow_task_s, seed=seed,
     )
     with contextlib.ExitStack() as stack:
-        inner: MemoryStore | FileStore
-        if kind == "memory":
+        inner: MemoryStore | FileStore | RedisStore
+        if kind == "redis":
+            assert config.redis_url is not None
+            try:
+                redis_store = RedisStore(config.redis_url, namespace=f"deferdump-soak-{uuid.uuid4().hex[:12]}",
+                                         socket_timeout_s=2.0, connect_timeout_s=0.5)
+            except RedisUnavailable as exc:
+                raise SoakConfigError(str(exc)) from None
+            inner = redis_store
+            stack.callback(_clear_quietly, redis_store)
+
+            def audit() -> tuple[bool, str]:
+                try:
+                    records, nbytes, bad = redis_store.audit()
+                except Exception as exc:  # the server is down at the end: the audit cannot vouch for anything
+                    return False, f"audit failed: {exc}"
+                return bad == 0, f"{records} records / {nbytes} B in Redis, {bad} failing verification"
+        elif kind == "memory":
             inner = MemoryStore(config.capacity_blocks)
 
             def audit() -> tuple[bool, str]:
@@ -200,7 +232,20 @@ def _open_store(kind: str, config: SoakConfig, seed: int) -> Iterator[tuple[KVSt
                 return ok, f"index {stats.blocks} blocks / {stats.bytes} B, disk {files} files / {nbytes} B, {leftovers} tmp"
         stack.callback(inner.close)
         store: KVStore = FaultyStore(inner, faults) if faults.active else inner
-        yield store, audit
+
+        def errors() -> int:
+            stats = inner.stats()
+            return stats.dumps_failed + stats.loads_failed + (inner.lookup_failures if isinstance(inner, RedisStore) else 0)
+
+        yield store, audit, errors
+
+
+def _clear_quietly(store: RedisStore) -> None:
+    """Delete a finished cell's namespace; a server that is down keeps nothing anyway (no persistence)."""
+    try:
+        store.clear()
+    except Exception:  # noqa: BLE001 - cleanup only
+        pass
 
 
 def run_cell(
@@ -222,7 +267,7 @@ def run_cell(
     process = psutil.Process()
     rss: list[int] = []
     started = time.perf_counter()
-    with _open_store(store_kind, config, cell_seed) as (store, audit):
+    with _open_store(store_kind, config, cell_seed) as (store, audit, store_errors):
         loop = StepLoop(
             LoopConfig(workload, config.shape, connector, Mode.DEFERRED, world_size=world_size, check_invariants=True),
             store,
@@ -243,6 +288,7 @@ def run_cell(
         shutdown = loop.shutdown()
         store_pending = store.stats().pending
         consistent, detail = audit()
+        errors = store_errors()
         injected = dict(store.injected) if isinstance(store, FaultyStore) else {}
     seconds = time.perf_counter() - started
     assert loop.watch is not None
@@ -257,7 +303,7 @@ def run_cell(
         verify_mismatches=shutdown.verify_mismatches, store_pending=store_pending, store_consistent=consistent,
         store_detail=detail, rss_growth=growth, rss_first_mib=first, rss_last_mib=last,
         preemptions=sched.preempted_total, aborts=sched.aborted_total, submit_failures=shutdown.submit_failures,
-        wait_failures=shutdown.wait_failures, faults_injected=injected,
+        wait_failures=shutdown.wait_failures, store_errors=errors, faults_injected=injected,
     )
 
 
