@@ -30,11 +30,11 @@ def soak(
                                             "redis://127.0.0.1:6379/0 or redis+cluster://host:port."),
 ) -> None:
     """Soak the reference connector: faults, preemptions, aborts; report leaks and invariant violations."""
-    from .soak import DEFAULT_STORES, SoakConfig, run_soak  # torch loads only when a soak runs
+    from .soak import STORES, SoakConfig, run_soak  # torch loads only when a soak runs
 
     logging.getLogger("deferdump.reference").setLevel(logging.CRITICAL)  # injected faults log by design
     config = SoakConfig(requests=requests, fault_rate=faults, seed=seed, store_root=store_dir,
-                        stores=tuple(stores) if stores else DEFAULT_STORES, redis_url=redis_url)
+                        stores=tuple(stores) if stores else STORES, redis_url=redis_url)
     err = Console(stderr=True)
     columns = (TextColumn("soak"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress:

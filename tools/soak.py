@@ -36,8 +36,8 @@ from .phase_timer import PhaseTimer
 from .sim_scheduler import WorkloadConfig
 from .steploop import LoopConfig, Mode, StepLoop
 
-STORES = ("memory", "file", "redis")
-DEFAULT_STORES = ("memory", "file")  # "redis" needs a server: `--store redis --redis-url URL`
+STORES = ("memory", "file")  # the default cells
+KNOWN_STORES = (*STORES, "redis")  # "redis" needs a server: `--store redis --redis-url URL`
 VARIANTS = ("direct", "layerwise", "cp")
 WORLD_SIZES = {"direct": 2, "layerwise": 1, "cp": 2}  # direct runs as TP=2: per-rank keys, aggregated reports
 RSS_TOLERANCE = 0.05
@@ -53,7 +53,7 @@ class SoakConfig:
     fault_rate: float = 0.01  # probability per submit, check and wait
     slow_task_s: float = 0.002  # each task is slowed by up to this much
     seed: int = 0
-    stores: tuple[str, ...] = DEFAULT_STORES
+    stores: tuple[str, ...] = STORES
     redis_url: str | None = None  # the server of "redis" cells (each cell uses a namespace of its own)
     variants: tuple[str, ...] = VARIANTS
     store_root: Path | None = None  # where FileStore temp dirs go (default: /dev/shm when usable)
@@ -76,7 +76,7 @@ class SoakConfig:
             raise SoakConfigError(f"slow_task_s and copy_lag_s must be >= 0, got {self.slow_task_s}, {self.copy_lag_s}")
         if self.seed < 0:
             raise SoakConfigError(f"seed must be >= 0, got {self.seed}")
-        for name, chosen, known in (("store", self.stores, STORES), ("variant", self.variants, VARIANTS)):
+        for name, chosen, known in (("store", self.stores, KNOWN_STORES), ("variant", self.variants, VARIANTS)):
             unknown = [value for value in chosen if value not in known]
             if unknown or not chosen:
                 raise SoakConfigError(f"unknown or no {name}(s) {unknown} (known: {', '.join(known)})")
@@ -258,7 +258,7 @@ def run_cell(
 ) -> CellResult:
     """Run `requests` requests through one (store, variant) step loop and audit everything it leaves."""
     world_size = WORLD_SIZES[variant]
-    cell_seed = config.seed * 1000 + STORES.index(store_kind) * 10 + VARIANTS.index(variant)
+    cell_seed = config.seed * 1000 + KNOWN_STORES.index(store_kind) * 10 + VARIANTS.index(variant)
     workload = dataclasses.replace(config.workload, seed=cell_seed)
     connector = ConnectorConfig(
         variant=variant, block_size=workload.block_size, verify_dumps=True, copy_threads=1,
