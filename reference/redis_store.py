@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_NAMESPACE = "deferdump"
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
 DEFAULT_CONNECT_TIMEOUT_S = 2.0
-DEFAULT_BATCH_BYTES = 64 << 20
+DEFAULT_BATCH_BYTES = 8 << 20  # per pipeline: bounds its memory; a timed-out wait stops a task between batches
 PLAIN_SCHEMES = ("redis", "rediss", "unix")
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
