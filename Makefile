@@ -9,8 +9,9 @@ STAMP := $(VENV)/.deferdump-installed
 .PHONY: setup system-deps verify test test-vllm bench clean java-check
 
 # System programs the tests use, installed through apt when missing (as root on Debian), else one line
-# naming what to install: Java for TLC, Chromium for the explain page's browser test.
-SYSTEM_DEPS := java=openjdk-17-jre-headless chromium=chromium
+# naming what to install: Java for TLC, Chromium for the explain page's browser test,
+# redis-server/redis-cli for the Redis store's tests (they start their own servers on free ports).
+SYSTEM_DEPS := java=openjdk-17-jre-headless chromium=chromium redis-server=redis-server redis-cli=redis-server
 
 # torch's CPU build. pip takes it from any index it knows; where none has it (PyPI serves only CUDA builds),
 # the second try adds PyTorch's CPU wheel index. Override TORCH_INDEX for a mirror.
@@ -33,7 +34,7 @@ java-check:
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(call install_torch,$(VENV))
-	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) -m pip install -q -e '.[test,bench,redis]'
 	@touch $(STAMP)
 
 # check the CI models, generate edge-cover traces of each conformance model, replay them on the
@@ -65,7 +66,7 @@ $(VLLM_BASE_STAMP):
 	@touch $(VLLM_BASE_STAMP)
 
 $(VLLM_STAMP): pyproject.toml $(VLLM_BASE_STAMP)
-	set -o pipefail; $(VLLM_VENV)/bin/python -m pip install -q -e '.[test]' 2>&1 | { $(PIP_QUIET_LOCATIONS); }
+	set -o pipefail; $(VLLM_VENV)/bin/python -m pip install -q -e '.[test,redis]' 2>&1 | { $(PIP_QUIET_LOCATIONS); }
 	@touch $(VLLM_STAMP)
 
 test-vllm: system-deps java-check $(VLLM_STAMP)

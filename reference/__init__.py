@@ -39,6 +39,8 @@ _LAZY = {  # attribute -> module under deferdump.reference
     "FaultyStore": "stores.faults",
     "FaultConfig": "stores.faults",
     "ManualStore": "testing.manual_store",
+    "RedisStore": "stores.redis",
+    "RedisUnavailable": "stores.redis",
 }
 
 
@@ -56,7 +58,8 @@ __all__ = [
     "CpuDevice", "CudaDevice", "DeferDumpError", "DeferDumpMetadata", "Device", "DeviceError", "DirectConnector",
     "EventHandleError", "EventRegistry", "FaultConfig", "FaultyStore", "FileStore", "KVCacheLayout", "KVStore",
     "LayerLayout", "LayerWiseConnector", "LayoutError", "LoadError", "ManualStore", "MemoryStore",
-    "NewRequestView", "OuterConnector", "PendingDumpTask", "ReadyPayload", "RequestDispatchMeta", "RequestPlan",
+    "NewRequestView", "OuterConnector", "PendingDumpTask", "ReadyPayload", "RedisStore", "RedisUnavailable",
+    "RequestDispatchMeta", "RequestPlan",
     "RequestView", "Role", "RoleError", "StepView", "StoreDirectoryError", "StoreError", "StoreFull", "StoreStats",
     "StoreTask",
     "SubmitError", "TaskNotFound", "UserError", "describe_kv_caches", "find_block_dim", "make_store",

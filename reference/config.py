@@ -14,7 +14,7 @@ from deferdump.reference.errors import ConfigError
 from deferdump.reference.stores.base import KVStore
 
 VARIANTS = ("direct", "layerwise", "cp")
-STORES = ("memory", "file")
+STORES = ("memory", "file", "redis")
 FAULT_KEYS = ("submit_fail", "check_fail", "wait_fail", "delay_s", "seed")
 DEFAULT_MEMORY_CAPACITY_BLOCKS = 4096
 
@@ -24,8 +24,11 @@ class ConnectorConfig:
     """What the connector needs to know beyond vLLM's own config (see `from_extra_config`)."""
 
     variant: str = "direct"  # "direct" | "layerwise" | "cp"
-    store: str = "memory"  # "memory" | "file"
+    store: str = "memory"  # "memory" | "file" | "redis"
     store_path: str | None = None  # directory of the file store
+    redis_url: str | None = None  # store "redis": redis://host:port/db, or redis+cluster://host:port
+    redis_namespace: str = "deferdump"  # key prefix: instances sharing blocks use the same one
+    redis_ttl_s: float | None = None  # expire blocks after this many seconds (None: only maxmemory evicts)
     capacity_blocks: int | None = None  # None: memory default, file unbounded
     block_size: int | None = None  # tokens per block; None: the adapter takes vLLM's
     enable_event_sync: bool = True  # False: synchronize the compute stream instead of passing an event
@@ -45,6 +48,7 @@ class ConnectorConfig:
         if self.store == "file" and not self.store_path:
             raise ConfigError("store_path", "is required when store is 'file'")
         _check_int("capacity_blocks", self.capacity_blocks, minimum=1, optional=True)
+        self._check_redis()
         _check_int("block_size", self.block_size, minimum=1, optional=True)
         _check_bool("enable_event_sync", self.enable_event_sync)
         _check_int("copy_threads", self.copy_threads, minimum=1)
@@ -64,6 +68,33 @@ class ConnectorConfig:
             raise ConfigError("wait_timeout_s", f"must be a positive number, got {self.wait_timeout_s!r}")
         if self.faults is not None:
             _check_faults(self.faults)
+
+    def _check_redis(self) -> None:
+        redis_store = importlib.import_module(f"{__package__}.stores.redis")
+        if self.store != "redis":
+            for key in ("redis_url", "redis_ttl_s"):
+                if getattr(self, key) is not None:
+                    raise ConfigError(key, f"is set but store is {self.store!r} (set \"store\": \"redis\")")
+            if self.redis_namespace != "deferdump":
+                raise ConfigError("redis_namespace", f"is set but store is {self.store!r} (set \"store\": \"redis\")")
+            return
+        if self.redis_url is None:
+            raise ConfigError("redis_url", "is required when store is 'redis' (e.g. redis://127.0.0.1:6379/0)")
+        try:
+            redis_store.check_redis_url(self.redis_url)
+        except ValueError as exc:
+            raise ConfigError("redis_url", str(exc)) from None
+        if not isinstance(self.redis_namespace, str) or not self.redis_namespace or any(c.isspace() for c in self.redis_namespace):
+            raise ConfigError("redis_namespace", f"must be a non-empty string without spaces, got {self.redis_namespace!r}")
+        if self.redis_ttl_s is not None and (
+            isinstance(self.redis_ttl_s, bool) or not isinstance(self.redis_ttl_s, (int, float))
+            or not self.redis_ttl_s >= 0.001 or self.redis_ttl_s == float("inf")
+        ):
+            raise ConfigError("redis_ttl_s", f"must be a positive number of seconds (>= 0.001), got {self.redis_ttl_s!r}")
+        if self.capacity_blocks is not None:
+            raise ConfigError("capacity_blocks", "does not apply to store 'redis' (set the server's maxmemory instead)")
+        if self.store_path is not None:
+            raise ConfigError("store_path", "does not apply to store 'redis' (use redis_url)")
 
     @property
     def layerwise(self) -> bool:
@@ -94,6 +125,9 @@ def make_store(config: ConnectorConfig) -> KVStore:
         memory_store = importlib.import_module(f"{__package__}.stores.memory")
         capacity = config.capacity_blocks or DEFAULT_MEMORY_CAPACITY_BLOCKS
         store = memory_store.MemoryStore(capacity)
+    elif config.store == "redis":
+        redis_store = importlib.import_module(f"{__package__}.stores.redis")
+        store = redis_store.RedisStore(config.redis_url, config.redis_namespace, config.redis_ttl_s)
     else:
         file_store = importlib.import_module(f"{__package__}.stores.file")
         store = file_store.FileStore(config.store_path, capacity_blocks=config.capacity_blocks)

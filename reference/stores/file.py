@@ -46,30 +46,46 @@ class StoreDirectoryError(StoreError, UserError):
     """The store directory cannot be created, listed or written (raised at construction)."""
 
 
-def encode_block(block_hash: bytes, payload: bytes) -> bytes:
-    """The on-disk bytes of one block: header, hash, payload."""
-    digest = hashlib.blake2b(block_hash + payload, digest_size=32).digest()
-    return _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(block_hash), len(payload), digest) + block_hash + payload
+def _digest(block_hash: bytes, payload: bytes | memoryview) -> bytes:
+    hasher = hashlib.blake2b(block_hash, digest_size=32)  # == blake2b(hash + payload), without the concatenation
+    hasher.update(payload)
+    return hasher.digest()
 
 
-def decode_block(block_hash: bytes, raw: bytes) -> bytes:
-    """The payload of a block file's bytes; raises `BadBlock` saying what is wrong."""
-    if len(raw) < HEADER_NBYTES:
-        raise BadBlock(f"truncated: {len(raw)} bytes, header needs {HEADER_NBYTES}", corrupt=True)
-    magic, version, _flags, hash_len, payload_len, digest = _HEADER.unpack_from(raw)
+def encode_block(block_hash: bytes, payload: bytes | memoryview) -> bytes:
+    """The stored bytes of one block (a file here, a Redis value in `stores.redis`): header, hash, payload.
+
+    `payload` may be any contiguous byte buffer (a tensor's memoryview): it is copied once, into the record.
+    """
+    view = memoryview(payload).cast("B")
+    header = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(block_hash), view.nbytes, _digest(block_hash, view))
+    return b"".join((header, block_hash, view))
+
+
+def decode_block_view(block_hash: bytes, raw: bytes | memoryview) -> memoryview:
+    """The payload of a stored record, as a view into `raw` (no copy); raises `BadBlock` saying what is wrong."""
+    view = memoryview(raw).cast("B")
+    if view.nbytes < HEADER_NBYTES:
+        raise BadBlock(f"truncated: {view.nbytes} bytes, header needs {HEADER_NBYTES}", corrupt=True)
+    magic, version, _flags, hash_len, payload_len, digest = _HEADER.unpack_from(view)
     if magic != MAGIC:
         raise BadBlock("not a block file (bad magic)", corrupt=True)
     if version != FORMAT_VERSION:
         raise BadBlock(f"unsupported format version {version}", corrupt=True)
-    body = raw[HEADER_NBYTES:]
-    if len(body) != hash_len + payload_len:
-        raise BadBlock(f"truncated: {len(body)} body bytes, header says {hash_len + payload_len}", corrupt=True)
+    body = view[HEADER_NBYTES:]
+    if body.nbytes != hash_len + payload_len:
+        raise BadBlock(f"truncated: {body.nbytes} body bytes, header says {hash_len + payload_len}", corrupt=True)
     stored_hash, payload = body[:hash_len], body[hash_len:]
     if stored_hash != block_hash:
         raise BadBlock("file holds a different block hash", corrupt=True)
-    if hashlib.blake2b(stored_hash + payload, digest_size=32).digest() != digest:
+    if _digest(block_hash, payload) != digest:
         raise BadBlock("checksum mismatch", corrupt=True)
     return payload
+
+
+def decode_block(block_hash: bytes, raw: bytes) -> bytes:
+    """The payload of a block file's bytes; raises `BadBlock` saying what is wrong."""
+    return bytes(decode_block_view(block_hash, raw))
 
 
 def _fsync_directory(path: Path) -> None:

@@ -220,7 +220,9 @@ class ThreadedStore(KVStore):
         else:
             job.future.set_exception(error)
 
-    def _run_dump(self, task: StoreTask, payload: BlockPayload, cancel: threading.Event) -> None:
+    @staticmethod
+    def _payload_rows(task: StoreTask, payload: BlockPayload) -> torch.Tensor:
+        """The dump's bytes once its device copy finished: [n, block_nbytes] uint8, or `StoreError`."""
         try:
             data = payload.result()
         except Exception as exc:
@@ -230,6 +232,11 @@ class ThreadedStore(KVStore):
         if not well_formed or data.shape[0] != len(hashes):
             shape = tuple(data.shape) if isinstance(data, torch.Tensor) else type(data).__name__
             raise StoreError(f"dump task {task.task_id}: payload {shape} does not hold {len(hashes)} uint8 block rows")
+        return data
+
+    def _run_dump(self, task: StoreTask, payload: BlockPayload, cancel: threading.Event) -> None:
+        data = self._payload_rows(task, payload)
+        hashes = task.block_hashes
         for index, block_hash in enumerate(hashes):
             if cancel.is_set():
                 raise _Cancelled(f"dump task {task.task_id} stopped after a timed-out wait ({index} block(s) written)")

@@ -15,6 +15,7 @@ import os
 import statistics
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from deferdump.reference.stores.faults import FaultConfig, FaultyStore
 from deferdump.reference.stores.file import TMP_SUFFIX, FileStore
 from deferdump.reference.stores.memory import MemoryStore
 from deferdump.reference.stores.base import KVStore
+from deferdump.reference.stores.redis import RedisStore, RedisUnavailable, check_redis_url
 
 from deferdump.reference.errors import UserError
 from deferdump.tools.engine.forward import ModelShape
@@ -34,7 +36,8 @@ from deferdump.tools.engine.phase_timer import PhaseTimer
 from deferdump.tools.engine.scheduler import WorkloadConfig
 from deferdump.tools.engine.steploop import LoopConfig, Mode, StepLoop
 
-STORES = ("memory", "file")
+STORES = ("memory", "file")  # the default cells
+KNOWN_STORES = (*STORES, "redis")  # "redis" needs a server: `--store redis --redis-url URL`
 VARIANTS = ("direct", "layerwise", "cp")
 WORLD_SIZES = {"direct": 2, "layerwise": 1, "cp": 2}  # direct runs as TP=2: per-rank keys, aggregated reports
 RSS_TOLERANCE = 0.05
@@ -51,6 +54,7 @@ class SoakConfig:
     slow_task_s: float = 0.002  # each task is slowed by up to this much
     seed: int = 0
     stores: tuple[str, ...] = STORES
+    redis_url: str | None = None  # the server of "redis" cells (each cell uses a namespace of its own)
     variants: tuple[str, ...] = VARIANTS
     store_root: Path | None = None  # where FileStore temp dirs go (default: /dev/shm when usable)
     capacity_blocks: int = 96
@@ -72,10 +76,17 @@ class SoakConfig:
             raise SoakConfigError(f"slow_task_s and copy_lag_s must be >= 0, got {self.slow_task_s}, {self.copy_lag_s}")
         if self.seed < 0:
             raise SoakConfigError(f"seed must be >= 0, got {self.seed}")
-        for name, chosen, known in (("store", self.stores, STORES), ("variant", self.variants, VARIANTS)):
+        for name, chosen, known in (("store", self.stores, KNOWN_STORES), ("variant", self.variants, VARIANTS)):
             unknown = [value for value in chosen if value not in known]
             if unknown or not chosen:
                 raise SoakConfigError(f"unknown or no {name}(s) {unknown} (known: {', '.join(known)})")
+        if "redis" in self.stores:
+            if self.redis_url is None:
+                raise SoakConfigError("store redis needs --redis-url (e.g. redis://127.0.0.1:6379/0)")
+            try:
+                check_redis_url(self.redis_url)
+            except ValueError as exc:
+                raise SoakConfigError(f"--redis-url: {exc}") from None
         if self.requests < len(self.stores) * len(self.variants):
             raise SoakConfigError(
                 f"requests ({self.requests}) must be at least one per cell ({len(self.stores) * len(self.variants)})"
@@ -111,6 +122,7 @@ class CellResult:
     aborts: int
     submit_failures: int
     wait_failures: int
+    store_errors: int  # failures the store itself reported (failed dumps/loads, unreachable lookups), not injected
     faults_injected: dict[str, int]
 
     @property
@@ -152,6 +164,7 @@ class SoakReport:
             "fault_rate": self.config.fault_rate,
             "slow_task_s": self.config.slow_task_s,
             "seed": self.config.seed,
+            "store_errors": sum(cell.store_errors for cell in cells),
             "faults_injected": _sum_counts(cell.faults_injected for cell in cells),
             "cells": [dataclasses.asdict(cell) | {"ok": cell.ok} for cell in cells],
         }
@@ -172,15 +185,35 @@ def default_store_root() -> Path | None:
 
 
 @contextlib.contextmanager
-def _open_store(kind: str, config: SoakConfig, seed: int) -> Iterator[tuple[KVStore, Callable[[], tuple[bool, str]]]]:
-    """The cell's store (wrapped in a FaultyStore) and a function auditing its files/bytes against its index."""
+def _open_store(
+    kind: str, config: SoakConfig, seed: int
+) -> Iterator[tuple[KVStore, Callable[[], tuple[bool, str]], Callable[[], int]]]:
+    """The cell's store (wrapped in a FaultyStore), a function auditing its files/bytes against its index, and
+    one counting the failures the store reported itself."""
     faults = FaultConfig(
         submit_fail=config.fault_rate, check_fail=config.fault_rate, wait_fail=config.fault_rate,
         delay_s=config.slow_task_s, seed=seed,
     )
     with contextlib.ExitStack() as stack:
-        inner: MemoryStore | FileStore
-        if kind == "memory":
+        inner: MemoryStore | FileStore | RedisStore
+        if kind == "redis":
+            assert config.redis_url is not None
+            redis_store = _open_redis(config.redis_url, patience_s=REDIS_REOPEN_PATIENCE_S)
+            inner = redis_store
+            stack.callback(_clear_quietly, redis_store)
+
+            def audit() -> tuple[bool, str]:
+                deadline = time.monotonic() + REDIS_REOPEN_PATIENCE_S  # a server restarting now comes back
+                while True:
+                    try:
+                        records, nbytes, bad = redis_store.audit()
+                    except Exception as exc:  # noqa: BLE001 - still down at the deadline: cannot vouch for anything
+                        if time.monotonic() < deadline:
+                            time.sleep(0.2)
+                            continue
+                        return False, f"audit failed: {exc}"
+                    return bad == 0, f"{records} records / {nbytes} B in Redis, {bad} failing verification"
+        elif kind == "memory":
             inner = MemoryStore(config.capacity_blocks)
 
             def audit() -> tuple[bool, str]:
@@ -203,7 +236,20 @@ def _open_store(kind: str, config: SoakConfig, seed: int) -> Iterator[tuple[KVSt
                 return ok, f"index {stats.blocks} blocks / {stats.bytes} B, disk {files} files / {nbytes} B, {leftovers} tmp"
         stack.callback(inner.close)
         store: KVStore = FaultyStore(inner, faults) if faults.active else inner
-        yield store, audit
+
+        def errors() -> int:
+            stats = inner.stats()
+            return stats.dumps_failed + stats.loads_failed + (inner.lookup_failures if isinstance(inner, RedisStore) else 0)
+
+        yield store, audit, errors
+
+
+def _clear_quietly(store: RedisStore) -> None:
+    """Delete a finished cell's namespace; a server that is down keeps nothing anyway (no persistence)."""
+    try:
+        store.clear()
+    except Exception:  # noqa: BLE001 - cleanup only
+        pass
 
 
 def run_cell(
@@ -216,7 +262,7 @@ def run_cell(
 ) -> CellResult:
     """Run `requests` requests through one (store, variant) step loop and audit everything it leaves."""
     world_size = WORLD_SIZES[variant]
-    cell_seed = config.seed * 1000 + STORES.index(store_kind) * 10 + VARIANTS.index(variant)
+    cell_seed = config.seed * 1000 + KNOWN_STORES.index(store_kind) * 10 + VARIANTS.index(variant)
     workload = dataclasses.replace(config.workload, seed=cell_seed)
     connector = ConnectorConfig(
         variant=variant, block_size=workload.block_size, verify_dumps=True, copy_threads=1,
@@ -225,7 +271,7 @@ def run_cell(
     process = psutil.Process()
     rss: list[int] = []
     started = time.perf_counter()
-    with _open_store(store_kind, config, cell_seed) as (store, audit):
+    with _open_store(store_kind, config, cell_seed) as (store, audit, store_errors):
         loop = StepLoop(
             LoopConfig(workload, config.shape, connector, Mode.DEFERRED, world_size=world_size, check_invariants=True),
             store,
@@ -246,6 +292,7 @@ def run_cell(
         shutdown = loop.shutdown()
         store_pending = store.stats().pending
         consistent, detail = audit()
+        errors = store_errors()
         injected = dict(store.injected) if isinstance(store, FaultyStore) else {}
     seconds = time.perf_counter() - started
     assert loop.watch is not None
@@ -260,7 +307,7 @@ def run_cell(
         verify_mismatches=shutdown.verify_mismatches, store_pending=store_pending, store_consistent=consistent,
         store_detail=detail, rss_growth=growth, rss_first_mib=first, rss_last_mib=last,
         preemptions=sched.preempted_total, aborts=sched.aborted_total, submit_failures=shutdown.submit_failures,
-        wait_failures=shutdown.wait_failures, faults_injected=injected,
+        wait_failures=shutdown.wait_failures, store_errors=errors, faults_injected=injected,
     )
 
 
@@ -274,9 +321,33 @@ def _rss_growth(samples: list[int]) -> tuple[float, float, float]:
     return round(last / first - 1.0, 5), round(first / 2**20, 2), round(last / 2**20, 2)
 
 
+REDIS_REOPEN_PATIENCE_S = 30.0  # a cell opening its store while the server restarts waits this long
+
+
+def _open_redis(url: str, *, patience_s: float) -> RedisStore:
+    """A RedisStore in a fresh namespace; while the server is unreachable, retry for `patience_s` (a restart
+    between two cells is part of the soak), then give up with one line."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return RedisStore(url, namespace=f"deferdump-soak-{uuid.uuid4().hex[:12]}",
+                              socket_timeout_s=2.0, connect_timeout_s=0.5)
+        except RedisUnavailable as exc:
+            if time.monotonic() >= deadline:
+                raise SoakConfigError(str(exc)) from None
+            time.sleep(0.2)
+
+
+def _probe_redis(url: str) -> None:
+    """Fail at once, with one line naming the URL, when no server answers before the soak starts."""
+    _open_redis(url, patience_s=0.0).close()
+
+
 def run_soak(config: SoakConfig, *, on_progress: Callable[[int], None] | None = None) -> SoakReport:
     """Split `config.requests` over every (store, variant) cell and run them one after another."""
     cells = [(store, variant) for store in config.stores for variant in config.variants]
+    if config.redis_url is not None and "redis" in config.stores:
+        _probe_redis(config.redis_url)
     share, extra = divmod(config.requests, len(cells))
     started = time.perf_counter()
     results = [

@@ -27,7 +27,7 @@ import torch
 from deferdump.reference.config import ConnectorConfig
 from deferdump.reference.devices import CpuDevice, CudaDevice, Device
 from deferdump.reference.stores.memory import MemoryStore
-from deferdump.reference.stores.base import StoreError
+from deferdump.reference.stores.base import ReadyPayload, StoreError
 
 from deferdump.reference.errors import UserError
 from deferdump.tools.engine.forward import ModelShape, make_kv_caches
@@ -41,6 +41,7 @@ GOALS = {
     "wait_for_save_deferred_over_blocking": ("<=", 0.02),
     "step_overhead_over_nosave": ("<=", 0.10),  # CPU goal; CUDA: 0.05
     "dump_bandwidth_over_memcpy": (">=", 0.70),  # CPU goal; CUDA: 0.80
+    "redis_dump_bandwidth_over_raw": (">=", 0.80),  # RedisStore's dump path vs plain pipelined SETs
     "python_ms_per_step_256": ("<=", 1.0),
     "replay_steps_per_s": (">=", 2000.0),
     "cover_replay_max_s": ("<=", 30.0),  # every conformance model's edge cover replayed within 30 s
@@ -333,6 +334,66 @@ def measure_dump_bandwidth(config: BenchConfig) -> dict[str, Any]:
     }
 
 
+def measure_redis_bandwidth(config: BenchConfig) -> dict[str, Any]:
+    """Bytes/s of RedisStore's dump path (encode + digest + pipelined SETs, `wait`) vs plain pipelined SETs
+    of the same bytes through one redis-py connection, on a private redis-server, interleaved per repeat."""
+    try:
+        from deferdump.reference.testing.redis_server import LocalRedis, RedisServerError  # noqa: PLC0415
+        import redis  # noqa: PLC0415
+        from deferdump.reference.stores.redis import RedisStore  # noqa: PLC0415
+    except ImportError as exc:
+        return {"redis_dump_bandwidth_over_raw": None, "redis_dump_bandwidth_over_raw_reason": f"redis-py missing: {exc}"}
+    shape = config.shape
+    per_task, tasks = config.bandwidth_blocks_per_task, config.bandwidth_tasks
+    num_blocks = per_task * tasks
+    data = torch.empty((num_blocks, shape.block_nbytes), dtype=torch.uint8).random_(0, 255)
+    keys = [f"bw-{block}".encode() for block in range(num_blocks)]
+    raw_values = [data[block].numpy().tobytes() for block in range(num_blocks)]
+    total_bytes = num_blocks * shape.block_nbytes
+    try:
+        server = LocalRedis().start()
+    except RedisServerError as exc:
+        return {"redis_dump_bandwidth_over_raw": None, "redis_dump_bandwidth_over_raw_reason": str(exc)}
+    store = RedisStore(server.url, namespace="bench", workers=config.store_workers + 1)
+    client = redis.Redis.from_url(server.url)
+    store_rates: list[float] = []
+    raw_rates: list[float] = []
+    try:
+        for repeat in range(config.bandwidth_repeats + 1):  # the first repeat warms up and is dropped
+            client.flushdb()
+            started = time.perf_counter()
+            submitted = [
+                store.dump(keys[i * per_task : (i + 1) * per_task], ReadyPayload(data[i * per_task : (i + 1) * per_task]))
+                for i in range(tasks)
+            ]
+            for task in submitted:
+                store.wait(task)
+            store_seconds = time.perf_counter() - started
+            client.flushdb()
+            started = time.perf_counter()
+            for i in range(tasks):
+                pipe = client.pipeline(transaction=False)
+                for block in range(i * per_task, (i + 1) * per_task):
+                    pipe.set(b"raw:" + keys[block], raw_values[block])
+                pipe.execute()
+            raw_seconds = time.perf_counter() - started
+            if repeat:
+                store_rates.append(total_bytes / store_seconds)
+                raw_rates.append(total_bytes / raw_seconds)
+    finally:
+        client.close()
+        store.close()
+        server.close()
+    gbps = lambda rates: {k: (round(v / 1e9, 3) if isinstance(v, float) else v) for k, v in summarize(rates).items()}  # noqa: E731
+    return {
+        "redis_dump_bandwidth_over_raw": statistics.median(store_rates) / statistics.median(raw_rates),
+        "redis_dump_gbps": gbps(store_rates),
+        "redis_raw_set_gbps": gbps(raw_rates),
+        "redis_bandwidth_path": f"RedisStore.dump -> wait ({tasks} tasks x {per_task} blocks of {shape.block_nbytes} B, "
+                                f"{config.store_workers + 1} workers) vs pipelined SETs of the same bytes, one connection",
+    }
+
+
 # --------------------------------------------------------------------------------------- python time
 def measure_python_time(config: BenchConfig, *, running: int = 256) -> dict[str, Any]:
     """Connector Python per step (scheduler + worker calls) with `running` requests, copies negligible."""
@@ -568,6 +629,8 @@ def run_bench(
         report.update(mode_figures(runs))
         progress("dump bandwidth")
         report.update(measure_dump_bandwidth(config))
+        progress("Redis dump bandwidth")
+        report.update(measure_redis_bandwidth(config))
         progress("python time, 256 running requests")
         report.update(measure_python_time(config))
         progress("conformance replay")

@@ -24,12 +24,17 @@ def soak(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     store_dir: Optional[Path] = typer.Option(None, "--store-dir", exists=True, file_okay=False,
                                              help="Parent of the FileStore temp dirs (default: /dev/shm if usable)."),
+    stores: Optional[list[str]] = typer.Option(None, "--store", help="A store to soak (repeatable): memory, file, "
+                                                "redis. Default: memory and file."),
+    redis_url: Optional[str] = typer.Option(None, "--redis-url", help="Server of the redis cells, e.g. "
+                                            "redis://127.0.0.1:6379/0 or redis+cluster://host:port."),
 ) -> None:
     """Soak the reference connector: faults, preemptions, aborts; report leaks and invariant violations."""
-    from deferdump.tools.bench.soak import SoakConfig, run_soak  # torch loads only when a soak runs
+    from deferdump.tools.bench.soak import STORES, SoakConfig, run_soak  # torch loads only when a soak runs
 
     logging.getLogger("deferdump.reference").setLevel(logging.CRITICAL)  # injected faults log by design
-    config = SoakConfig(requests=requests, fault_rate=faults, seed=seed, store_root=store_dir)
+    config = SoakConfig(requests=requests, fault_rate=faults, seed=seed, store_root=store_dir,
+                        stores=tuple(stores) if stores else STORES, redis_url=redis_url)
     err = Console(stderr=True)
     columns = (TextColumn("soak"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress:
@@ -49,7 +54,8 @@ def soak(
                           str(cell["leaked_blocks"]), f"{cell['rss_growth']:+.2%}",
                           "consistent" if cell["store_consistent"] else "INCONSISTENT", "yes" if cell["ok"] else "NO")
         Console().print(table)
-        Console().print(f"{data['seconds']} s; faults injected {data['faults_injected']}")
+        Console().print(f"{data['seconds']} s; faults injected {data['faults_injected']}; "
+                        f"store errors {data['store_errors']}")
         for cell in data["cells"]:
             for message in cell["violation_messages"][:5]:
                 err.print(f"{cell['store']}/{cell['variant']}: {message}", markup=False)
