@@ -59,6 +59,7 @@ from typing import Any
 import torch
 
 from deferdump.reference.config import ConnectorConfig
+from deferdump.reference.class_names import BY_UCM
 from deferdump.reference.connectors import VARIANT_CLASSES, CPConnector, DirectConnector, OuterConnector, Role
 from deferdump.reference.hashing import layer_key, prefix_block_hashes
 from deferdump.reference.devices import DeferredCpuDevice
@@ -80,7 +81,7 @@ log = logging.getLogger(__name__)
 BLOCK_SIZE = 2  # tokens per block: the model counts blocks, any size works
 DEFERDUMP_VARS = frozenset({"schedAsync", "workerAsync", "pending", "live", "reqState", "blocksOf", "finishedIds"})
 ACTIONS = frozenset({"init", "schedule", "execute_model", "update_from_output", "engine_step", "task_complete"})
-INNER_VARIANTS = {"UCMDirectConnector": "direct", "UCMLayerWiseConnector": "layerwise", "UCMCPConnector": "cp"}
+INNER_VARIANTS = {ucm: names.variant for ucm, names in BY_UCM.items()}  # the model's inner class -> config variant
 _TASK_FIELDS = ("id", "reqs", "blocks", "layer", "status", "event")
 
 
