@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import importlib
 import logging
 import os
 import platform
@@ -440,11 +439,7 @@ def measure_replay(
 ) -> dict[str, Any]:
     """Conformance replay throughput: TLC-simulated traces of the manifest's conformance CI models,
     replayed against the reference connector by `deferdump.conformance` (steps replayed per second)."""
-    try:
-        replay = importlib.import_module("deferdump.conformance.replay")
-        tracegen = importlib.import_module("deferdump.conformance.tracegen")
-    except ModuleNotFoundError as error:
-        return {"replay_steps_per_s": None, "replay_steps_per_s_reason": f"deferdump.conformance has no replay yet ({error.name})"}
+    from deferdump.conformance import replay, tracegen
     from deferdump.tools.tlc.manifest import load_manifest
 
     try:
