@@ -9,7 +9,9 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import os
 import threading
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
@@ -94,26 +96,77 @@ def _plan(targets: list[str], config: Path | None, workers: int | None, timeout:
     return [(entry.name, job(entry)) for entry in entries]
 
 
-def _run(jobs: list[tuple[str, Job]], show_progress: bool) -> list[CheckOutcome]:
-    outcomes: list[CheckOutcome] = []
+def default_jobs() -> int:
+    """Models checked at once by default: one per CPU this process may use (TLC runs one worker each)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _run(jobs: list[tuple[str, Job]], show_progress: bool, parallel: int = 1) -> list[CheckOutcome]:
+    """Run the checks, ``parallel`` at a time; outcomes come back in the order of ``jobs``.
+
+    Each TLC run is its own JVM, so threads only wait on subprocesses. Ctrl-C (or a job raising) sets
+    the shared cancel event, which kills every running JVM, and drops the jobs not yet started.
+    """
+    outcomes: list[CheckOutcome | None] = [None] * len(jobs)
     cancel = threading.Event()
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     console = Console(stderr=True)
+    running: dict[str, str] = {}  # label -> what its last progress report said
+    lock = threading.Lock()
     # A progress bar only where someone watches: a non-terminal stderr would collect blank lines.
     with Progress(*columns, console=console, transient=True,
                   disable=not (show_progress and console.is_terminal)) as bar:
         task = bar.add_task("checking", total=len(jobs))
-        for label, job in jobs:
-            bar.update(task, description=label)
 
-            def on_progress(report: TlcProgress, label: str = label) -> None:
+        def show() -> None:
+            with lock:
+                description = ", ".join(running.values()) or "checking"
+            bar.update(task, description=description)
+
+        def run_one(index: int) -> None:
+            label, job = jobs[index]
+            if cancel.is_set():
+                return
+            with lock:
+                running[label] = label
+            show()
+
+            def on_progress(report: TlcProgress) -> None:
                 if report.distinct_states is not None:
-                    bar.update(task, description=f"{label}: {report.distinct_states:,} distinct states")
+                    with lock:
+                        running[label] = f"{label}: {report.distinct_states:,} distinct states"
+                    show()
 
-            outcomes.append(job(on_progress, cancel))
-            bar.advance(task)
-    return outcomes
+            try:
+                outcomes[index] = job(on_progress, cancel)
+            except BaseException:
+                cancel.set()  # before this thread takes the next job
+                raise
+            finally:
+                with lock:
+                    running.pop(label, None)
+                bar.advance(task)
+                show()
+
+        pool = ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="deferdump-check")
+        futures = [pool.submit(run_one, index) for index in range(len(jobs))]
+        try:
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)  # Ctrl-C interrupts this wait
+            for future in futures:
+                if future in done:
+                    future.result()  # re-raises a job's exception at once, whatever its position
+            for future in futures:
+                future.result()
+        except BaseException:
+            cancel.set()  # kills the running JVMs; jobs not started return at once
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+    return [outcome for outcome in outcomes if outcome is not None]
 
 
 def _cell(value: object) -> str:
@@ -171,15 +224,17 @@ def check(
     manifest: Optional[Path] = typer.Option(None, "--manifest",
                                             help="Manifest file (default: the shipped spec/manifest.json)."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON list of results on stdout."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1,
+                                       help="Models checked at once (default: the number of CPUs)."),
 ) -> None:
     """Model-check a SPEC, or the manifest's models against their expected results."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     _show_info_logs()
     try:
-        jobs = _plan(list(targets or []), config, workers, timeout, tier, manifest)
-        if jobs:
+        plan = _plan(list(targets or []), config, workers, timeout, tier, manifest)
+        if plan:
             locate_tlc()  # fail on Java or the jar before any progress output
-        outcomes = _run(jobs, show_progress=not json_output)
+        outcomes = _run(plan, show_progress=not json_output, parallel=jobs or default_jobs())
     except UserError as error:
         err.print(Text(f"deferdump check: {error}"))
         raise typer.Exit(EXIT_BAD_INPUT) from None
