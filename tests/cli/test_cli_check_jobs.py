@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from deferdump.tools.cli.check import _run, default_jobs
+from deferdump.tools.cli.check import _run
+from deferdump.tools.tlc.parallel import default_jobs
 from deferdump.tools.tlc.bridge import Progress as TlcProgress
 from deferdump.tools.tlc.manifest import CheckOutcome, check_spec
 from support import FIXTURES as ALL_FIXTURES

@@ -9,9 +9,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
-import os
 import threading
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
@@ -25,6 +23,7 @@ from rich.text import Text
 from deferdump.reference.errors import UserError
 from deferdump.tools.tlc.java import locate_tlc
 from deferdump.tools.tlc.manifest import CheckOutcome, ModelEntry, check_model, check_spec, load_manifest, outcomes_json
+from deferdump.tools.tlc.parallel import Job, default_jobs, run_checks
 from deferdump.tools.tlc.values import format_value
 from deferdump.tools.tlc.bridge import Progress as TlcProgress
 from deferdump.tools.tlc.bridge import Status
@@ -42,8 +41,6 @@ def _show_info_logs() -> None:
 
 EXIT_UNEXPECTED = 1
 EXIT_BAD_INPUT = 2
-
-Job = Callable[[Callable[[TlcProgress], None], threading.Event], CheckOutcome]
 
 
 class Tier(str, enum.Enum):
@@ -96,77 +93,20 @@ def _plan(targets: list[str], config: Path | None, workers: int | None, timeout:
     return [(entry.name, job(entry)) for entry in entries]
 
 
-def default_jobs() -> int:
-    """Models checked at once by default: one per CPU this process may use (TLC runs one worker each)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def _run(jobs: list[tuple[str, Job]], show_progress: bool, parallel: int = 1) -> list[CheckOutcome]:
-    """Run the checks, ``parallel`` at a time; outcomes come back in the order of ``jobs``.
-
-    Each TLC run is its own JVM, so threads only wait on subprocesses. Ctrl-C (or a job raising) sets
-    the shared cancel event, which kills every running JVM, and drops the jobs not yet started.
-    """
-    outcomes: list[CheckOutcome | None] = [None] * len(jobs)
-    cancel = threading.Event()
+    """Run the checks ``parallel`` at a time (outcomes in the order of ``jobs``) under a progress bar."""
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     console = Console(stderr=True)
-    running: dict[str, str] = {}  # label -> what its last progress report said
-    lock = threading.Lock()
     # A progress bar only where someone watches: a non-terminal stderr would collect blank lines.
     with Progress(*columns, console=console, transient=True,
                   disable=not (show_progress and console.is_terminal)) as bar:
         task = bar.add_task("checking", total=len(jobs))
 
-        def show() -> None:
-            with lock:
-                description = ", ".join(running.values()) or "checking"
-            bar.update(task, description=description)
+        def on_change(running: list[str], finished: int) -> None:
+            bar.update(task, description=", ".join(running) or "checking", completed=finished)
 
-        def run_one(index: int) -> None:
-            label, job = jobs[index]
-            if cancel.is_set():
-                return
-            with lock:
-                running[label] = label
-            show()
-
-            def on_progress(report: TlcProgress) -> None:
-                if report.distinct_states is not None:
-                    with lock:
-                        running[label] = f"{label}: {report.distinct_states:,} distinct states"
-                    show()
-
-            try:
-                outcomes[index] = job(on_progress, cancel)
-            except BaseException:
-                cancel.set()  # before this thread takes the next job
-                raise
-            finally:
-                with lock:
-                    running.pop(label, None)
-                bar.advance(task)
-                show()
-
-        pool = ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="deferdump-check")
-        futures = [pool.submit(run_one, index) for index in range(len(jobs))]
-        try:
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)  # Ctrl-C interrupts this wait
-            for future in futures:
-                if future in done:
-                    future.result()  # re-raises a job's exception at once, whatever its position
-            for future in futures:
-                future.result()
-        except BaseException:
-            cancel.set()  # kills the running JVMs; jobs not started return at once
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True)
-    return [outcome for outcome in outcomes if outcome is not None]
+        return run_checks(jobs, parallel, on_change=on_change)
 
 
 def _cell(value: object) -> str:
