@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from deferdump.reference.invariants import InvariantViolation
 from deferdump.reference.testing.late_copy import LateCopyDevice
 from deferdump.reference.testing.manual_store import ManualStore
 from deferdump.tools.engine.forward import ModelShape
@@ -53,6 +54,26 @@ def test_a_failed_load_fails_the_request_or_recomputes_it_as_vllm_does(policy: s
         assert request.req_id not in engine.scheduler.requests or request.status is Status.HELD
     engine.drain_and_shutdown()
     engine.check()
+
+
+def test_under_recompute_a_block_dumped_in_the_failed_step_is_recomputed_while_its_dump_reads_it() -> None:
+    """A finding, pinned: with `kv_load_failure_policy="recompute"` a request whose hit failed to load still
+    computes (over the failed blocks) and dumps its next full block in that step; vLLM then rewinds it to
+    the first failed block and recomputes that block in place while the dump still reads it. The
+    connector does not drop the dump, so NoOverwriteWhileDumpingInv breaks (docs/engine.md)."""
+    engine, store, _ = _engine("recompute", world_size=2)
+    engine.scheduler.add_request(prompt_of(0, 6), 4)
+    engine.scheduler.add_request(prompt_of(0, 7), 1)
+    for _ in range(4):  # the first request is preempted in step 4 (out of blocks) and resumes with a hit
+        engine.step()
+    store.submit_fail_next = 1  # its load fails
+    outcome = engine.step()
+    assert outcome.recomputed_loads == ["req-1"]
+    engine.check()
+    for _ in range(2):
+        engine.step()
+    with pytest.raises(InvariantViolation, match="NoOverwriteWhileDumpingInv: rank 0 writes block"):
+        engine.check()
 
 
 def test_kv_load_failure_policy_is_checked() -> None:

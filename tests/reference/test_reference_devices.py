@@ -166,19 +166,23 @@ def test_late_copy_device_reads_at_result_time_or_never_when_settled() -> None:
     device.close()
 
 
-def test_late_copy_device_with_a_lag_reads_no_earlier_than_the_lag() -> None:
-    """With `lag_s` the read happens at consumption but not before the seeded lag: a write landing
-    inside the lag window is what the copy stores (as on a slow copy engine)."""
+def test_late_copy_device_with_a_lag_reads_on_its_own_after_the_seeded_lag() -> None:
+    """With `lag_s` a copy thread reads after a seeded lag, consumed or not (a threaded store waits for
+    `done()` first): a write landing inside the lag window is what the copy holds."""
     kv = {"a": torch.zeros(4, 1, 2, 2)}
     device = LateCopyDevice(lag_s=0.2, seed=3)
     device.register(kv)
-    lag = random.Random(3).uniform(0.0, 0.2)  # the device draws its lags from Random(seed)
+    lag = random.Random(3).uniform(0.0, 0.2)  # the device draws its lags from Random(seed): 0.0476 s
     started = time.monotonic()
     late = device.read_blocks([1])
     kv["a"][1].fill_(5.0)
-    rows = late.result()
-    assert time.monotonic() - started >= lag - 0.001
-    assert torch.equal(rows.view(torch.float32), torch.full((1, 4), 5.0))
+    assert not late.done()
+    deadline = started + 5.0
+    while not late.done() and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert late.done() and late.read and time.monotonic() - started >= lag - 0.001
+    kv["a"][1].fill_(7.0)  # after the read: not in the copy
+    assert torch.equal(late.result().view(torch.float32), torch.full((1, 4), 5.0))
     with pytest.raises(ValueError):
         LateCopyDevice(lag_s=-1.0)
     device.close()
