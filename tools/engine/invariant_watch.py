@@ -144,7 +144,3 @@ class InvariantWatch:
         self._freed_now.clear()
         self._incomplete_waits = [0] * self.world_size
         self._preemption_waits = [[] for _ in range(self.world_size)]
-
-    def window_size(self) -> int:
-        """Requests the watch still remembers (bounded by the requests alive or held)."""
-        return len(self.finish_answers) + len(self.had_dumps)

@@ -285,10 +285,6 @@ class SimScheduler:
         """No request is alive or held, and nothing is left to tell the workers."""
         return not self.requests and not self._finished_for_workers
 
-    def held_blocks(self) -> int:
-        """Blocks of finished requests still waiting for their reports."""
-        return sum(len(r.blocks) for r in self.requests.values() if r.status is Status.HELD)
-
     # --------------------------------------------------------------- schedule
     def schedule(self) -> tuple[ScheduledStep, Any]:
         """One `schedule()`: the step's chunks, preemptions and `build_connector_meta`'s metadata."""
