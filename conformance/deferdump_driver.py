@@ -62,7 +62,7 @@ from deferdump.reference.config import ConnectorConfig
 from deferdump.reference.class_names import BY_UCM
 from deferdump.reference.connectors import VARIANT_CLASSES, CPConnector, DirectConnector, OuterConnector, Role
 from deferdump.reference.hashing import layer_key, prefix_block_hashes
-from deferdump.reference.devices import DeferredCpuDevice
+from deferdump.reference.testing.late_copy import LateCopyDevice
 from deferdump.reference.testing.manual_store import ManualStore
 from deferdump.reference.metadata import DeferDumpMetadata
 from deferdump.reference.metrics import ConnectorMetrics
@@ -235,7 +235,7 @@ class DeferDumpDriver:
         self.scheduler: Any = None
         self.workers: list[Any] = []
         self.stores: list[ManualStore] = []
-        self.devices: list[DeferredCpuDevice] = []
+        self.devices: list[LateCopyDevice] = []
         self._records: dict[tuple[Any, ...], Record] = {}  # interned task records (see _task_record)
 
     # ------------------------------------------------------------------ lifecycle
@@ -243,7 +243,7 @@ class DeferDumpDriver:
         kwargs: dict[str, Any] = {"store": store, "rank": rank, "world_size": self.constants.num_ranks,
                                   "metrics": _replay_metrics()}
         if role is Role.WORKER:
-            device = DeferredCpuDevice()
+            device = LateCopyDevice()
             self.devices.append(device)
             kwargs["device"] = device
         if self.constants.wrapper:
