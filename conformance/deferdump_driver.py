@@ -80,7 +80,8 @@ log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 2  # tokens per block: the model counts blocks, any size works
 DEFERDUMP_VARS = frozenset({"schedAsync", "workerAsync", "pending", "live", "reqState", "blocksOf", "finishedIds"})
-ACTIONS = frozenset({"init", "schedule", "execute_model", "update_from_output", "engine_step", "task_complete"})
+ACTIONS = frozenset({"init", "schedule", "execute_model", "update_from_output", "engine_step", "task_complete",
+                     "shutdown"})
 INNER_VARIANTS = {ucm: names.variant for ucm, names in BY_UCM.items()}  # the model's inner class -> config variant
 _TASK_FIELDS = ("id", "reqs", "blocks", "layer", "status", "event")
 
@@ -316,6 +317,8 @@ class DeferDumpDriver:
             self._update_from_output(before, update)
         elif name == "task_complete":
             self._task_complete(action)
+        elif name == "shutdown":
+            self._shutdown(action)
         else:
             raise StepMismatch(f"action {name!r} is not a step the driver can take")
 
@@ -490,6 +493,15 @@ class DeferDumpDriver:
             finished = [(int(action["rank"]), int(action["task"]))]
         for rank, task_id in finished:
             self._finish(self.constants.ranks.index(rank), task_id, str(action["outcome"]))
+
+    def _shutdown(self, action: Record) -> None:
+        """Worker shutdown (KVConnectorBase_V1.shutdown): each rank waits every pending task, releasing its
+        handle; the waits must be the model's."""
+        for index, rank in enumerate(self.constants.ranks):
+            store = self.stores[index]
+            waited_from = len(store.waited)
+            self.workers[index].shutdown()
+            self._check_waits(index, "shutdown", store.waited[waited_from:], action["ranks"][rank])
 
     def _finish(self, w: int, task_id: int, outcome: str) -> None:
         pending = self.by_model_id[w].get(task_id)

@@ -53,7 +53,7 @@ LabelsOf(m) ==
                                                "forward_request_finished_all_groups"}
       [] m = "request_finished_all_groups" -> {"call_request_finished",
                                                "forward_request_finished"}
-      [] m = "handle_preemptions"          -> {"wait_preempted", "wait_all",
+      [] m = "handle_preemptions"          -> {"wait_preempted", "wait_all", "wait_one_preempted",
                                                "wait_freed", "wait_all_on_free"}
       [] m = "save_kv_layer"               -> {"submit_layer", "pass", "sync_save"}
       [] m = "wait_for_save"               -> {"poll_track_submit", "poll_track",

@@ -39,7 +39,10 @@ CONSTANTS
     StoreHits,      \* may an admission's lookup find the whole prompt in the store?
     ShortReqs,      \* requests whose prompt fills no block (never dumped, no plan)
     DeferFinalize,  \* spec decode: get_finished runs before wait_for_save in a step
-    Hybrid          \* two KV-cache groups (full attention + sliding window), HMA path
+    Hybrid,         \* two KV-cache groups (full attention + sliding window), HMA path
+    Moves,          \* SUBSET MoveNames: engine/store behaviours beyond the base model (README
+                    \*   "Breadth moves"); {} keeps every earlier model's state graph
+    Bugs            \* SUBSET BugNames: small buggy-behaviour switches of mutants; {} in models
 
 ASSUME TableOK
 ASSUME InnerClass \in Classes /\ (Wrapper => "UCMConnector" \in Classes)
@@ -52,6 +55,28 @@ ASSUME DeferFinalize \in BOOLEAN
 \* A hybrid model needs the HMA path (vLLM turns the hybrid manager off for a non-SupportsHMA
 \* connector); hits and short prompts are not combined with it.
 ASSUME Hybrid \in BOOLEAN /\ (Hybrid => HMA /\ ~Multi /\ ~StoreHits /\ ShortReqs = {})
+
+(* The moves (README "Breadth moves"), each off unless named in Moves:     *)
+(* "several_victims": one schedule may preempt several running requests     *)
+(*   (the allocation retry loop; reset_prefix_cache preempts them all);    *)
+(* "split_reports": the second child reports on each rank in its own step;  *)
+(* "some_delayed": the second child delays only some finished requests;    *)
+(* "load_failure": a store hit's load may fail, policy "recompute";        *)
+(* "shutdown": the engine may shut down, each rank's connector draining;   *)
+(* "store_visibility": a hit names the prompt it loads, and the store's    *)
+(*   lookup sees a prompt only once no dump of it is running.              *)
+MoveNames == {"several_victims", "split_reports", "some_delayed", "load_failure",
+              "shutdown", "store_visibility"}
+(* The bug switches (one per mutant that is not a class-table change):     *)
+(* "agg_first": the aggregator forwards a request after the first report;  *)
+(* "redo_untracked": a recompute after a failed load is dumped untracked;  *)
+(* "shutdown_no_release": shutdown drains the tasks but keeps the handles; *)
+(* "lookup_sees_running": the lookup sees a prompt whose dump still runs.  *)
+BugNames == {"agg_first", "redo_untracked", "shutdown_no_release", "lookup_sees_running"}
+ASSUME Moves \subseteq MoveNames /\ Bugs \subseteq BugNames
+ASSUME ("some_delayed" \in Moves \/ "split_reports" \in Moves) => Multi
+ASSUME ("load_failure" \in Moves \/ "store_visibility" \in Moves) => StoreHits
+Mv(x) == x \in Moves
 
 NumRanks == Cardinality(Rank)
 
@@ -82,6 +107,14 @@ VARIABLES
     workerExtra,  \* [Rank -> SUBSET Req]: MultiConnector worker extra_async_saves
     sibPending,   \* [Rank -> SUBSET Req]: ids the second child has yet to report
     reported,     \* [Rank -> [Req -> 0..2]]: finished_sending reports sent (capped)
+    \* ---- breadth moves (constant unless their move is on) ---------------
+    sibDelayed,   \* finished since the last schedule and delayed by the second child
+                  \*   ("some_delayed"; else {}): the sibling's own finished ids
+    recompute,    \* requests whose hit load failed in a processed step: the next
+                  \*   schedule recomputes their block ("load_failure"; else {})
+    down,         \* has the engine shut down ("shutdown"; else FALSE)?
+    dirtyLoads,   \* has a load read a prompt whose dump was still running on the
+                  \*   rank ("store_visibility"; history; else FALSE)?
     \* ---- history -------------------------------------------------------
     dumpOverwrites, \* has a forward rewritten a block that a still-running
                   \*   dump task was reading (freed and reused under the dump)?
@@ -94,10 +127,11 @@ VARIABLES
     action        \* the step just taken: [name |-> method/event, params...]
 
 schedVars  == <<reqState, blocksOf, finishedIds, preemptions, inflight, executed, agg,
-                schedAsync, extraSaves, swBlocksOf, freedSince>>
+                schedAsync, extraSaves, swBlocksOf, freedSince, sibDelayed, recompute>>
 workerVars == <<workerAsync, pending, live, releaseErrors, workerExtra, sibPending,
                 reported>>
-historyVars == <<unexpectedReports, blockingWaits, preemptOverWaits, dumpOverwrites>>
+historyVars == <<unexpectedReports, blockingWaits, preemptOverWaits, dumpOverwrites,
+                 dirtyLoads, down>>
 vars == <<schedVars, workerVars, historyVars, tick, action>>
 
 (* The fingerprint view of the safety models: everything but `action` and  *)
@@ -173,6 +207,10 @@ Init ==
     /\ blockingWaits = FALSE
     /\ preemptOverWaits = FALSE
     /\ dumpOverwrites = FALSE
+    /\ sibDelayed = {}
+    /\ recompute = {}
+    /\ down = FALSE
+    /\ dirtyLoads = FALSE
     /\ tick = 0
     /\ action = [name |-> "init"]
 
@@ -186,12 +224,12 @@ Init ==
 
 SchedState == [rs |-> reqState, bo |-> blocksOf, fin |-> finishedIds, pre |-> preemptions,
                sa |-> schedAsync, ex |-> extraSaves, agg |-> agg, unexp |-> unexpectedReports,
-               sw |-> swBlocksOf, fs |-> freedSince]
+               sw |-> swBlocksOf, fs |-> freedSince, sd |-> sibDelayed, rc |-> recompute]
 
 SetSched(S) ==
     /\ reqState' = S.rs /\ blocksOf' = S.bo /\ finishedIds' = S.fin /\ preemptions' = S.pre
     /\ schedAsync' = S.sa /\ extraSaves' = S.ex /\ agg' = S.agg /\ unexpectedReports' = S.unexp
-    /\ swBlocksOf' = S.sw /\ freedSince' = S.fs
+    /\ swBlocksOf' = S.sw /\ freedSince' = S.fs /\ sibDelayed' = S.sd /\ recompute' = S.rc
 
 (* The sliding-window group (Hybrid).  vLLM's null block id is 0.  With a  *)
 (* window below the block size only the block holding the last computed    *)
@@ -217,13 +255,16 @@ HeldIn(S) == UNION {Range(S.bo[r]) \cup SwHeld(S.sw[r]) : r \in Req}
 (* labels of handle_preemptions read.                                      *)
 DumpSlice(a) == IF Hybrid THEN [req |-> a.req, block |-> a.block, sw |-> a.sw]
                 ELSE [req |-> a.req, block |-> a.block]
-build_connector_meta(S, alloc, preempted, freed) ==
+LoadSlice(a) == IF Mv("store_visibility") THEN [req |-> a.req, block |-> a.block, src |-> a.src]
+                ELSE [req |-> a.req, block |-> a.block]
+build_connector_meta(S, alloc, preempted, freed, redo) ==
     LET dump == IF BCMLabel = "base" THEN {}
                 ELSE {DumpSlice(a) :
                         a \in {x \in alloc : ~x.hit /\ x.req \notin ShortReqs}}
         load == IF BCMLabel = "base" THEN {}
-                ELSE {[req |-> a.req, block |-> a.block] : a \in {x \in alloc : x.hit}}
-        newly == IF BCMLabel = "track" THEN {d.req : d \in dump} ELSE {}
+                ELSE {LoadSlice(a) : a \in {x \in alloc : x.hit}}
+        untracked == IF "redo_untracked" \in Bugs THEN redo ELSE {}
+        newly == IF BCMLabel = "track" THEN {d.req : d \in dump} \ untracked ELSE {}
     IN  [meta |-> [writes    |-> alloc,
                    dump      |-> dump,
                    load      |-> load,
@@ -231,11 +272,15 @@ build_connector_meta(S, alloc, preempted, freed) ==
                    freed     |-> IF BCMLabel = "base" THEN {} ELSE freed,
                    finished  |-> S.fin,
                    sibNow    |-> FALSE,
+                   sibFin    |-> S.sd,
                    extra     |-> S.ex,
                    sending   |-> [w \in Rank |-> {}]],
          tracked |-> newly]
 
-CanSchedule(S) == \E r \in Req : S.rs[r] # "done"
+(* Scheduler.has_requests: unfinished requests, or finished ids not yet   *)
+(* shown to the workers (has_finished_requests, scheduler.py ~2813: the     *)
+(* engine steps once more so the workers see the last finished ids).      *)
+CanSchedule(S) == (\E r \in Req : S.rs[r] # "done") \/ S.fin # {}
 
 (* Scheduler.schedule: each request in `adv` is given a one-block chunk    *)
 (* (admission for waiting/preempted ones, the next prefill chunk for       *)
@@ -264,27 +309,50 @@ ScheduleResults(S) ==
         SwFreed(adv, p) == UNION {SwOut(S.sw[r]) : r \in Slides(adv, p)}
         Victims(p) == UNION {Range(S.bo[v]) \cup SwHeld(S.sw[v]) : v \in p}
         Free(adv, p) == (Block \ HeldIn(S)) \cup SwFreed(adv, p) \cup Victims(p)
+        \* "several_victims": the allocation retry loop (scheduler.py ~777-842) may
+        \* preempt several running requests for one allocation, and
+        \* reset_prefix_cache(reset_running_requests=True) (~2850-2860) preempts
+        \* every running request whatever the free blocks.
+        Reset(p) == Mv("several_victims") /\ p = running
         OK(adv, p) ==
-            /\ (p # {}) => /\ S.pre < MaxPreempt
-                           /\ Cardinality(Free(adv, {})) < Need(adv)
+            /\ (p # {}) => /\ S.pre + Cardinality(p) <= MaxPreempt
+                           /\ Cardinality(Free(adv, {})) < Need(adv) \/ Reset(p)
                            /\ adv \cap admit = {}
                            /\ p \cap adv = {}
             /\ Need(adv) <= Cardinality(Free(adv, p))
-        Opts == {o \in (SUBSET (admit \cup prefill)) \X ({{}} \cup {{v} : v \in running}) :
+        VictimSets == IF Mv("several_victims") THEN (SUBSET running) \ {{}}
+                      ELSE {{v} : v \in running}
+        Opts == {o \in (SUBSET (admit \cup prefill)) \X ({{}} \cup VictimSets) :
                     OK(o[1], o[2])}
         Picks(adv, p) == {pk \in [adv \X Groups -> Free(adv, p)] :
                             \A x, y \in adv \X Groups : x # y => pk[x] # pk[y]}
         Idx(r) == IF r \in admit THEN 1 ELSE Len(S.bo[r]) + 1
-        AllocRec(r, pk, hits) ==
+        \* "store_visibility": a hit loads the prompt of some request `src`
+        \* (this one's, dumped before a preemption, or an identical one); the
+        \* store's lookup sees it only while no dump of it is running.
+        Visible(q) == "lookup_sees_running" \in Bugs
+                      \/ ~\E w \in Rank : \E t \in pending[w] : t.status = "running" /\ q \in t.reqs
+        Srcs(hits) == IF Mv("store_visibility") THEN [hits -> {q \in Req : Visible(q)}]
+                      ELSE {[r \in {} |-> r]}
+        AllocRec(r, pk, hits, src) ==
             IF Hybrid
             THEN [req |-> r, idx |-> Idx(r), block |-> pk[<<r, "full">>], hit |-> r \in hits,
                   sw |-> pk[<<r, "sw">>]]
+            ELSE IF Mv("store_visibility")
+            THEN [req |-> r, idx |-> Idx(r), block |-> pk[<<r, "full">>], hit |-> r \in hits,
+                  src |-> IF r \in hits THEN src[r] ELSE r]
             ELSE [req |-> r, idx |-> Idx(r), block |-> pk[<<r, "full">>], hit |-> r \in hits]
-        Result(adv, p, pk, hits) ==
-            LET alloc == {AllocRec(r, pk, hits) : r \in adv}
+        \* "load_failure": a running request whose hit load failed recomputes its
+        \* (held) block in this schedule: the forward rewrites it, and it is dumped.
+        Redo(p) == {r \in S.rc : S.rs[r] = "running"} \ p
+        RedoRec(r) == IF Mv("store_visibility")
+                      THEN [req |-> r, idx |-> 1, block |-> S.bo[r][1], hit |-> FALSE, src |-> r]
+                      ELSE [req |-> r, idx |-> 1, block |-> S.bo[r][1], hit |-> FALSE]
+        Result(adv, p, pk, hits, src) ==
+            LET alloc == {AllocRec(r, pk, hits, src) : r \in adv} \cup {RedoRec(r) : r \in Redo(p)}
                 slides == Slides(adv, p)
                 freed == IF Hybrid THEN S.fs \cup SwFreed(adv, p) \cup Victims(p) ELSE {}
-                bcm == build_connector_meta(S, alloc, p, freed)
+                bcm == build_connector_meta(S, alloc, p, freed, Redo(p))
                 Kept(r) == IF r \in slides THEN SwKeepLast(S.sw[r]) ELSE S.sw[r]
             IN  [S |-> [S EXCEPT
                           !.rs = [r \in Req |-> IF r \in p THEN "preempted"
@@ -303,7 +371,9 @@ ScheduleResults(S) ==
                           !.sa = @ \cup bcm.tracked,
                           !.fin = {},
                           !.ex = {},
-                          !.fs = {}],
+                          !.fs = {},
+                          !.sd = {},
+                          !.rc = {}],
                  meta |-> bcm.meta,
                  rec |-> [name |-> "schedule", allocated |-> alloc, preempted |-> p,
                           sw_freed |-> SwFreed(adv, p),
@@ -315,7 +385,9 @@ ScheduleResults(S) ==
                                         finished_req_ids |-> bcm.meta.finished,
                                         extra_async_saves |-> bcm.meta.extra,
                                         freed_blocks |-> bcm.meta.freed] >>]]
-    IN  UNION {{Result(o[1], o[2], pk, hits) : pk \in Picks(o[1], o[2]), hits \in Hits(o[1])}
+    IN  UNION {UNION {{Result(o[1], o[2], pk, hits, src) :
+                         pk \in Picks(o[1], o[2]), src \in Srcs(hits)}
+                      : hits \in Hits(o[1])}
                : o \in Opts}
 
 -----------------------------------------------------------------------------
@@ -332,7 +404,7 @@ ScheduleResults(S) ==
 Local(w) == [async |-> workerAsync[w], pending |-> pending[w], live |-> live[w],
              relErr |-> releaseErrors[w], extra |-> workerExtra[w],
              sib |-> sibPending[w], blocked |-> FALSE, overWait |-> FALSE,
-             overwrote |-> FALSE]
+             overwrote |-> FALSE, dirty |-> FALSE]
 
 WaitOutcome(t) == IF t.status = "failed" THEN "error" ELSE "ok"
 
@@ -371,7 +443,9 @@ Submit(s, reqs, blocks, layer, fails) ==
 handle_preemptions(w, m, s) ==
     LET ReadsFreed(t) == t.blocks \cap m.freed # {}
         Preempted(t) == t.reqs \cap m.preempted # {}
+        One == IF m.preempted = {} THEN {} ELSE {CHOOSE r \in m.preempted : TRUE}
         T == CASE HPLabel = "wait_preempted" -> {t \in s.pending : Preempted(t)}
+               [] HPLabel = "wait_one_preempted" -> {t \in s.pending : t.reqs \cap One # {}}
                [] HPLabel = "wait_all" -> IF m.preempted = {} THEN {} ELSE s.pending
                [] HPLabel = "wait_freed" -> {t \in s.pending : Preempted(t) \/ ReadsFreed(t)}
                [] HPLabel = "wait_all_on_free" ->
@@ -388,10 +462,14 @@ handle_preemptions(w, m, s) ==
 (* overwritten: the block was freed and reused under it.                   *)
 (* Under Hybrid both groups' new blocks are written (`sw_writes`).         *)
 SwWrites(m) == IF Hybrid THEN {<<a.sw, a.req, a.idx>> : a \in m.writes} ELSE {}
+(* Under "store_visibility" a load of prompt `src` while a dump of that     *)
+(* prompt still runs on this rank reads a half-written block (`dirty`).    *)
 forward(w, m, s) ==
     LET wb == {a.block : a \in m.writes} \cup {x[1] : x \in SwWrites(m)}
         hit == \E t \in s.pending : t.status = "running" /\ t.blocks \cap wb # {}
-    IN  [s |-> [s EXCEPT !.overwrote = @ \/ hit],
+        dirty == Mv("store_visibility") /\
+                 \E l \in m.load : \E t \in s.pending : t.status = "running" /\ l.src \in t.reqs
+    IN  [s |-> [s EXCEPT !.overwrote = @ \/ hit, !.dirty = @ \/ dirty],
          call |-> [name |-> "forward", writes |-> {<<a.block, a.req, a.idx>> : a \in m.writes},
                    sw_writes |-> SwWrites(m)]]
 
@@ -474,7 +552,8 @@ get_finished(w, m, s, sibNow) ==
                 THEN {t \in s.pending : t.reqs \cap af # {}} ELSE {}
         s1   == WaitTasks(s, T)
         ucm  == af
-        sibAll == IF Multi THEN s.sib \cup m.finished ELSE {}
+        sibAll == IF Multi THEN s.sib \cup (IF Mv("some_delayed") THEN m.sibFin ELSE m.finished)
+                  ELSE {}
         sib  == IF sibNow THEN sibAll ELSE {}
         ex0  == s.extra \cup m.extra
         emitU == ucm \ ex0
@@ -505,17 +584,21 @@ Choices(w, m, s0) ==
 (* decoding drafter, `defer_finalize`) the runner collects get_finished    *)
 (* (get_transfer_results) before the drafter and runs wait_for_save after  *)
 (* it, in finalize_kv_connector: the step's tracking and submit come last. *)
+(* Does the second child report on rank w in this step?  "split_reports":  *)
+(* each rank decides on its own, so the aggregator holds partial counts.   *)
+SibNow(m, w) == IF Mv("split_reports") THEN m.sibNow[w] ELSE m.sibNow
+
 RankStep(w, m, c, s0) ==
     LET hp  == handle_preemptions(w, m, s0)
         fw  == forward(w, m, hp.s)
         skl == save_kv_layer(w, m, fw.s, c.layers)
     IN  IF DeferFinalize
-        THEN LET gf  == get_finished(w, m, skl.s, m.sibNow)
+        THEN LET gf  == get_finished(w, m, skl.s, SibNow(m, w))
                  wfs == wait_for_save(w, m, gf.s, c.check, c.submit)
              IN  [s |-> wfs.s, out |-> gf.out,
                   calls |-> <<hp.call, fw.call>> \o skl.calls \o <<gf.call, wfs.call>>]
         ELSE LET wfs == wait_for_save(w, m, skl.s, c.check, c.submit)
-                 gf  == get_finished(w, m, wfs.s, m.sibNow)
+                 gf  == get_finished(w, m, wfs.s, SibNow(m, w))
              IN  [s |-> gf.s, out |-> gf.out,
                   calls |-> <<hp.call, fw.call>> \o skl.calls \o <<wfs.call, gf.call>>]
 
@@ -546,7 +629,8 @@ ExecResults(m, W) ==
            IN  IF Lockstep
                THEN {[w \in Rank |-> TLCEval(RankStep(w, mm, c, W[w]))] : c \in GlobalChoices(mm, W)}
                ELSE ResultFuns(mm, W, Rank)
-           : sn \in IF Multi THEN BOOLEAN ELSE {FALSE}}
+           : sn \in IF Mv("split_reports") THEN [Rank -> BOOLEAN]
+                   ELSE IF Multi THEN BOOLEAN ELSE {FALSE}}
 
 SetWorkers(post) ==
     /\ workerAsync' = [w \in Rank |-> post[w].s.async]
@@ -561,6 +645,7 @@ SetWorkers(post) ==
     /\ blockingWaits' = (blockingWaits \/ \E w \in Rank : post[w].s.blocked)
     /\ preemptOverWaits' = (preemptOverWaits \/ \E w \in Rank : post[w].s.overWait)
     /\ dumpOverwrites' = (dumpOverwrites \/ \E w \in Rank : post[w].s.overwrote)
+    /\ dirtyLoads' = (dirtyLoads \/ \E w \in Rank : post[w].s.dirty)
 
 ExecRecord(post) == [name |-> "execute_model", ranks |-> [w \in Rank |-> post[w].calls]]
 Sending(post) == [w \in Rank |-> post[w].out]
@@ -585,13 +670,13 @@ request_finished(S, r) == RFLabel = "delay_if_tracked" /\ r \in S.sa
 (* (Scheduler._connector_finished -> remove_skipped_blocks), so the lists  *)
 (* request_finished_all_groups gets (`block_ids`, one per group) show them *)
 (* as the null block and a delayed free no longer holds them.              *)
-UpdateResult(S, sending, fin) ==
+UpdateResult(S, sending, fin, sibD, failed) ==
     LET ucmDelays == {r \in fin : request_finished(S, r)}
-        delays    == IF Multi THEN fin ELSE ucmDelays
+        delays    == IF Multi THEN ucmDelays \cup sibD ELSE ucmDelays
         st1 == [r \in Req |-> IF r \in fin THEN IF r \in delays THEN "delayed" ELSE "done"
                                          ELSE S.rs[r]]
         counts == [r \in Req |-> S.agg[r] + Cardinality({w \in Rank : r \in sending[w]})]
-        emitted == {r \in Req : counts[r] >= NumRanks}
+        emitted == {r \in Req : counts[r] >= IF "agg_first" \in Bugs THEN 1 ELSE NumRanks}
         unexpected == {r \in emitted : st1[r] # "delayed"}
         freed == {r \in emitted : st1[r] = "delayed"}
         sw1 == [r \in Req |-> IF r \in fin THEN SwKeepLast(S.sw[r]) ELSE S.sw[r]]
@@ -606,7 +691,9 @@ UpdateResult(S, sending, fin) ==
                   !.sw = [r \in Req |-> IF r \in gone THEN <<>> ELSE sw1[r]],
                   !.fs = @ \cup freedBlocks,
                   !.sa = IF RFLabel = "delay_if_tracked" THEN @ \ fin ELSE @,
-                  !.ex = @ \cup (IF Multi THEN ucmDelays ELSE {}),
+                  !.ex = @ \cup (IF Multi THEN ucmDelays \cap sibD ELSE {}),
+                  !.sd = @ \cup (IF Mv("some_delayed") THEN sibD ELSE {}),
+                  !.rc = @ \cup failed,
                   !.fin = @ \cup fin,
                   !.agg = [r \in Req |-> IF r \in emitted THEN 0 ELSE counts[r]],
                   !.unexp = @ \cup unexpected],
@@ -616,10 +703,26 @@ UpdateResult(S, sending, fin) ==
                                 block_ids |-> IF Hybrid THEN [r \in fin |-> <<S.bo[r], sw1[r]>>]
                                               ELSE <<>>],
                                [name |-> "_update_from_kv_xfer_finished",
-                                finished_sending |-> emitted, unexpected |-> unexpected] >>]]
+                                finished_sending |-> emitted, unexpected |-> unexpected] >>
+                           \o (IF failed = {} THEN <<>>
+                               ELSE <<[name |-> "_update_requests_with_invalid_blocks",
+                                       reqs |-> failed]>>)]]
 
-UpdateResults(S, sending) ==
-    {UpdateResult(S, sending, fin) : fin \in SUBSET {r \in Req : S.rs[r] \in {"running", "preempted"}}}
+(* The step's outputs: which running or preempted requests finish; under  *)
+(* "some_delayed" which of them the second child delays (`sibD`; else all  *)
+(* of them: MultiConnector.request_finished, multi_connector.py ~578-593,  *)
+(* delays iff some child does and records the extra saves); under          *)
+(* "load_failure" which of the step's hit loads failed (`failed`: with     *)
+(* kv_load_failure_policy "recompute", _update_requests_with_invalid_blocks *)
+(* (scheduler.py ~3237-3354) rolls the request back to its first failed    *)
+(* block; it keeps its blocks and recomputes them in the next schedule).   *)
+UpdateResults(S, sending, loads) ==
+    UNION {LET Fails == IF Mv("load_failure")
+                        THEN SUBSET (({l.req : l \in loads} \cap {r \in Req : S.rs[r] = "running"}) \ fin)
+                        ELSE {{}}
+               SibDs == IF Mv("some_delayed") THEN SUBSET fin ELSE {fin}
+           IN  {UpdateResult(S, sending, fin, sibD, failed) : sibD \in SibDs, failed \in Fails}
+           : fin \in SUBSET {r \in Req : S.rs[r] \in {"running", "preempted"}}}
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
@@ -627,17 +730,18 @@ UpdateResults(S, sending) ==
 (***************************************************************************)
 
 schedule ==
-    /\ ~FusedStep
+    /\ ~FusedStep /\ ~down
     /\ Len(inflight) < MaxInflight
     /\ CanSchedule(SchedState)
     /\ \E x \in ScheduleResults(SchedState) :
          /\ SetSched(x.S)
          /\ inflight' = Append(inflight, x.meta)
          /\ action' = x.rec
-    /\ UNCHANGED <<tick, executed, workerVars, blockingWaits, preemptOverWaits, dumpOverwrites>>
+    /\ UNCHANGED <<tick, executed, workerVars, blockingWaits, preemptOverWaits, dumpOverwrites,
+                   dirtyLoads, down>>
 
 execute_model ==
-    /\ ~FusedStep
+    /\ ~FusedStep /\ ~down
     /\ executed < Len(inflight)
     /\ \E post \in ExecResults(inflight[executed + 1], Workers) :
          /\ SetWorkers(post)
@@ -645,19 +749,20 @@ execute_model ==
          /\ executed' = executed + 1
          /\ action' = ExecRecord(post)
     /\ UNCHANGED <<tick, reqState, blocksOf, finishedIds, preemptions, agg, schedAsync, extraSaves,
-                   swBlocksOf, freedSince,
-                   unexpectedReports>>
+                   swBlocksOf, freedSince, sibDelayed, recompute,
+                   unexpectedReports, down>>
 
 update_from_output ==
     /\ ~FusedStep
     /\ executed >= 1
-    /\ \E z \in UpdateResults(SchedState, Head(inflight).sending) :
+    /\ ~down
+    /\ \E z \in UpdateResults(SchedState, Head(inflight).sending, Head(inflight).load) :
          /\ SetSched(z.S)
          /\ action' = z.rec
     /\ inflight' = Tail(inflight)
     /\ executed' = executed - 1
     /\ tick' = 1 - tick
-    /\ UNCHANGED <<workerVars, blockingWaits, preemptOverWaits, dumpOverwrites>>
+    /\ UNCHANGED <<workerVars, blockingWaits, preemptOverWaits, dumpOverwrites, dirtyLoads, down>>
 
 (* Sync scheduling in one action: schedule, every rank's execute_model,    *)
 (* update_from_output.  Sound for these properties because the scheduler   *)
@@ -665,16 +770,16 @@ update_from_output ==
 (* processes at its end, and store events commute with the scheduler's    *)
 (* phases (README "Abstractions").                                         *)
 engine_step ==
-    /\ FusedStep
+    /\ FusedStep /\ ~down
     /\ CanSchedule(SchedState)
     /\ \E x \in ScheduleResults(SchedState) :
        \E post \in ExecResults(x.meta, Workers) :
-       \E z \in UpdateResults(x.S, Sending(post)) :
+       \E z \in UpdateResults(x.S, Sending(post), x.meta.load) :
          /\ SetSched(z.S)
          /\ SetWorkers(post)
          /\ action' = [name |-> "engine_step", phases |-> <<x.rec, ExecRecord(post), z.rec>>]
     /\ tick' = 1 - tick
-    /\ UNCHANGED <<inflight, executed>>
+    /\ UNCHANGED <<inflight, executed, down>>
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
@@ -691,6 +796,7 @@ Outcomes == IF "wait" \in Faults THEN {"ok", "error"} ELSE {"ok"}
 Finish(t, outcome) == [t EXCEPT !.status = IF outcome = "ok" THEN "done" ELSE "failed"]
 
 task_complete ==
+    /\ ~down
     /\ IF Lockstep
        THEN LET ranks == {w \in Rank : Running(w) # {}}
             IN  /\ ranks # {}
@@ -707,12 +813,35 @@ task_complete ==
     /\ UNCHANGED <<schedVars, workerAsync, live, releaseErrors, workerExtra, sibPending,
                    reported, historyVars, tick>>
 
-HasWork == (\E r \in Req : reqState[r] # "done") \/ inflight # <<>>
+(* EngineCore keeps stepping while the scheduler has requests, finished    *)
+(* ids not yet shown to the workers included (has_finished_requests,       *)
+(* scheduler.py ~2813).                                                    *)
+HasWork == (\E r \in Req : reqState[r] # "done") \/ inflight # <<>> \/ finishedIds # {}
 
-(* Nothing left: the engine idles (stuttering, so TLC sees no deadlock).   *)
-Idle == ~HasWork /\ UNCHANGED vars
+(* "shutdown": the worker process shuts down between two engine phases;   *)
+(* KVConnectorBase_V1.shutdown (base.py ~431: "ensure that all the async   *)
+(* operations are completed and the connector is cleaned up") waits every  *)
+(* pending dump task of the rank and releases its event handle; nothing    *)
+(* runs afterwards.  Bug "shutdown_no_release": the tasks are drained but  *)
+(* their handles kept.                                                     *)
+shutdown ==
+    /\ Mv("shutdown") /\ ~down
+    /\ down' = TRUE
+    /\ LET post == [w \in Rank |-> WaitTasks(Local(w), pending[w])]
+       IN  /\ pending' = [w \in Rank |-> {}]
+           /\ live' = IF "shutdown_no_release" \in Bugs THEN live ELSE [w \in Rank |-> post[w].live]
+           /\ releaseErrors' = IF "shutdown_no_release" \in Bugs THEN releaseErrors
+                               ELSE [w \in Rank |-> post[w].relErr]
+    /\ action' = [name |-> "shutdown", ranks |-> [w \in Rank |-> WaitRecords(pending[w])]]
+    /\ UNCHANGED <<schedVars, workerAsync, workerExtra, sibPending, reported, unexpectedReports,
+                   blockingWaits, preemptOverWaits, dumpOverwrites, dirtyLoads, tick>>
 
-Next == schedule \/ execute_model \/ update_from_output \/ engine_step \/ task_complete \/ Idle
+(* Nothing left, or shut down: the engine idles (stuttering, so TLC sees   *)
+(* no deadlock).                                                           *)
+Idle == (~HasWork \/ down) /\ UNCHANGED vars
+
+Next == schedule \/ execute_model \/ update_from_output \/ engine_step \/ task_complete
+        \/ shutdown \/ Idle
 
 Spec == Init /\ [][Next]_vars
 
@@ -741,9 +870,11 @@ TypeInv ==
     /\ blockingWaits \in BOOLEAN /\ preemptOverWaits \in BOOLEAN /\ dumpOverwrites \in BOOLEAN
     /\ workerExtra \in [Rank -> SUBSET Req] /\ sibPending \in [Rank -> SUBSET Req]
     /\ reported \in [Rank -> [Req -> 0..2]]
+    /\ sibDelayed \subseteq Req /\ recompute \subseteq Req
+    /\ down \in BOOLEAN /\ dirtyLoads \in BOOLEAN
     /\ tick \in {0, 1}
     /\ action.name \in {"init", "schedule", "execute_model", "update_from_output",
-                        "engine_step", "task_complete"}
+                        "engine_step", "task_complete", "shutdown"}
 
 (* No forward ever rewrites a block that a pending, still-running dump     *)
 (* task reads (the block was freed and reused since the submit).  A        *)
@@ -780,6 +911,28 @@ NoWaitInWaitForSaveInv == ~blockingWaits
 
 (* handle_preemptions waits only tasks that contain a preempted request.   *)
 PreemptWaitsOnlyPreemptedInv == ~preemptOverWaits
+
+(* The scheduler tracks only unfinished requests (request_finished untracks *)
+(* a finishing one): a tracked id that outlives its request is never       *)
+(* untracked, a hang in the making.                                        *)
+SchedTracksUnfinishedInv ==
+    \A r \in schedAsync : reqState[r] \in {"waiting", "running", "preempted"}
+
+(* Once the steps that dump a request have run, every rank tracks every    *)
+(* request the scheduler tracks: a rank that does not will never report it *)
+(* and its delayed free never comes (caught here in a few states instead   *)
+(* of by the liveness properties).                                         *)
+WorkersTrackInv ==
+    \A r \in schedAsync :
+        (\A k \in (executed + 1)..Len(inflight) : r \notin DumpReqs(inflight[k]))
+            => \A w \in Rank : r \in workerAsync[w]
+
+(* Shutdown drains: nothing pending, no live handle, on any rank.          *)
+ShutdownDrainedInv == down => \A w \in Rank : pending[w] = {} /\ live[w] = {}
+
+(* The store contract ("store_visibility"): a load never reads a prompt    *)
+(* whose dump is still running on the rank.                                *)
+NoLoadWhileDumpingInv == ~dirtyLoads
 
 -----------------------------------------------------------------------------
 (* Liveness, under fairness stated as premises over state predicates      *)

@@ -66,6 +66,14 @@ def hit_never_loaded(self, request, block_ids, num_external_tokens):  # the anno
     return _ORIGINAL_AFTER_ALLOC(self, request, block_ids, 0)
 
 
+def shutdown_without_drain(self):  # the KVConnectorBase_V1 default: shutdown does nothing
+    return None
+
+
+def _shutdown_waits(phase):
+    return phase["name"] == "shutdown" and any(len(records) > 0 for records in phase["ranks"].values())
+
+
 def _untracked_finish(phase):
     if phase["name"] != "update_from_output":
         return False
@@ -125,6 +133,8 @@ MUTANTS = [
                  "request_finished(r", LOOKUPS, id="request_finished-delays-untracked-requests"),
     pytest.param(DirectConnector, "update_state_after_alloc", hit_never_loaded, _hit,
                  "load slices", LOOKUPS, id="store-hit-never-loaded"),
+    pytest.param(DirectConnector, "shutdown", shutdown_without_drain, _shutdown_waits,
+                 "shutdown waited tasks", {"ShutdownConformance"}, id="shutdown-without-drain"),
 ]
 
 

@@ -7,6 +7,7 @@ names — its `action` history holds the connector calls that make that bug.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from deferdump.tools.tlc.cfg import strip_comments
 from deferdump.tools.tlc.manifest import load_manifest
 from deferdump.tools.tlc.specfiles import spec_dir
 
@@ -33,6 +35,14 @@ EXPECTED_CALLS: dict[str, set[str]] = {
     "BlockingWaitForSave": {"wait_for_save"},
     "PreemptWaitsAll": {"handle_preemptions", "build_connector_meta"},
     "SlidingWindowDrainOverWaits": {"handle_preemptions", "build_connector_meta", "forward"},
+    "PreemptWaitsOneVictim": {"handle_preemptions", "build_connector_meta", "forward"},
+    "AggForwardsFirst": {"get_finished", "request_finished", "_update_from_kv_xfer_finished"},
+    "OuterNoForwardSomeDelayed": {"request_finished", "forward", "wait_for_save"},
+    "OuterNoForwardTracking": {"build_connector_meta", "request_finished"},
+    "TrackAfterMLAReturnSafety": {"wait_for_save", "build_connector_meta"},
+    "RedoUntracked": {"_update_requests_with_invalid_blocks", "build_connector_meta", "forward"},
+    "ShutdownKeepsHandles": {"shutdown", "wait_for_save"},
+    "LookupSeesRunning": {"build_connector_meta", "forward", "wait_for_save"},
 }
 
 
@@ -171,3 +181,82 @@ def test_sliding_window_fences_pass_where_the_merged_table_fails(ci_results: dic
     assert over["property"] == "PreemptWaitsOnlyPreemptedInv"
     waits = [w for w in _calls(over, "handle_preemptions") if _set(w["waited"])]
     assert waits and not any(_set(w["preempted_req_ids"]) for w in waits)
+
+
+def _constants(name: str) -> dict[str, str]:
+    """The `Name = value` lines of a CI model's cfg (comments dropped)."""
+    entry = next(e for e in CI_MODELS if e.name == name)
+    text = strip_comments(entry.config_path.read_text())
+    return dict(m.groups() for m in re.finditer(r"^\s*(\w+)\s*=\s*(.+?)\s*$", text, flags=re.MULTILINE))
+
+
+def _checks_liveness(name: str) -> bool:
+    entry = next(e for e in CI_MODELS if e.name == name)
+    return "PROPERTIES" in strip_comments(entry.config_path.read_text())
+
+
+def test_ci_tier_has_breadth_per_variant() -> None:
+    """Per variant: a passing safety model without MultiConnector and a passing liveness model; somewhere:
+    several victims with MaxPreempt > 1, chunked LayerWise prompts, async scheduling with MultiConnector."""
+    passing = [e for e in CI_MODELS if e.expect.passes]
+    for variant in ("Direct", "LayerWise", "CP"):
+        mine = [e.name for e in passing if e.variant == variant]
+        assert any(_constants(n)["Multi"] == "FALSE" and not _checks_liveness(n) for n in mine), variant
+        assert any(_checks_liveness(n) for n in mine), variant
+    consts = {e.name: _constants(e.name) for e in passing}
+    assert any("several_victims" in c["Moves"] and int(c["MaxPreempt"]) > 1 for c in consts.values())
+    assert any(c["InnerClass"] == '"UCMLayerWiseConnector"' and int(c["PromptBlocks"]) > 1 for c in consts.values())
+    assert any(c["MaxInflight"] == "2" and c["Multi"] == "TRUE" and "split_reports" in c["Moves"]
+               for c in consts.values())
+
+
+def test_several_victims_mutant_preempts_two(ci_results: dict[str, dict[str, Any]]) -> None:
+    """Waiting one victim's tasks is enough for one victim; the bug needs a schedule with two."""
+    row = ci_results["PreemptWaitsOneVictim"]
+    assert any(len(_set(m["preempted_req_ids"])) >= 2 for m in _calls(row, "build_connector_meta"))
+
+
+def test_aggregator_mutant_frees_on_a_partial_count(ci_results: dict[str, dict[str, Any]]) -> None:
+    """One rank's report frees the request; a later report from another rank is unexpected."""
+    row = ci_results["AggForwardsFirst"]
+    xfers = _calls(row, "_update_from_kv_xfer_finished")
+    assert any(_set(x["unexpected"]) for x in xfers)
+    steps = _calls(row, "execute_model")
+    assert any(len({json.dumps(sorted(map(json.dumps, _set(c["finished_sending"]))))
+                    for calls in _fun_values(s["ranks"]) for c in _fun_values(calls)
+                    if c["name"] == "get_finished"}) > 1
+               for s in steps), "no step where the ranks reported different requests"
+
+
+def _fun_values(value: Any) -> list[Any]:
+    """The values of an ITF function (`#map` pairs) or of a tuple/record."""
+    if isinstance(value, dict) and "#map" in value:
+        return [pair[1] for pair in value["#map"]]
+    if isinstance(value, dict) and "#tup" in value:
+        return list(value["#tup"])
+    return list(value.values()) if isinstance(value, dict) else list(value)
+
+
+def test_some_delayed_sibling_unmasks_ucm(ci_results: dict[str, dict[str, Any]]) -> None:
+    """A request no child delays is freed at once, and its block is rewritten under its dump."""
+    row = ci_results["OuterNoForwardSomeDelayed"]
+    assert any(_set(f["reqs"]) and not _set(f["delayed"]) for f in _calls(row, "request_finished"))
+
+
+def test_redo_untracked_dumps_a_recompute_untracked(ci_results: dict[str, dict[str, Any]]) -> None:
+    row = ci_results["RedoUntracked"]
+    assert any(_set(c["reqs"]) for c in _calls(row, "_update_requests_with_invalid_blocks"))
+    assert any(_set(m["dump"]) and not _set(m["tracked"]) for m in _calls(row, "build_connector_meta"))
+
+
+def test_shutdown_mutant_keeps_a_handle(ci_results: dict[str, dict[str, Any]]) -> None:
+    row = ci_results["ShutdownKeepsHandles"]
+    last = row["trace"][-1]["state"]
+    assert last["down"] is True
+    assert any(_set(v) for v in _fun_values(last["live"]))
+
+
+def test_lookup_mutant_loads_a_running_dump(ci_results: dict[str, dict[str, Any]]) -> None:
+    row = ci_results["LookupSeesRunning"]
+    loads = [slice_ for m in _calls(row, "build_connector_meta") for slice_ in _set(m["load"])]
+    assert loads and all("src" in slice_ for slice_ in loads)

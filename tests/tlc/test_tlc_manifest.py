@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from deferdump.tools.tlc.manifest import Expectation, ManifestError, UnknownModel, compare, load_manifest
 from deferdump.tools.tlc.bridge import Kind, Status, TlcResult
+from deferdump.tools.tlc.cfg import strip_comments
+from deferdump.tools.tlc.manifest import Expectation, ManifestError, UnknownModel, compare, load_manifest
 
 
 def _write(tmp_path: Path, models: list[dict[str, object]]) -> Path:
@@ -99,3 +101,36 @@ def test_compare() -> None:
     assert "list exactly one PROPERTY" in compare(Expectation("LiveProp"), None, unnamed)[0]
     assert compare(Expectation(), 5, _result(Status.ERROR, Kind.TIMEOUT, None, 2)) == [
         "expected pass, got error (timeout)"]
+
+
+# The switch each mutant turns on: a `Bugs` entry or the handle_preemptions label of its MC module.
+MUTANT_SWITCHES = {
+    "AggForwardsFirst": 'Bugs = {"agg_first"}',
+    "RedoUntracked": 'Bugs = {"redo_untracked"}',
+    "ShutdownKeepsHandles": 'Bugs = {"shutdown_no_release"}',
+    "LookupSeesRunning": 'Bugs = {"lookup_sees_running"}',
+}
+
+
+def test_every_ci_mutant_checks_the_property_it_names() -> None:
+    """A mutant's cfg lists the invariant or property its expectation names, and a model that is no
+    mutant turns no bug on."""
+    for entry in load_manifest().models:
+        if entry.tier != "ci":
+            continue
+        text = strip_comments(entry.config_path.read_text())
+        if entry.mutant:
+            assert re.search(rf"^\s*{entry.expect.violation}\s*$", text, flags=re.MULTILINE), entry.name
+        else:
+            assert re.search(r"^\s*Bugs = \{\}\s*$", text, flags=re.MULTILINE), entry.name
+
+
+def test_bug_switch_mutants_turn_their_bug_on() -> None:
+    models = {e.name: e for e in load_manifest().models}
+    for name, switch in MUTANT_SWITCHES.items():
+        assert models[name].mutant and switch in models[name].config_path.read_text(), name
+    module = models["PreemptWaitsOneVictim"].module_path.read_text()
+    assert '"wait_one_preempted"' in module
+    bugs = set(re.findall(r'"(\w+)"', re.search(r"BugNames == \{([^}]*)\}",
+                                                (models["DirectSafety"].spec_dir / "DeferDump.tla").read_text()).group(1)))
+    assert bugs == {re.search(r'"(\w+)"', s).group(1) for s in MUTANT_SWITCHES.values()}
