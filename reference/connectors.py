@@ -277,6 +277,18 @@ class DirectConnector:
             tuple(ids[i] if i < len(ids) else NULL_BLOCK for i in range(start, end)) for ids in plan.group_block_ids
         )
 
+    def _record_schedule_frees(self, step: StepView) -> None:
+        """The blocks vLLM frees in this schedule before allocating: every block of a preempted request,
+        and the sliding-window blocks of each scheduled running request that left the window."""
+        for req_id in step.preempted_req_ids:
+            plan = self._request_plans.get(req_id)
+            if plan is not None:
+                self._freed_since |= plan.held_blocks()
+        for cached in step.cached_requests:
+            plan = self._request_plans.get(cached.req_id)
+            if plan is not None and not cached.resumed_from_preemption:
+                self._free_out_of_window(plan, cached.num_computed_tokens)
+
     def _free_out_of_window(self, plan: RequestPlan, num_computed_tokens: int) -> None:
         """Record the sliding-window blocks vLLM frees before allocating this step (`allocate_slots` ->
         `remove_skipped_blocks`, on the tokens computed before the step) and null them in the plan."""
@@ -297,14 +309,7 @@ class DirectConnector:
         self._require(Role.SCHEDULER, "build_connector_meta")
         dispatch: dict[str, RequestDispatchMeta] = {}
         if self.hybrid:  # frees of this schedule, before its allocations (vLLM's order)
-            for req_id in step.preempted_req_ids:
-                plan = self._request_plans.get(req_id)
-                if plan is not None:
-                    self._freed_since |= plan.held_blocks()
-            for cached in step.cached_requests:
-                plan = self._request_plans.get(cached.req_id)
-                if plan is not None and not cached.resumed_from_preemption:
-                    self._free_out_of_window(plan, cached.num_computed_tokens)
+            self._record_schedule_frees(step)
         for new in step.new_requests:
             plan = self._request_plans.get(new.req_id)
             if plan is not None:
@@ -347,16 +352,23 @@ class DirectConnector:
         Both are recorded for the next metadata's `freed_block_ids`.
         """
         delay, params = self.request_finished(request, block_ids[0] if block_ids else [])
-        plan = self._request_plans.get(request.req_id)
-        if self.hybrid and plan is not None:
-            for held, now in zip(plan.group_block_ids, block_ids[1:]):
-                for index, block in enumerate(held):
-                    if block != NULL_BLOCK and index < len(now) and now[index] == NULL_BLOCK:
-                        self._freed_since.add(block)
-                        held[index] = NULL_BLOCK
-            if not delay:
-                self._freed_since |= plan.held_blocks()
+        if self.hybrid:
+            self._record_finish_frees(request.req_id, block_ids[1:], delay)
         return delay, params
+
+    def _record_finish_frees(self, req_id: str, group_block_ids: Sequence[Sequence[int]], delay: bool) -> None:
+        """The blocks vLLM frees at a finish: the window's (already null in `group_block_ids`), and, unless
+        the free is delayed, every other block right after `request_finished_all_groups` returns."""
+        plan = self._request_plans.get(req_id)
+        if plan is None:
+            return
+        for held, now in zip(plan.group_block_ids, group_block_ids):
+            for index, block in enumerate(held):
+                if block != NULL_BLOCK and index < len(now) and now[index] == NULL_BLOCK:
+                    self._freed_since.add(block)
+                    held[index] = NULL_BLOCK
+        if not delay:
+            self._freed_since |= plan.held_blocks()
 
     # =============================================================== worker side
     def register_kv_caches(self, kv_caches: Mapping[str, torch.Tensor], num_blocks: int | None = None) -> None:
@@ -522,9 +534,9 @@ class DirectConnector:
             self._submit_dump(self._store_keys(hashes), block_ids, req_ids, None)
             return
         rows: list[tuple[int, list[bytes], list[int]]] = []
-        for meta in self.bound_metadata.request_meta.values():
-            if meta.has_dump():
-                rows += self._group_rows(self._store_keys(meta.dump_hashes), meta.dump_block_ids, meta.dump_group_block_ids)
+        for req_id in req_ids:  # the dumping requests, in the order of their hashes
+            meta = self.bound_metadata.request_meta[req_id]
+            rows += self._group_rows(self._store_keys(meta.dump_hashes), meta.dump_block_ids, meta.dump_group_block_ids)
         self._submit_group_dump(rows, req_ids)
 
     def _get_dump_event_handle(self) -> int:
