@@ -306,8 +306,11 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
     def request_finished_all_groups(
         self, request: "Request", block_ids: tuple[list[int], ...]
     ) -> tuple[bool, dict[str, Any] | None]:
-        """vLLM's HMA path: one list per KV-cache group (out-of-window blocks already the null block 0)."""
+        """vLLM's HMA path: one list per KV-cache group (out-of-window blocks already the null block 0).
+        With one group it is `request_finished` (vLLM's own non-HMA call), the one entry point for the free."""
         first, others = split_groups(block_ids, self._group_order, f"request {request.request_id}")
+        if not others:
+            return self.request_finished(request, list(first))
         return self.core.request_finished_all_groups(request_view(request), (first, *others))
 
     # --------------------------------------------------------------- worker side
