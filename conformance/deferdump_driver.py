@@ -13,8 +13,8 @@ model action           calls on the reference connector
                        ``save_kv_layer`` per layer, ``wait_for_save``, ``get_finished``, then
                        ``clear_connector_metadata``; store faults are injected exactly where the
                        call record says (``submit_error``, ``check_error``)
-``update_from_output`` ``request_finished`` (``request_finished_all_groups`` on the HMA path) per
-                       finished request
+``update_from_output`` ``request_finished`` (``request_finished_all_groups`` on the HMA path, with
+                       the record's per-group lists under ``Hybrid``) per finished request
 ``engine_step``        the three phases above in order (sync scheduling fused into one step)
 ``task_complete``      the rank's :class:`ManualStore` completes or fails the task (under Lockstep:
                        every running task of the listed ranks)
@@ -39,6 +39,17 @@ Refinement mapping ``abstract_state()`` (model variable <- implementation):
 - ``reported[w][r]`` <- how often rank w's ``get_finished`` returned r (capped at 2); only without
   MultiConnector, whose emission logic is vLLM's, not the connector's.
 
+``Hybrid`` (full attention + sliding window): block ``b_i`` is implementation block ``i`` (0 is vLLM's null
+block); the connector gets two KV-cache groups, ``layer.i`` (full attention) and ``sw.layer.i`` (a sliding
+window of ``HYBRID_WINDOW`` tokens, blocks of ``HYBRID_BLOCK_SIZE``), each schedule's per-group block ids,
+and the computed-token counts vLLM frees the window on; it works out the frees itself. Checked at each
+schedule: the dump slices with their sliding-window block, and the metadata's freed set against the model's
+``freed_blocks``: it holds every block of the schedule's ``sw_freed`` and nothing the model did not free
+(the model's set also holds blocks of delayed frees completed since the last schedule, which the connector is
+not told of and which no pending task reads: ``get_finished`` waited them before reporting). The fence's
+waits are checked as every other wait. Hybrid traces use neither the set-form ``handle_preemptions`` (it
+carries no freed blocks) nor CP's Direct paths (several groups need variant ``direct``).
+
 Each trace runs under an implementation profile (:mod:`.profiles`: ``verify_dumps``, event sync off,
 the older set-form ``handle_preemptions``, CP's Direct paths for Direct traces). Without event sync the
 connector synchronizes at submit and holds no handle: ``live`` and the tasks' ``event`` are then not
@@ -51,6 +62,7 @@ tasks each call waited, and whether a submit happened.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -63,6 +75,7 @@ from deferdump.reference.class_names import BY_UCM
 from deferdump.reference.connectors import VARIANT_CLASSES, CPConnector, DirectConnector, OuterConnector, Role
 from deferdump.reference.hashing import layer_key, prefix_block_hashes
 from deferdump.reference.testing.late_copy import LateCopyDevice
+from deferdump.reference.groups import NULL_BLOCK, KVGroup
 from deferdump.reference.testing.manual_store import ManualStore
 from deferdump.reference.metadata import DeferDumpMetadata
 from deferdump.reference.metrics import ConnectorMetrics
@@ -79,6 +92,14 @@ __all__ = ["DeferDumpDriver", "ModelConstants", "DEFERDUMP_VARS"]
 log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 2  # tokens per block: the model counts blocks, any size works
+# Hybrid: a window below the block size that keeps the block of the last computed token (>= 2 tokens),
+# so vLLM's `computed - window + 1` frees every earlier block, as the model's SwOut does.
+HYBRID_BLOCK_SIZE = 4
+HYBRID_WINDOW = 2
+# The connector's `hybrid_fence` for each spec module's handle_preemptions label (Connectors.tla):
+# "wait_freed" (MCSlidingWindowFenced), "wait_all_on_free" (MCSlidingWindowDrain); the merged table's
+# "wait_preempted" (MCReal and the other mutants) is #989 as merged, "none".
+HYBRID_FENCE_OF_MODULE = {"MCSlidingWindowFenced": "freed", "MCSlidingWindowDrain": "all_on_free"}
 DEFERDUMP_VARS = frozenset({"schedAsync", "workerAsync", "pending", "live", "reqState", "blocksOf", "finishedIds"})
 ACTIONS = frozenset({"init", "schedule", "execute_model", "update_from_output", "engine_step", "task_complete",
                      "shutdown"})
@@ -102,6 +123,8 @@ class ModelConstants:
     mla: bool
     store_hits: bool = False  # StoreHits: a lookup may hit the whole prompt
     short_reqs: frozenset[str] = frozenset()  # ShortReqs: one-token prompts (no full block)
+    hybrid: bool = False  # Hybrid: a full-attention and a sliding-window KV-cache group
+    hybrid_fence: str = "none"  # the connector's fence for the trace's spec module (HYBRID_FENCE_OF_MODULE)
 
     def need_blocks(self, req: str) -> int:
         """Blocks the request's prompt occupies (the model's NeedBlocks)."""
@@ -135,7 +158,7 @@ class ModelConstants:
         if inner not in INNER_VARIANTS:
             raise ItfError(f"InnerClass {inner!r} has no reference connector", json_path='$["#meta"].constants',
                            file=trace.path)
-        for name in ("StoreHits", "ShortReqs"):  # optional: older traces predate them
+        for name in ("StoreHits", "ShortReqs", "Hybrid"):  # optional: older traces predate them
             if name in raw:
                 where = f'$["#meta"].constants.{name}'
                 try:
@@ -155,6 +178,8 @@ class ModelConstants:
             hma=bool(values["HMA"]), multi=bool(values["Multi"]), mla=bool(values["MLA"]),
             store_hits=bool(values.get("StoreHits", False)),
             short_reqs=frozenset(_name(v) for v in values.get("ShortReqs", ())),
+            hybrid=bool(values.get("Hybrid", False)),
+            hybrid_fence=HYBRID_FENCE_OF_MODULE.get(str(trace.meta.get("module", "")), "none"),
         )
 
 
@@ -209,17 +234,22 @@ class DeferDumpDriver:
 
     def __init__(self, constants: ModelConstants, profile: ImplProfile = DEFAULT_PROFILE) -> None:
         self.constants = constants
+        if constants.hybrid:  # see the module docstring
+            profile = dataclasses.replace(profile, set_preemption_api=False, cp_direct=False)
         self.profile = profile
+        self.block_size = HYBRID_BLOCK_SIZE if constants.hybrid else BLOCK_SIZE
+        block_size = self.block_size
         observed = ["schedAsync", "workerAsync", "pending"]
         if profile.observes_events:
             observed.append("live")
         if not constants.multi:
             observed.append("reported")
         self.observed: tuple[str, ...] = tuple(observed)
-        self.block_ids = {name: index for index, name in enumerate(constants.blocks)}
+        first = 1 if constants.hybrid else 0  # 0 is vLLM's null block in a sliding-window list
+        self.block_ids = {name: index for index, name in enumerate(constants.blocks, start=first)}
         self.block_names = {index: name for name, index in self.block_ids.items()}
         def prompt_len(name: str) -> int:
-            return 1 if name in constants.short_reqs else constants.prompt_blocks * BLOCK_SIZE
+            return 1 if name in constants.short_reqs else constants.prompt_blocks * block_size
 
         self.requests = {
             name: RequestView(name, tuple(range(1000 * (i + 1), 1000 * (i + 1) + prompt_len(name))), prompt_len(name))
@@ -228,21 +258,25 @@ class DeferDumpDriver:
         # CP's Direct paths: a CP world of one rank (more ranks would each keep a slice of the hashes)
         cp_direct = profile.cp_direct and constants.variant == "direct" and constants.num_ranks == 1
         self.config = ConnectorConfig(
-            variant="cp" if cp_direct else constants.variant, block_size=BLOCK_SIZE, is_mla=constants.mla,
+            variant="cp" if cp_direct else constants.variant, block_size=block_size, is_mla=constants.mla,
             copy_threads=1, cp_world_size=constants.num_ranks if constants.variant == "cp" else 1,
             use_layerwise=constants.variant == "cp", verify_dumps=profile.verify_dumps,
-            enable_event_sync=profile.event_sync,
+            enable_event_sync=profile.event_sync, hybrid_fence=constants.hybrid_fence,
         )
         self.scheduler: Any = None
         self.workers: list[Any] = []
         self.stores: list[ManualStore] = []
         self.devices: list[LateCopyDevice] = []
         self._records: dict[tuple[Any, ...], Record] = {}  # interned task records (see _task_record)
+        self.groups: tuple[KVGroup, ...] | None = None
+        if constants.hybrid:
+            self.groups = (KVGroup(tuple(f"layer.{i}" for i in range(constants.layers))),
+                           KVGroup(tuple(f"sw.layer.{i}" for i in range(constants.layers)), HYBRID_WINDOW))
 
     # ------------------------------------------------------------------ lifecycle
     def _connector(self, role: Role, store: ManualStore, rank: int = 0) -> Any:
         kwargs: dict[str, Any] = {"store": store, "rank": rank, "world_size": self.constants.num_ranks,
-                                  "metrics": _replay_metrics()}
+                                  "metrics": _replay_metrics(), "groups": self.groups}
         if role is Role.WORKER:
             device = LateCopyDevice()
             self.devices.append(device)
@@ -259,8 +293,11 @@ class DeferDumpDriver:
         self.scheduler = self._connector(Role.SCHEDULER, self.lookup_store)
         self.stores = [ManualStore(auto_complete_on_wait=True) for _ in range(n)]
         self.workers = [self._connector(Role.WORKER, self.stores[w], w) for w in range(n)]
-        caches = {f"layer.{i}": torch.zeros(len(self.constants.blocks), 1, BLOCK_SIZE, 2)
-                  for i in range(self.constants.layers)}
+        num_blocks = len(self.constants.blocks) + (1 if self.constants.hybrid else 0)
+        names = [f"layer.{i}" for i in range(self.constants.layers)]
+        if self.constants.hybrid:
+            names += [f"sw.layer.{i}" for i in range(self.constants.layers)]
+        caches = {name: torch.zeros(num_blocks, 1, self.block_size, 2) for name in names}
         for worker in self.workers:
             worker.register_kv_caches(caches)
         if self.constants.store_hits:
@@ -284,7 +321,7 @@ class DeferDumpDriver:
         per_block = inner._hashes_per_block
         blocks: dict[bytes, torch.Tensor] = {}
         for index, view in enumerate(self.requests.values()):
-            hashes = prefix_block_hashes(view.token_ids, BLOCK_SIZE, per_block)
+            hashes = prefix_block_hashes(view.token_ids, self.block_size, per_block)
             if isinstance(inner, CPConnector):
                 hashes = inner.rank_hashes(hashes)
             for key in inner._store_keys(hashes):
@@ -327,9 +364,12 @@ class DeferDumpDriver:
         new: list[NewRequestView] = []
         cached: list[CachedRequestView] = []
         scheduled: set[str] = set()
+        hybrid = self.constants.hybrid
+        block_size = self.block_size
         for alloc in sorted(action["allocated"], key=lambda a: _name(a["req"])):
             req = alloc["req"]
             rid, block = _name(req), self.block_ids[_name(alloc["block"])]
+            groups = ((self.block_ids[_name(alloc["sw"])],),) if hybrid else ()
             view = self.requests[rid]
             scheduled.add(rid)
             if req_state[req] in ("waiting", "preempted"):
@@ -339,25 +379,28 @@ class DeferDumpDriver:
                 finally:
                     self.lookup_store.hit = False
                 self.scheduler.update_state_after_alloc(view, [block], matched)
-                chunk = min(BLOCK_SIZE, view.num_prompt_tokens) - matched  # a hit computes the last token only
+                chunk = min(block_size, view.num_prompt_tokens) - matched  # a hit computes the last token only
                 if req_state[req] == "waiting":
-                    new.append(NewRequestView(rid, view.token_ids, view.num_prompt_tokens, (block,), matched, chunk))
+                    new.append(NewRequestView(rid, view.token_ids, view.num_prompt_tokens, (block,), matched, chunk,
+                                              groups))
                 else:
-                    cached.append(CachedRequestView(rid, (block,), True, matched, chunk))
+                    cached.append(CachedRequestView(rid, (block,), True, matched, chunk, groups))
             else:
-                computed = (int(alloc["idx"]) - 1) * BLOCK_SIZE
-                cached.append(CachedRequestView(rid, (block,), False, computed, BLOCK_SIZE))
+                computed = (int(alloc["idx"]) - 1) * block_size
+                cached.append(CachedRequestView(rid, (block,), False, computed, block_size, groups))
         preempted = _names(action["preempted"])
         for req, state in req_state.items():
             rid = _name(req)
             if (state == "running" and rid not in scheduled and rid not in preempted
                     and len(blocks_of[req]) == self.constants.need_blocks(rid)):
                 prompt = self.requests[rid].num_prompt_tokens
-                cached.append(CachedRequestView(rid, (), False, prompt, 1))  # a decode step: never dumped
+                cached.append(CachedRequestView(rid, (), False, prompt, 1, ((),) if hybrid else ()))  # a decode: never dumped
         step = StepView(tuple(new), tuple(cached), frozenset(_names(before["finishedIds"])), frozenset(preempted))
         meta = self.scheduler.build_connector_meta(step)
         self.inflight.append(meta)
         call = action["calls"][0]
+        if hybrid:
+            self._check_hybrid_schedule(meta, action)
         got = {(rid, b) for rid, m in meta.request_meta.items() for b in m.dump_block_ids}
         want = {(_name(d["req"]), self.block_ids[_name(d["block"])]) for d in call["dump"]}
         if got != want:
@@ -368,6 +411,22 @@ class DeferDumpDriver:
         if got != want:
             raise StepMismatch(f"build_connector_meta load slices: model {self._slices(want)}, "
                                f"implementation {self._slices(got)}")
+
+    def _check_hybrid_schedule(self, meta: DeferDumpMetadata, action: Record) -> None:
+        """The sliding-window block of each dump slice, and the freed set (see the module docstring)."""
+        call = action["calls"][0]
+        got = {(rid, b) for rid, m in meta.request_meta.items() for ids in m.dump_group_block_ids for b in ids}
+        want = {(_name(d["req"]), self.block_ids[_name(d["sw"])]) for d in call["dump"]}
+        if got != want:
+            raise StepMismatch(f"build_connector_meta sliding-window dump slices: model {self._slices(want)}, "
+                               f"implementation {self._slices(got)}")
+        freed = set(meta.freed_block_ids)
+        model_freed = {self.block_ids[_name(b)] for b in call["freed_blocks"]}
+        window = {self.block_ids[_name(b)] for b in action["sw_freed"]}
+        if not window <= freed or not freed <= model_freed:
+            names = lambda ids: sorted(self.block_names[b] for b in ids)  # noqa: E731
+            raise StepMismatch(f"build_connector_meta freed blocks: implementation {names(freed)}, model "
+                               f"{names(model_freed)} (window frees of this schedule {names(window)})")
 
     def _slices(self, pairs: set[tuple[str, int]]) -> str:
         return "{" + ", ".join(f"{r}:{self.block_names[b]}" for r, b in sorted(pairs)) + "}"
@@ -476,7 +535,11 @@ class DeferDumpDriver:
             rid = _name(req)
             view = self.requests[rid]
             blocks = [self.block_ids[_name(b)] for b in before["blocksOf"][req]]
-            if use_all_groups:
+            if use_all_groups and self.constants.hybrid:  # the record's lists: freed positions are the null block
+                full, window = action["calls"][0]["block_ids"][req]
+                lists = tuple([NULL_BLOCK if b == 0 else self.block_ids[_name(b)] for b in seq] for seq in (full, window))
+                delay, params = self.scheduler.request_finished_all_groups(view, lists)
+            elif use_all_groups:
                 delay, params = self.scheduler.request_finished_all_groups(view, (blocks,))
             else:
                 delay, params = self.scheduler.request_finished(view, blocks)

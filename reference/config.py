@@ -15,6 +15,10 @@ from deferdump.reference.stores.base import KVStore
 
 VARIANTS = ("direct", "layerwise", "cp")
 STORES = ("memory", "file", "redis")
+# Hybrid models: what handle_preemptions waits besides the preempted requests' dumps. "freed": the dumps
+# reading a block freed since the previous schedule (the fix); "all_on_free": every dump whenever any
+# block was freed (UCM's later, coarser fence); "none": #989 as merged, UNSAFE for sliding-window models.
+HYBRID_FENCES = ("freed", "all_on_free", "none")
 FAULT_KEYS = ("submit_fail", "check_fail", "wait_fail", "delay_s", "seed")
 DEFAULT_MEMORY_CAPACITY_BLOCKS = 4096
 
@@ -39,10 +43,12 @@ class ConnectorConfig:
     is_mla: bool = False  # MLA: every rank holds the same KV, only rank 0 dumps
     use_layerwise: bool = False  # variant "cp": dispatch to the layer-wise paths
     wait_timeout_s: float | None = None  # timeout passed to every store wait
+    hybrid_fence: str = "freed"  # "freed" | "all_on_free" | "none" (unsafe for hybrid models), see HYBRID_FENCES
 
     def __post_init__(self) -> None:
         _check_choice("variant", self.variant, VARIANTS)
         _check_choice("store", self.store, STORES)
+        _check_choice("hybrid_fence", self.hybrid_fence, HYBRID_FENCES)
         if self.store_path is not None and not isinstance(self.store_path, str):
             raise ConfigError("store_path", f"must be a string path, got {self.store_path!r}")
         if self.store == "file" and not self.store_path:

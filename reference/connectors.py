@@ -19,7 +19,7 @@ import dataclasses
 import enum
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -28,6 +28,7 @@ from deferdump.reference.config import ConnectorConfig, make_store
 from deferdump.reference.devices import CpuDevice, CudaDevice, Device, checksum_rows
 from deferdump.reference.errors import ConfigError, RoleError
 from deferdump.reference.events import EventRegistry
+from deferdump.reference.groups import NULL_BLOCK, SINGLE_GROUP, GroupPayload, KVGroup, group_key, skipped_blocks
 from deferdump.reference.hashing import layer_key, prefix_block_hashes, rank_key
 from deferdump.reference.metadata import DeferDumpMetadata, RequestDispatchMeta
 from deferdump.reference.metrics import ConnectorMetrics
@@ -72,6 +73,14 @@ class RequestPlan:
     token_processed: int
     vllm_block_ids: list[int] = dataclasses.field(default_factory=list)
     load_wanted: bool = False  # vLLM accepted external tokens: load the hit range once
+    # hybrid: the other KV-cache groups' block lists (group 1 first); a freed position holds NULL_BLOCK
+    group_block_ids: list[list[int]] = dataclasses.field(default_factory=list)
+
+    def held_blocks(self) -> set[int]:
+        """Every block the request holds now, in every group."""
+        held = set(self.vllm_block_ids).union(*self.group_block_ids)
+        held.discard(NULL_BLOCK)
+        return held
 
 
 class DirectConnector:
@@ -92,9 +101,13 @@ class DirectConnector:
         events: EventRegistry | None = None,
         metrics: ConnectorMetrics | None = None,
         owns_store: bool = False,
+        groups: Sequence[KVGroup] | None = None,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world_size {world_size}")
+        self.groups: tuple[KVGroup, ...] = tuple(groups) if groups else SINGLE_GROUP
+        if self.hybrid and config.variant != "direct":
+            raise ConfigError("variant", f"{len(self.groups)} KV-cache groups (a hybrid model) need variant 'direct'")
         self.config = config
         self.role = Role.coerce(role)
         self.rank = rank
@@ -108,6 +121,7 @@ class DirectConnector:
         self._hashes_per_block = config.cp_world_size if config.variant == "cp" else 1
         # scheduler role
         self._request_plans: dict[str, RequestPlan] = {}
+        self._freed_since: set[int] = set()  # hybrid: blocks freed since the last schedule
         self._async_dump_req_ids: set[str] = set()  # both roles: one set per process (see module doc)
         # worker role
         self._pending_dump_tasks: list[PendingDumpTask] = []
@@ -123,6 +137,11 @@ class DirectConnector:
     @property
     def store(self) -> KVStore:
         return self._store
+
+    @property
+    def hybrid(self) -> bool:
+        """Several KV-cache groups (vLLM's hybrid manager): blocks may be freed while a request runs."""
+        return len(self.groups) > 1
 
     @property
     def device(self) -> Device | None:
@@ -195,7 +214,12 @@ class DirectConnector:
             plan.total_hit_blocks = plan.hbm_hit_blocks
 
     def _generate_dispatch_meta(
-        self, plan: RequestPlan, new_tokens: int, new_block_ids: Sequence[int], need_load: bool
+        self,
+        plan: RequestPlan,
+        new_tokens: int,
+        new_block_ids: Sequence[int],
+        need_load: bool,
+        new_group_block_ids: Sequence[Sequence[int]] = (),
     ) -> RequestDispatchMeta:
         """This step's load range and dump slice for one request (UCM `_generate_dispatch_meta`).
 
@@ -205,24 +229,35 @@ class DirectConnector:
         """
         block_size = self._block_size()
         per_block = self._hashes_per_block
+        extra_groups = len(self.groups) - 1
+        new_groups = [list(ids) for ids in new_group_block_ids][:extra_groups]
+        new_groups += [[] for _ in range(extra_groups - len(new_groups))]
         if need_load:  # a resumed request's old blocks are gone, even if vLLM skipped the fresh lookup
             plan.vllm_block_ids[:] = new_block_ids
+            plan.group_block_ids = new_groups
         else:
             plan.vllm_block_ids.extend(new_block_ids)
+            if len(plan.group_block_ids) != extra_groups:
+                plan.group_block_ids = [[] for _ in range(extra_groups)]
+            for held, new in zip(plan.group_block_ids, new_groups):
+                held.extend(new)
         load_hashes: tuple[bytes, ...] = ()
         load_block_ids: tuple[int, ...] = ()
+        load_groups: tuple[tuple[int, ...], ...] = ()
         if need_load and plan.load_wanted and plan.total_hit_blocks > plan.hbm_hit_blocks:
             hbm, total = plan.hbm_hit_blocks, plan.total_hit_blocks
             load_hashes = plan.hashes[hbm * per_block : total * per_block]
             load_block_ids = tuple(plan.vllm_block_ids[hbm:total])
+            load_groups = self._group_slices(plan, hbm, total)
             plan.load_wanted = False
             if len(load_block_ids) != total - hbm:
                 logger.error(
                     "load range of %d blocks has only %d vLLM blocks: not loaded", total - hbm, len(load_block_ids)
                 )
-                load_hashes, load_block_ids = (), ()
+                load_hashes, load_block_ids, load_groups = (), (), ()
         dump_hashes: tuple[bytes, ...] = ()
         dump_block_ids: tuple[int, ...] = ()
+        dump_groups: tuple[tuple[int, ...], ...] = ()
         if plan.token_processed < plan.num_token_ids:
             start = plan.token_processed // block_size
             end = min((plan.token_processed + new_tokens) // block_size, len(plan.hashes) // per_block)
@@ -230,8 +265,41 @@ class DirectConnector:
             if end > start:
                 dump_hashes = plan.hashes[start * per_block : end * per_block]
                 dump_block_ids = tuple(plan.vllm_block_ids[start:end])
+                dump_groups = self._group_slices(plan, start, end)
             plan.token_processed += new_tokens
-        return RequestDispatchMeta(load_hashes, load_block_ids, dump_hashes, dump_block_ids)
+        return RequestDispatchMeta(load_hashes, load_block_ids, dump_hashes, dump_block_ids, load_groups, dump_groups)
+
+    @staticmethod
+    def _group_slices(plan: RequestPlan, start: int, end: int) -> tuple[tuple[int, ...], ...]:
+        """The other groups' blocks of prompt blocks [start, end), parallel to the hashes (null where
+        a group holds no block there: out of its window, or a list shorter than the full group's)."""
+        return tuple(
+            tuple(ids[i] if i < len(ids) else NULL_BLOCK for i in range(start, end)) for ids in plan.group_block_ids
+        )
+
+    def _record_schedule_frees(self, step: StepView) -> None:
+        """The blocks vLLM frees in this schedule before allocating: every block of a preempted request,
+        and the sliding-window blocks of each scheduled running request that left the window."""
+        for req_id in step.preempted_req_ids:
+            plan = self._request_plans.get(req_id)
+            if plan is not None:
+                self._freed_since |= plan.held_blocks()
+        for cached in step.cached_requests:
+            plan = self._request_plans.get(cached.req_id)
+            if plan is not None and not cached.resumed_from_preemption:
+                self._free_out_of_window(plan, cached.num_computed_tokens)
+
+    def _free_out_of_window(self, plan: RequestPlan, num_computed_tokens: int) -> None:
+        """Record the sliding-window blocks vLLM frees before allocating this step (`allocate_slots` ->
+        `remove_skipped_blocks`, on the tokens computed before the step) and null them in the plan."""
+        block_size = self._block_size()
+        for group, held in zip(self.groups[1:], plan.group_block_ids):
+            if group.sliding_window is None:
+                continue
+            for index in range(min(skipped_blocks(num_computed_tokens, group.sliding_window, block_size), len(held))):
+                if held[index] != NULL_BLOCK:
+                    self._freed_since.add(held[index])
+                    held[index] = NULL_BLOCK
 
     def build_connector_meta(self, step: StepView) -> DeferDumpMetadata:
         """Once per schedule: each scheduled request's load/dump ranges; track requests given a dump slice.
@@ -240,23 +308,27 @@ class DirectConnector:
         """
         self._require(Role.SCHEDULER, "build_connector_meta")
         dispatch: dict[str, RequestDispatchMeta] = {}
+        if self.hybrid:  # frees of this schedule, before its allocations (vLLM's order)
+            self._record_schedule_frees(step)
         for new in step.new_requests:
             plan = self._request_plans.get(new.req_id)
             if plan is not None:
                 dispatch[new.req_id] = self._generate_dispatch_meta(
-                    plan, new.num_scheduled_tokens, new.block_ids, need_load=True
+                    plan, new.num_scheduled_tokens, new.block_ids, True, new.group_block_ids
                 )
         for cached in step.cached_requests:
             plan = self._request_plans.get(cached.req_id)
             if plan is None:
                 continue
             dispatch[cached.req_id] = self._generate_dispatch_meta(
-                plan, cached.num_scheduled_tokens, cached.new_block_ids, need_load=cached.resumed_from_preemption
+                plan, cached.num_scheduled_tokens, cached.new_block_ids, cached.resumed_from_preemption,
+                cached.new_group_block_ids,
             )
         for req_id in step.finished_req_ids:
             self._request_plans.pop(req_id, None)
         dispatch = {req_id: meta for req_id, meta in dispatch.items() if meta.has_load() or meta.has_dump()}
-        metadata = DeferDumpMetadata(dispatch, frozenset(step.preempted_req_ids))
+        freed, self._freed_since = frozenset(self._freed_since), set()
+        metadata = DeferDumpMetadata(dispatch, frozenset(step.preempted_req_ids), freed_block_ids=freed)
         self._track_async_dump_requests(metadata)
         return metadata
 
@@ -273,7 +345,30 @@ class DirectConnector:
     def request_finished_all_groups(
         self, request: RequestView, block_ids: tuple[Sequence[int], ...]
     ) -> tuple[bool, dict[str, Any] | None]:
-        return self.request_finished(request, block_ids[0] if block_ids else [])
+        """vLLM's HMA path (`SupportsHMA`): one block list per KV-cache group.
+
+        Under a hybrid model vLLM has just freed the sliding-window blocks that left the window (they
+        show as the null block here); without a delay it frees every other block right after this call.
+        Both are recorded for the next metadata's `freed_block_ids`.
+        """
+        delay, params = self.request_finished(request, block_ids[0] if block_ids else [])
+        if self.hybrid:
+            self._record_finish_frees(request.req_id, block_ids[1:], delay)
+        return delay, params
+
+    def _record_finish_frees(self, req_id: str, group_block_ids: Sequence[Sequence[int]], delay: bool) -> None:
+        """The blocks vLLM frees at a finish: the window's (already null in `group_block_ids`), and, unless
+        the free is delayed, every other block right after `request_finished_all_groups` returns."""
+        plan = self._request_plans.get(req_id)
+        if plan is None:
+            return
+        for held, now in zip(plan.group_block_ids, group_block_ids):
+            for index, block in enumerate(held):
+                if block != NULL_BLOCK and index < len(now) and now[index] == NULL_BLOCK:
+                    self._freed_since.add(block)
+                    held[index] = NULL_BLOCK
+        if not delay:
+            self._freed_since |= plan.held_blocks()
 
     # =============================================================== worker side
     def register_kv_caches(self, kv_caches: Mapping[str, torch.Tensor], num_blocks: int | None = None) -> None:
@@ -286,6 +381,10 @@ class DirectConnector:
             )
             self._owns_device = True
         layout = self._device.register(kv_caches, num_blocks)
+        if self.hybrid:  # one dump task holds rows of every group: their blocks must be the same size
+            widths = {sum(layer.block_nbytes for layer in layout.select(group.layer_names)) for group in self.groups}
+            if len(widths) > 1:
+                raise ConfigError("kv_cache_groups", f"the groups' blocks differ in size ({sorted(widths)} bytes)")
         logger.info(
             "registered %d KV layers: %d blocks of %d bytes (block dims %s)",
             len(layout.layers), layout.num_blocks, layout.block_nbytes,
@@ -328,6 +427,20 @@ class DirectConnector:
                 block_ids.extend(meta.dump_block_ids)
         return req_ids, hashes, block_ids
 
+    def _group_rows(
+        self, keys: Sequence[bytes], block_ids: Sequence[int], group_block_ids: Sequence[Sequence[int]]
+    ) -> list[tuple[int, list[bytes], list[int]]]:
+        """Per group: (group, store keys, block ids) of a slice, null positions dropped; group 0 first."""
+        rows = [(0, list(keys), list(block_ids))]
+        for group, ids in enumerate(group_block_ids, start=1):
+            pairs = [(group_key(key, group), b) for key, b in zip(keys, ids) if b != NULL_BLOCK]
+            if pairs:
+                rows.append((group, [k for k, _ in pairs], [b for _, b in pairs]))
+        return rows
+
+    def _group_layers(self, group: int) -> tuple[str, ...] | None:
+        return self.groups[group].layer_names if self.hybrid else None
+
     def _track_bound_dump_requests(self) -> None:
         self._async_dump_req_ids |= self.bound_metadata.dump_req_ids()
 
@@ -340,22 +453,33 @@ class DirectConnector:
         """Before the forward: wait only the pending tasks containing preempted requests (their blocks may
         already be reallocated and about to be written). Accepts the metadata or, older API, a set; anything
         without preempted ids (None included) waits nothing."""
+        freed: frozenset[int] = frozenset()
         if isinstance(meta_or_ids, (set, frozenset)):
             preempted = frozenset(meta_or_ids)
         else:
             preempted = frozenset(getattr(meta_or_ids, "preempted_req_ids", None) or ())
-        if not preempted:
+            freed = frozenset(getattr(meta_or_ids, "freed_block_ids", None) or ())
+        fence = self.config.hybrid_fence
+        if not preempted and (fence == "none" or not freed):
             return
         started = time.perf_counter()
-        self._flush_pending_dump_tasks(preempted)
+        if fence == "all_on_free":  # UCM's coarse fence: drain everything whenever a block was freed
+            self._flush_pending_dump_tasks(None)
+        elif fence == "freed" and freed:  # the fine fence: the dumps that read a block that may be rewritten
+            self._flush_matching(lambda p: p.overlaps(preempted) or not freed.isdisjoint(p.block_ids))
+        else:
+            self._flush_pending_dump_tasks(preempted)
         self.metrics.preemption_wait.observe(time.perf_counter() - started)
 
     # --------------------------------------------------------------------- loads
     def start_load_kv(self, **kwargs: Any) -> None:
         """Load every request's hit range synchronously before the forward (UCM Direct)."""
         for meta in self.bound_metadata.request_meta.values():
-            if meta.has_load():
-                self._load_blocks(self._store_keys(meta.load_hashes), meta.load_block_ids, None)
+            if not meta.has_load():
+                continue
+            keys = self._store_keys(meta.load_hashes)
+            for group, group_keys, block_ids in self._group_rows(keys, meta.load_block_ids, meta.load_group_block_ids):
+                self._load_blocks(group_keys, block_ids, self._group_layers(group))
 
     def _load_blocks(self, keys: Sequence[bytes], block_ids: Sequence[int], layer_names: Sequence[str] | None) -> None:
         """Load and write blocks; on any failure nothing is written and every block is a load error."""
@@ -404,8 +528,16 @@ class DirectConnector:
         if not self._dumps_on_this_rank():
             return
         req_ids, hashes, block_ids = self._dumping_requests()
-        if hashes:
+        if not hashes:
+            return
+        if not self.hybrid:
             self._submit_dump(self._store_keys(hashes), block_ids, req_ids, None)
+            return
+        rows: list[tuple[int, list[bytes], list[int]]] = []
+        for req_id in req_ids:  # the dumping requests, in the order of their hashes
+            meta = self.bound_metadata.request_meta[req_id]
+            rows += self._group_rows(self._store_keys(meta.dump_hashes), meta.dump_block_ids, meta.dump_group_block_ids)
+        self._submit_group_dump(rows, req_ids)
 
     def _get_dump_event_handle(self) -> int:
         """A handle to an event after this step's KV writes; 0 (after a synchronize) when sync is off."""
@@ -420,9 +552,19 @@ class DirectConnector:
         return self.events.acquire(event)
 
     def _submit_dump(
-        self, keys: Sequence[bytes], block_ids: Sequence[int], req_ids: Iterable[str], layer_name: str | None
+        self,
+        keys: Sequence[bytes],
+        block_ids: Sequence[int],
+        req_ids: Iterable[str],
+        layer_name: str | None,
+        *,
+        read: Callable[[Any], Any] | None = None,
+        checksum: Callable[[], tuple[int, ...]] | None = None,
     ) -> PendingDumpTask | None:
-        """Start the device copy and the store task; on failure release the handle, keep no pending task."""
+        """Start the device copy and the store task; on failure release the handle, keep no pending task.
+
+        `read`/`checksum` replace the single-group device read (hybrid models read each group's layers).
+        """
         device = self._require_device()
         layer_names = None if layer_name is None else (layer_name,)
         handle = 0
@@ -430,15 +572,20 @@ class DirectConnector:
         try:
             handle = self._get_dump_event_handle()
             event = self.events.get(handle) if handle else None
-            checksums = device.checksum_blocks(block_ids, layer_names=layer_names) if self.config.verify_dumps else None
-            payload = device.read_blocks(block_ids, after=event, layer_names=layer_names)
+            checksums = None
+            if self.config.verify_dumps:
+                checksums = checksum() if checksum else device.checksum_blocks(block_ids, layer_names=layer_names)
+            if read is not None:
+                payload = read(event)
+            else:
+                payload = device.read_blocks(block_ids, after=event, layer_names=layer_names)
             task = self._store.dump(keys, payload)
         except Exception as exc:
             logger.warning("dump submit of %d block(s) failed (requests stay tracked): %s", len(block_ids), exc)
             self.submit_failures += 1
             self.metrics.dumps_failed.labels(stage="submit").inc()
             if payload is not None:
-                device.settle(payload)  # the copy must stop reading blocks nothing will wait for
+                self._settle(payload)  # the copy must stop reading blocks nothing will wait for
             if handle:
                 self.events.release(handle)
             self._update_gauges()
@@ -460,6 +607,35 @@ class DirectConnector:
         self._update_gauges()
         return pending
 
+    def _settle(self, payload: Any) -> None:
+        """Make sure a payload's device copies no longer read their source blocks (each group's part)."""
+        device = self._require_device()
+        for part in payload.parts if isinstance(payload, GroupPayload) else (payload,):
+            device.settle(part)
+
+    def _submit_group_dump(self, rows: Sequence[tuple[int, Sequence[bytes], Sequence[int]]], req_ids: Iterable[str]) -> None:
+        """One task dumping several groups' blocks, each read from its own group's layers (hybrid models)."""
+        device = self._require_device()
+        keys = [key for _, group_keys, _ in rows for key in group_keys]
+        block_ids = [b for _, _, ids in rows for b in ids]
+        def read(after: Any) -> GroupPayload:
+            parts: list[Any] = []
+            try:
+                for group, _, ids in rows:
+                    parts.append(device.read_blocks(ids, after=after, layer_names=self._group_layers(group)))
+            except BaseException:
+                for part in parts:
+                    device.settle(part)
+                raise
+            return GroupPayload(parts)
+
+        def checksum() -> tuple[int, ...]:
+            return tuple(
+                c for group, _, ids in rows for c in device.checksum_blocks(ids, layer_names=self._group_layers(group))
+            )
+
+        self._submit_dump(keys, block_ids, req_ids, None, read=read, checksum=checksum)
+
     def _release_dump_event_handle(self, pending: PendingDumpTask) -> None:
         if pending.event_handle:
             handle, pending.event_handle = pending.event_handle, 0
@@ -477,7 +653,7 @@ class DirectConnector:
             self.metrics.dumps_failed.labels(stage="wait").inc()
             raise
         finally:
-            self._require_device().settle(pending.payload)  # a pending task was submitted through the device
+            self._settle(pending.payload)  # a pending task was submitted through the device
             self._release_dump_event_handle(pending)
         self.metrics.dumps_completed.inc()
         self.metrics.dump_bytes.inc(pending.nbytes)
@@ -523,9 +699,13 @@ class DirectConnector:
 
     def _flush_pending_dump_tasks(self, request_ids: frozenset[str] | None = None) -> None:
         """Wait (blocking) every pending task overlapping `request_ids` (all when None); drop it even on error."""
+        self._flush_matching(None if request_ids is None else (lambda p: p.overlaps(request_ids)))
+
+    def _flush_matching(self, wanted: Callable[[PendingDumpTask], bool] | None) -> None:
+        """Wait (blocking) every pending task `wanted` selects (all when None); drop it even on error."""
         remaining: list[PendingDumpTask] = []
         for pending in list(self._pending_dump_tasks):
-            if request_ids is not None and not pending.overlaps(request_ids):
+            if wanted is not None and not wanted(pending):
                 remaining.append(pending)
                 continue
             try:
@@ -704,6 +884,7 @@ class OuterConnector:
         world_size: int = 1,
         events: EventRegistry | None = None,
         metrics: ConnectorMetrics | None = None,
+        groups: Sequence[KVGroup] | None = None,
     ) -> None:
         owns_store = store is None
         self.inner: DirectConnector = self.inner_class(config)(
@@ -716,6 +897,7 @@ class OuterConnector:
             events=events,
             metrics=metrics,
             owns_store=owns_store,
+            groups=groups,
         )
 
     @staticmethod

@@ -16,6 +16,10 @@ class RequestDispatchMeta:
     load_block_ids: tuple[int, ...] = ()
     dump_hashes: tuple[bytes, ...] = ()
     dump_block_ids: tuple[int, ...] = ()
+    # Hybrid models: the other KV-cache groups' blocks of the same slices (group 1 first), each parallel
+    # to the hashes; a null block (0) is a position the group no longer holds and is skipped.
+    load_group_block_ids: tuple[tuple[int, ...], ...] = ()
+    dump_group_block_ids: tuple[tuple[int, ...], ...] = ()
 
     def has_load(self) -> bool:
         return bool(self.load_hashes)
@@ -26,11 +30,15 @@ class RequestDispatchMeta:
 
 @dataclasses.dataclass(frozen=True)
 class DeferDumpMetadata:
-    """One step's metadata (UCM `UCMConnectorMetadata` + `preempted_req_ids`)."""
+    """One step's metadata (UCM `UCMConnectorMetadata` + `preempted_req_ids`, + `freed_block_ids`)."""
 
     request_meta: dict[str, RequestDispatchMeta] = dataclasses.field(default_factory=dict)
     preempted_req_ids: frozenset[str] = frozenset()
     extra_async_saves: dict[str, int] = dataclasses.field(default_factory=dict)
+    # Hybrid models: blocks vLLM freed since the previous schedule (sliding-window frees of running
+    # requests, finish and preemption frees). Any of them may be rewritten by this step's forward, so the
+    # worker's fence waits the pending dumps that read one before the forward runs.
+    freed_block_ids: frozenset[int] = frozenset()
 
     def dump_req_ids(self) -> frozenset[str]:
         """Requests this step gives a non-empty dump slice: what both tracking sets add."""

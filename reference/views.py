@@ -27,6 +27,7 @@ class NewRequestView:
     block_ids: tuple[int, ...]  # every block of the request, prefix-cache hits included
     num_computed_tokens: int
     num_scheduled_tokens: int
+    group_block_ids: tuple[tuple[int, ...], ...] = ()  # hybrid: the other KV-cache groups' block lists
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,8 +37,9 @@ class CachedRequestView:
     req_id: str
     new_block_ids: tuple[int, ...]  # blocks allocated in this step (all blocks when resumed)
     resumed_from_preemption: bool
-    num_computed_tokens: int
+    num_computed_tokens: int  # computed before this step: what vLLM frees the sliding window on
     num_scheduled_tokens: int
+    new_group_block_ids: tuple[tuple[int, ...], ...] = ()  # hybrid: the other groups' new blocks
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from deferdump.reference.config import ConnectorConfig, make_store
 from deferdump.reference.connectors import OuterConnector, Role
 from deferdump.reference.errors import ConfigError, DeferDumpError
+from deferdump.reference.groups import KVGroup
 from deferdump.reference.metadata import DeferDumpMetadata
 from deferdump.reference.stores.base import KVStore
 from deferdump.reference.views import CachedRequestView, NewRequestView, RequestView, StepView
@@ -34,12 +35,19 @@ try:  # vLLM is optional: the adapter is the only module that needs it.
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (
         KVConnectorBase_V1,
         KVConnectorRole,
+        SupportsHMA,
     )
 
     _VLLM_IMPORT_ERROR: ImportError | None = None
 except ImportError as _exc:  # pragma: no cover - exercised by the main suite, which has no vLLM
-    KVConnectorBase_V1 = object  # type: ignore[assignment,misc]
     KVConnectorRole = None  # type: ignore[assignment]
+
+    class KVConnectorBase_V1:  # type: ignore[no-redef]
+        """Stand-in base when vLLM is missing (the connector then cannot be constructed)."""
+
+    class SupportsHMA:  # type: ignore[no-redef]
+        """Stand-in base when vLLM is missing (the connector then cannot be constructed)."""
+
     _VLLM_IMPORT_ERROR = _exc
 
 if TYPE_CHECKING:
@@ -123,43 +131,87 @@ def request_view(request: "Request") -> RequestView:
     )
 
 
+def kv_groups(kv_cache_config: "KVCacheConfig") -> tuple[tuple[KVGroup, ...], tuple[int, ...]]:
+    """vLLM's KV-cache groups -> (the connector's groups, vLLM's group index of each), a full-attention
+    group first: the connector keys, ranges and dumps its prompt blocks by that group's list, and the
+    other groups' blocks ride along (vLLM may order a sliding-window group first)."""
+    vllm_groups = list(getattr(kv_cache_config, "kv_cache_groups", None) or ())
+    if len(vllm_groups) <= 1:
+        return (KVGroup(),), (0,)
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+
+    groups: list[tuple[int, KVGroup]] = []
+    for index, group in enumerate(vllm_groups):
+        spec = group.kv_cache_spec
+        if isinstance(spec, SlidingWindowSpec):
+            window: int | None = int(spec.sliding_window)
+        elif isinstance(spec, FullAttentionSpec) and getattr(spec, "sliding_window", None) is None:
+            window = None
+        else:
+            raise ConfigError("kv_cache_groups", f"group {index} is {type(spec).__name__}: deferdump supports "
+                              "full-attention and sliding-window groups only")
+        groups.append((index, KVGroup(tuple(group.layer_names), window)))
+    full = [index for index, group in groups if group.sliding_window is None]
+    if not full:
+        raise ConfigError("kv_cache_groups", "no full-attention group: deferdump keys blocks by one")
+    order = (full[0], *(index for index, _ in groups if index != full[0]))
+    return tuple(groups[i][1] for i in order), order
+
+
 def single_group(block_ids: Sequence[Sequence[int]] | None, what: str) -> tuple[int, ...]:
-    """The block ids of the only KV-cache group (this connector is not `SupportsHMA`)."""
+    """The block ids of the only KV-cache group."""
     if not block_ids:
         return ()
     if len(block_ids) != 1:
-        raise DeferDumpError(f"{what}: {len(block_ids)} KV-cache groups; deferdump supports exactly one")
+        raise DeferDumpError(f"{what}: {len(block_ids)} KV-cache groups where one was expected")
     return tuple(block_ids[0])
 
 
-def step_view(scheduler_output: "SchedulerOutput") -> StepView:
-    """vLLM `SchedulerOutput` -> `StepView`; reads only, never mutates (vLLM's contract)."""
+def split_groups(
+    block_ids: Sequence[Sequence[int]] | None, order: Sequence[int], what: str
+) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """vLLM's per-group block lists -> (the first group's in `order`, the others'), as the connector wants."""
+    if not block_ids:
+        return (), ()
+    if len(order) == 1:
+        return single_group(block_ids, what), ()
+    if len(block_ids) != len(order):
+        raise DeferDumpError(f"{what}: {len(block_ids)} KV-cache groups, expected {len(order)}")
+    lists = [tuple(block_ids[i]) for i in order]
+    return lists[0], tuple(lists[1:])
+
+
+def step_view(scheduler_output: "SchedulerOutput", order: Sequence[int] = (0,)) -> StepView:
+    """vLLM `SchedulerOutput` -> `StepView`; reads only, never mutates (vLLM's contract).
+    `order`: vLLM's index of each of the connector's KV-cache groups (see `kv_groups`)."""
     scheduled = scheduler_output.num_scheduled_tokens
-    new_requests = tuple(
-        NewRequestView(
+    new_requests = []
+    for new in scheduler_output.scheduled_new_reqs:
+        first, others = split_groups(new.block_ids, order, f"new request {new.req_id}")
+        new_requests.append(NewRequestView(
             req_id=new.req_id,
             token_ids=tuple(new.prompt_token_ids or ()),
             num_prompt_tokens=new.prompt_len,
-            block_ids=single_group(new.block_ids, f"new request {new.req_id}"),
+            block_ids=first,
             num_computed_tokens=new.num_computed_tokens,
             num_scheduled_tokens=scheduled.get(new.req_id, 0),
-        )
-        for new in scheduler_output.scheduled_new_reqs
-    )
+            group_block_ids=others,
+        ))
     cached = scheduler_output.scheduled_cached_reqs
-    cached_requests = tuple(
-        CachedRequestView(
+    cached_requests = []
+    for index, req_id in enumerate(cached.req_ids):
+        first, others = split_groups(cached.new_block_ids[index], order, f"request {req_id}")
+        cached_requests.append(CachedRequestView(
             req_id=req_id,
-            new_block_ids=single_group(cached.new_block_ids[index], f"request {req_id}"),
+            new_block_ids=first,
             resumed_from_preemption=req_id in cached.resumed_req_ids,
             num_computed_tokens=cached.num_computed_tokens[index],
             num_scheduled_tokens=scheduled.get(req_id, 0),
-        )
-        for index, req_id in enumerate(cached.req_ids)
-    )
+            new_group_block_ids=others,
+        ))
     return StepView(
-        new_requests=new_requests,
-        cached_requests=cached_requests,
+        new_requests=tuple(new_requests),
+        cached_requests=tuple(cached_requests),
         finished_req_ids=frozenset(scheduler_output.finished_req_ids),
         preempted_req_ids=frozenset(scheduler_output.preempted_req_ids or ()),
     )
@@ -174,8 +226,12 @@ def _worker_rank(vllm_config: "VllmConfig") -> tuple[int, int]:
     return rank, world_size
 
 
-class DeferDumpConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
-    """deferdump's reference connector inside vLLM (scheduler or worker side, by `role`)."""
+class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,valid-type]
+    """deferdump's reference connector inside vLLM (scheduler or worker side, by `role`).
+
+    `SupportsHMA`: vLLM keeps its hybrid KV-cache manager on (a sliding-window model gets a group per
+    attention type) and calls `request_finished_all_groups` with one block list per group.
+    """
 
     def __init__(self, vllm_config: "VllmConfig", role: "KVConnectorRole", kv_cache_config: "KVCacheConfig") -> None:
         if _VLLM_IMPORT_ERROR is not None:
@@ -195,25 +251,29 @@ class DeferDumpConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
         self._metrics_dir = adapter_options.get(METRICS_DIR_KEY)
         self._exported_metrics: bytes | None = None
         self._num_blocks = kv_cache_config.num_blocks
+        self._groups, self._group_order = kv_groups(kv_cache_config)
         self._store_key = SHARED_STORES.key(str(transfer.engine_id), config)
         self.store = SHARED_STORES.acquire(self._store_key, config)
         self._closed = False
         try:
             if role == KVConnectorRole.SCHEDULER:
                 self._rank, world_size = 0, vllm_config.parallel_config.tensor_parallel_size
-                self.core = OuterConnector(config, Role.SCHEDULER, store=self.store, rank=0, world_size=world_size)
+                self.core = OuterConnector(
+                    config, Role.SCHEDULER, store=self.store, rank=0, world_size=world_size, groups=self._groups
+                )
             else:
                 self._rank, world_size = _worker_rank(vllm_config)
                 # The device (CPU thread pool or CUDA copy stream) follows the registered KV tensors.
                 self.core = OuterConnector(
-                    config, Role.WORKER, store=self.store, rank=self._rank, world_size=world_size
+                    config, Role.WORKER, store=self.store, rank=self._rank, world_size=world_size, groups=self._groups
                 )
         except BaseException:
             SHARED_STORES.release(self._store_key)
             raise
         logger.info(
-            "deferdump %s connector: variant=%s store=%s block_size=%d rank=%d",
-            role.name.lower(), config.variant, config.store, config.block_size, self._rank,
+            "deferdump %s connector: variant=%s store=%s block_size=%d rank=%d kv_cache_groups=%d hybrid_fence=%s",
+            role.name.lower(), config.variant, config.store, config.block_size, self._rank, len(self._groups),
+            config.hybrid_fence,
         )
 
     # ---------------------------------------------------------------- properties
@@ -232,16 +292,26 @@ class DeferDumpConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
         return self.core.get_num_new_matched_tokens(request_view(request), num_computed_tokens)
 
     def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks", num_external_tokens: int) -> None:
-        block_ids = single_group(blocks.get_block_ids(), f"request {request.request_id}")
+        block_ids, _ = split_groups(blocks.get_block_ids(), self._group_order, f"request {request.request_id}")
         self.core.update_state_after_alloc(request_view(request), block_ids, num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> DeferDumpMetadata:
-        metadata = self.core.build_connector_meta(step_view(scheduler_output))
+        metadata = self.core.build_connector_meta(step_view(scheduler_output, self._group_order))
         self._export_metrics()
         return metadata
 
     def request_finished(self, request: "Request", block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         return self.core.request_finished(request_view(request), tuple(block_ids))
+
+    def request_finished_all_groups(
+        self, request: "Request", block_ids: tuple[list[int], ...]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """vLLM's HMA path: one list per KV-cache group (out-of-window blocks already the null block 0).
+        With one group it is `request_finished` (vLLM's own non-HMA call), the one entry point for the free."""
+        first, others = split_groups(block_ids, self._group_order, f"request {request.request_id}")
+        if not others:
+            return self.request_finished(request, list(first))
+        return self.core.request_finished_all_groups(request_view(request), (first, *others))
 
     # --------------------------------------------------------------- worker side
     def register_kv_caches(self, kv_caches: dict[str, "torch.Tensor"]) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_harness import write_tiny_model
+from vllm_harness import TINY_HYBRID_CONFIG, write_tiny_model
 
 _ROOT = Path(tempfile.mkdtemp(prefix="deferdump-vllm-"))
 for _name in ("TMPDIR", "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "HF_HOME"):
@@ -38,6 +38,12 @@ def vllm_root() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model(vllm_root: Path) -> Path:
     return write_tiny_model(vllm_root / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_hybrid_model(vllm_root: Path) -> Path:
+    """The tiny Llama with a sliding-window layer and a full-attention one (a hybrid model)."""
+    return write_tiny_model(vllm_root / "tiny-hybrid-llama", TINY_HYBRID_CONFIG)
 
 
 @pytest.fixture

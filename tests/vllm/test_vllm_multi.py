@@ -31,16 +31,17 @@ MAX_TOKENS = 8
 
 
 def _record_async_saves(multi: Any) -> dict[str, tuple[bool, int]]:
-    """Wrap MultiConnector.request_finished: (delay the free?, extra async saves it recorded) per request."""
-    original = multi.request_finished
+    """Wrap MultiConnector's finish (behind both request_finished and, its children being SupportsHMA,
+    request_finished_all_groups): (delay the free?, extra async saves it recorded) per request."""
+    original = multi._aggregate_request_finished
     seen: dict[str, tuple[bool, int]] = {}
 
-    def recording(request: Any, block_ids: list[int]) -> tuple[bool, Any]:
-        delay, params = original(request, block_ids)
+    def recording(request: Any, per_connector_fn: Any) -> tuple[bool, Any]:
+        delay, params = original(request, per_connector_fn)
         seen[request.request_id] = (delay, multi._extra_async_saves.get(request.request_id, 0))
         return delay, params
 
-    multi.request_finished = recording
+    multi._aggregate_request_finished = recording
     return seen
 
 

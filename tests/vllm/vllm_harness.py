@@ -39,10 +39,21 @@ TINY_LLAMA_CONFIG: dict[str, Any] = {
 }
 
 
-def write_tiny_model(directory: Path) -> Path:
+# The tiny Llama as a hybrid model: layer 0 attends within a sliding window below the block size,
+# layer 1 is full attention. With a `SupportsHMA` connector vLLM keeps its hybrid KV-cache manager on:
+# two KV-cache groups, and the sliding-window group's blocks are freed while their request runs.
+SLIDING_WINDOW = 16
+TINY_HYBRID_CONFIG: dict[str, Any] = {
+    **TINY_LLAMA_CONFIG,
+    "sliding_window": SLIDING_WINDOW,
+    "layer_types": ["sliding_attention", "full_attention"],
+}
+
+
+def write_tiny_model(directory: Path, config: Mapping[str, Any] = TINY_LLAMA_CONFIG) -> Path:
     """Write the tiny decoder's `config.json` (no weights: the tests load dummy ones)."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(TINY_LLAMA_CONFIG, indent=2))
+    (directory / "config.json").write_text(json.dumps(dict(config), indent=2))
     return directory
 
 
@@ -84,8 +95,9 @@ def greedy(max_tokens: int):
     return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
 
 
-def build_llm(model_dir: Path, kv_transfer_config: Mapping[str, Any], **overrides: Any):
-    """An in-process (or, by environment, multiprocess) `LLM` on the tiny model with the connector."""
+def build_llm(model_dir: Path, kv_transfer_config: Mapping[str, Any] | None, **overrides: Any):
+    """An in-process (or, by environment, multiprocess) `LLM` on the tiny model with the connector
+    (none when `kv_transfer_config` is None)."""
     from vllm import LLM
 
     kwargs: dict[str, Any] = dict(
@@ -96,8 +108,9 @@ def build_llm(model_dir: Path, kv_transfer_config: Mapping[str, Any], **override
         max_model_len=256,
         block_size=BLOCK_SIZE,
         kv_cache_memory_bytes=16 << 20,
-        kv_transfer_config=dict(kv_transfer_config),
     )
+    if kv_transfer_config is not None:
+        kwargs["kv_transfer_config"] = dict(kv_transfer_config)
     kwargs.update(overrides)
     return LLM(**kwargs)
 
@@ -149,7 +162,7 @@ def shutdown(llm) -> None:
 
 
 @contextlib.contextmanager
-def running_llm(model_dir: Path, kv_transfer_config: Mapping[str, Any], **overrides: Any) -> Iterator[Any]:
+def running_llm(model_dir: Path, kv_transfer_config: Mapping[str, Any] | None, **overrides: Any) -> Iterator[Any]:
     """An engine that is always shut down, so the next test can build its own in this process."""
     llm = build_llm(model_dir, kv_transfer_config, **overrides)
     try:
@@ -227,7 +240,7 @@ class HeldCopies:
     """The adversarial device: every dump copy reads its source blocks as late as the protocol allows.
 
     A copy (on a `deferdump-copy` thread) waits until the connector next blocks on dump tasks
-    (`_flush_pending_dump_tasks`: `get_finished`, `handle_preemptions`, `shutdown`) — the earliest
+    (`_flush_matching`: `get_finished`, `handle_preemptions` and its fence, `shutdown`) — the earliest
     moment the protocol admits it needs the bytes. vLLM keeps stepping meanwhile, so a block freed or
     reallocated too early is really rewritten before it is read, deterministically, whatever the
     machine's speed. `timeout_s` is only a safety net; `timeouts` counts copies it had to release.
@@ -269,19 +282,19 @@ class HeldCopies:
         from deferdump.reference.devices import CpuDevice
 
         original_gather = CpuDevice._gather
-        original_flush = DirectConnector._flush_pending_dump_tasks
+        original_flush = DirectConnector._flush_matching
 
         def held_gather(device: Any, ids: list[int], layers: Any, *args: Any, **kwargs: Any) -> Any:
             if threading.current_thread().name.startswith("deferdump-copy"):
                 self.hold()
             return original_gather(device, ids, layers, *args, **kwargs)
 
-        def flush_releasing_copies(connector: Any, request_ids: Any = None) -> None:
+        def flush_releasing_copies(connector: Any, wanted: Any = None) -> None:
             with self.connector_waiting():
-                original_flush(connector, request_ids)
+                original_flush(connector, wanted)
 
         monkeypatch.setattr(CpuDevice, "_gather", held_gather)
-        monkeypatch.setattr(DirectConnector, "_flush_pending_dump_tasks", flush_releasing_copies)
+        monkeypatch.setattr(DirectConnector, "_flush_matching", flush_releasing_copies)
         return self
 
 
