@@ -182,16 +182,16 @@ class RedisStore(ThreadedStore):
             hits += 1
         return hits
 
-    def _run_dump(self, task: StoreTask, payload: BlockPayload, cancel: threading.Event) -> None:
-        data = self._payload_rows(task, payload)
+    def _dump_rows(self, task: StoreTask, payload: BlockPayload, cancel: threading.Event) -> None:
+        rows = self._payload_rows(task, payload)
         redis = _redis()
         hashes = task.block_hashes
-        for batch in self._batches(len(hashes), data.shape[1]):
+        for batch in self._batches(len(hashes), rows[0].numel() if rows else None):
             if cancel.is_set():
                 raise _Cancelled(f"dump task {task.task_id} stopped after a timed-out wait ({batch.start} block(s) written)")
             pipe = self._pipeline()
             for index in batch:
-                row = data[index].contiguous().numpy()
+                row = rows[index].contiguous().numpy()
                 pipe.set(self.key_of(hashes[index]), encode_block(hashes[index], row.data), px=self._ttl_ms)
             try:
                 pipe.execute()

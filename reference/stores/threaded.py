@@ -24,6 +24,7 @@ from deferdump.reference.stores.base import (
     BlockPayload,
     KVStore,
     LoadError,
+    StagedRows,
     StoreError,
     StoreFull,
     StoreStats,
@@ -221,20 +222,42 @@ class ThreadedStore(KVStore):
             job.future.set_exception(error)
 
     @staticmethod
-    def _payload_rows(task: StoreTask, payload: BlockPayload) -> torch.Tensor:
-        """The dump's bytes once its device copy finished: [n, block_nbytes] uint8, or `StoreError`."""
+    def _payload_rows(task: StoreTask, payload: BlockPayload) -> list[torch.Tensor]:
+        """The dump's bytes once its device copy finished: one 1-D uint8 row per block, or `StoreError`."""
         try:
             data = payload.result()
         except Exception as exc:
             raise StoreError(f"dump task {task.task_id}: source copy failed: {exc}") from exc
         hashes = task.block_hashes
+        if isinstance(data, StagedRows):
+            if data.num_rows != len(hashes):
+                raise StoreError(f"dump task {task.task_id}: {data.num_rows} staged rows for {len(hashes)} blocks")
+            return data.rows()
         well_formed = isinstance(data, torch.Tensor) and data.dtype == torch.uint8 and data.dim() == 2
         if not well_formed or data.shape[0] != len(hashes):
             shape = tuple(data.shape) if isinstance(data, torch.Tensor) else type(data).__name__
             raise StoreError(f"dump task {task.task_id}: payload {shape} does not hold {len(hashes)} uint8 block rows")
-        return data
+        return list(data.unbind(0))
+
+    @staticmethod
+    def _release_staged(payload: BlockPayload) -> None:
+        """Hand back staged rows the dump did not keep; only called once the payload's copy is done."""
+        if payload.done():
+            try:
+                data = payload.result()
+            except Exception:  # a failed copy: it staged nothing it still writes, but release what it held
+                data = getattr(payload, "staged", None)
+            if isinstance(data, StagedRows):
+                data.release()
 
     def _run_dump(self, task: StoreTask, payload: BlockPayload, cancel: threading.Event) -> None:
+        try:
+            self._dump_rows(task, payload, cancel)
+        finally:
+            self._release_staged(payload)
+        return None
+
+    def _dump_rows(self, task: StoreTask, payload: BlockPayload, cancel: threading.Event) -> None:
         data = self._payload_rows(task, payload)
         hashes = task.block_hashes
         for index, block_hash in enumerate(hashes):

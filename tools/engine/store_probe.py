@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from deferdump.reference.stores.base import BlockPayload, KVStore, StoreStats, StoreTask
+from deferdump.reference.stores.base import BlockPayload, KVStore, StagedRows, StoreStats, StoreTask
 
 
 class ProbeStore(KVStore):
@@ -29,6 +29,9 @@ class ProbeStore(KVStore):
 
     def dump(self, block_hashes: Sequence[bytes], payload: BlockPayload) -> StoreTask:
         return self.inner.dump(block_hashes, payload)
+
+    def staging(self, num_rows: int, row_nbytes: int) -> StagedRows | None:
+        return self.inner.staging(num_rows, row_nbytes)
 
     def load(self, block_hashes: Sequence[bytes]) -> StoreTask:
         return self.inner.load(block_hashes)
