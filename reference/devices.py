@@ -18,7 +18,7 @@ import concurrent.futures
 import logging
 import threading
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -112,6 +112,11 @@ class FuturePayload:
 
     def result(self) -> Any:
         return self._future.result()
+
+    def add_done_callback(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` once the copy finished, failed or was cancelled (at once if it already did), on
+        the thread that finished it: a store starts its write job then, with no polling delay."""
+        self._future.add_done_callback(lambda _future: callback())
 
     def cancel(self) -> bool:
         """Cancel a copy that has not started; True when it will never touch the source."""

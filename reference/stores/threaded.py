@@ -2,7 +2,8 @@
 
 `MemoryStore` and `FileStore` differ only in where a block's bytes live; everything the protocol's safety
 rests on is here, once: a dump's job first waits for its payload (the device copy still reading the KV
-blocks; a `PayloadWatcher` holds it until the copy is done, so no worker idles meanwhile), then writes
+blocks; the copy's done-callback, or for payloads that can only be polled a `PayloadWatcher`, starts the
+job once the copy is done, so no worker idles meanwhile), then writes
 block by block; `check` is `future.done()`; `wait` erases the task under the lock and
 then blocks until the job *really* ended — on a timeout it asks the job to stop and keeps draining, and
 only then raises. Capacity, LRU and pinning live in `BlockLedger`.
@@ -57,6 +58,39 @@ class _Job:
     cancel: threading.Event
 
 
+class _Outstanding:
+    """Payload done-callbacks not yet run: `close` waits for them before stopping the executor they submit to."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._count = 0
+
+    def begin(self) -> None:
+        with self._cond:
+            self._count += 1
+
+    def end(self) -> None:
+        with self._cond:
+            self._count -= 1
+            self._cond.notify_all()
+
+    def wrap(self, callback: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                callback()
+            except Exception:  # the copy's thread must not die of it; the job would never start
+                logger.exception("payload done-callback failed")
+            finally:
+                self.end()
+
+        return run
+
+    def drain(self) -> None:
+        with self._cond:
+            while self._count:
+                self._cond.wait()
+
+
 def _check_hashes(block_hashes: Sequence[bytes]) -> tuple[bytes, ...]:
     hashes = tuple(block_hashes)
     for block_hash in hashes:
@@ -77,7 +111,8 @@ class ThreadedStore(KVStore):
         self._stats = StoreStats()
         self._closed = False
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
-        self._watcher = PayloadWatcher(name)
+        self._watcher = PayloadWatcher(name)  # payloads that can only be polled
+        self._callbacks = _Outstanding()  # payloads that call back when done (a thread-pool copy)
 
     # ------------------------------------------------------ subclass hooks
     @abc.abstractmethod
@@ -173,6 +208,7 @@ class ThreadedStore(KVStore):
         with self._lock:
             self._closed = True
         self._watcher.close()
+        self._callbacks.drain()
         self._executor.shutdown(wait=True)
         self._reclaim()
 
@@ -195,6 +231,13 @@ class ThreadedStore(KVStore):
 
         if payload is None or payload.done():
             launch()
+        elif callable(getattr(payload, "add_done_callback", None)):
+            self._callbacks.begin()
+            try:
+                payload.add_done_callback(self._callbacks.wrap(launch))
+            except BaseException:
+                self._callbacks.end()
+                raise
         else:
             self._watcher.when_done(payload, launch)
 
