@@ -1,7 +1,7 @@
 """A block store shared through Redis (or a Redis Cluster): several vLLM instances find each other's blocks.
 
 One key per block, `<namespace>:<block hash hex>`, holding the FileStore record (magic, version, the block
-hash, payload length, blake2b digest, then the bytes): a value that was torn, written by someone else under
+hash, payload length, XXH3-128 digest, then the bytes; format-1 records with blake2b-256 still read): a value that was torn, written by someone else under
 our key, or corrupted is detected by `load` and reported as a `LoadError`, never returned as data (and is
 deleted, if it is still the value that failed, so the next lookup misses). A key evicted by Redis's
 `maxmemory` policy or expired by the optional TTL is simply a miss; capacity is Redis's business, so this
