@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import coverage
 
 from deferdump.reference import connectors
+from deferdump.reference.class_names import BY_VARIANT, OUTER
 
 __all__ = ["CORE_FUNCTIONS", "CoreCoverage", "core_for_variants", "measure_core_coverage"]
 
@@ -41,14 +42,12 @@ CORE_FUNCTIONS: dict[str, tuple[str, ...]] = {
 }
 """Class -> methods counted as the protocol core (see the module docstring)."""
 
-VARIANT_CLASSES = {"direct": ("DirectConnector",), "layerwise": ("DirectConnector", "LayerWiseConnector"),
-                   "cp": ("DirectConnector", "LayerWiseConnector", "CPConnector")}
 
 
 def core_for_variants(variants: set[str] | frozenset[str]) -> dict[str, tuple[str, ...]]:
     """The core of the connector classes that the given variants (``direct``/``layerwise``/``cp``) run,
     plus the wrapper: a class no replayed model instantiates cannot be reached by conformance."""
-    classes = {"OuterConnector"}.union(*(VARIANT_CLASSES[v] for v in variants if v in VARIANT_CLASSES))
+    classes = {OUTER.reference}.union(*(BY_VARIANT[v].mro for v in variants if v in BY_VARIANT))
     return {name: methods for name, methods in CORE_FUNCTIONS.items() if name in classes}
 
 

@@ -59,9 +59,10 @@ from typing import Any
 import torch
 
 from deferdump.reference.config import ConnectorConfig
+from deferdump.reference.class_names import BY_UCM
 from deferdump.reference.connectors import VARIANT_CLASSES, CPConnector, DirectConnector, OuterConnector, Role
 from deferdump.reference.hashing import layer_key, prefix_block_hashes
-from deferdump.reference.devices import DeferredCpuDevice
+from deferdump.reference.testing.late_copy import LateCopyDevice
 from deferdump.reference.testing.manual_store import ManualStore
 from deferdump.reference.metadata import DeferDumpMetadata
 from deferdump.reference.metrics import ConnectorMetrics
@@ -80,7 +81,7 @@ log = logging.getLogger(__name__)
 BLOCK_SIZE = 2  # tokens per block: the model counts blocks, any size works
 DEFERDUMP_VARS = frozenset({"schedAsync", "workerAsync", "pending", "live", "reqState", "blocksOf", "finishedIds"})
 ACTIONS = frozenset({"init", "schedule", "execute_model", "update_from_output", "engine_step", "task_complete"})
-INNER_VARIANTS = {"UCMDirectConnector": "direct", "UCMLayerWiseConnector": "layerwise", "UCMCPConnector": "cp"}
+INNER_VARIANTS = {ucm: names.variant for ucm, names in BY_UCM.items()}  # the model's inner class -> config variant
 _TASK_FIELDS = ("id", "reqs", "blocks", "layer", "status", "event")
 
 
@@ -234,7 +235,7 @@ class DeferDumpDriver:
         self.scheduler: Any = None
         self.workers: list[Any] = []
         self.stores: list[ManualStore] = []
-        self.devices: list[DeferredCpuDevice] = []
+        self.devices: list[LateCopyDevice] = []
         self._records: dict[tuple[Any, ...], Record] = {}  # interned task records (see _task_record)
 
     # ------------------------------------------------------------------ lifecycle
@@ -242,7 +243,7 @@ class DeferDumpDriver:
         kwargs: dict[str, Any] = {"store": store, "rank": rank, "world_size": self.constants.num_ranks,
                                   "metrics": _replay_metrics()}
         if role is Role.WORKER:
-            device = DeferredCpuDevice()
+            device = LateCopyDevice()
             self.devices.append(device)
             kwargs["device"] = device
         if self.constants.wrapper:

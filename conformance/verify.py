@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deferdump.reference.class_names import INNER
 from deferdump.tools.tlc.manifest import CheckOutcome, Manifest, ModelEntry, check_model, load_manifest, outcomes_json
 
 from deferdump.conformance.corecov import CoreCoverage, core_for_variants, measure_core_coverage
@@ -22,7 +23,7 @@ __all__ = ["CoverReplay", "ModelConformance", "VerifyResult", "conformance_entri
 
 log = logging.getLogger(__name__)
 
-VARIANT_NAMES = {"Direct": "direct", "LayerWise": "layerwise", "CP": "cp"}
+VARIANT_NAMES = {names.model: names.variant for names in INNER}  # the manifest's variant -> the config's
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """The spec's safety invariants, checked on a snapshot of scheduler, worker and block-pool state.
 
-Property tests and soak runs build a `SystemSnapshot` after every step (from the real connectors plus their
-own simulation of vLLM's block pool) and call `check_snapshot`, or `check_block_writes` right before a
-forward writes blocks. Each violation is one line naming the invariant, so a failure says what broke.
+The simulated vLLM engine (`deferdump.tools.engine`, under the property tests and soak runs) builds a
+`SystemSnapshot` after every step (from the real connectors plus its block pool) and calls
+`check_snapshot`, or `check_block_writes` right before a forward writes blocks. Each violation is one line naming the invariant, so a failure says what broke.
 """
 from __future__ import annotations
 

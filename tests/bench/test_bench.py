@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,8 @@ FIXTURES = ALL_FIXTURES / "tla"
 DEFERDUMP = str(Path(sys.executable).parent / "deferdump")
 ISSUE_KEYS = (
     "wait_for_save_deferred_over_blocking", "step_overhead_over_nosave", "dump_bandwidth_over_memcpy",
-    "python_ms_per_step_256", "replay_steps_per_s", "tlc_distinct_states_per_s", "device", "torch_threads",
+    "python_ms_per_step_256", "replay_steps_per_s", "tlc_distinct_states_per_s", "tlc_generated_states_per_s",
+    "ci_tier_seconds", "device", "torch_threads",
     "copy_threads", "cpu_model",
 )
 
@@ -45,7 +47,7 @@ def test_every_issue_key_is_present_with_sane_values(tiny_bench: tuple[dict, dic
     assert math.isfinite(report["step_overhead_over_nosave"]) and report["step_overhead_over_nosave"] > -1
     assert report["device"] == "cpu" and report["torch_threads"] >= 1 and report["copy_threads"] == 1
     assert report["cpu_model"] and report["torch_version"] == torch.__version__
-    for key in ("replay_steps_per_s", "tlc_distinct_states_per_s"):
+    for key in ("replay_steps_per_s", "tlc_distinct_states_per_s", "tlc_generated_states_per_s", "ci_tier_seconds"):
         assert report[key] is None and report[f"{key}_reason"] or report[key] > 0
     if report["replay_steps_per_s"] is not None:  # the manifest lists a conformance model: it replayed cleanly
         assert report["replay_steps"] > 0 and report["replay_divergences"] == 0 and len(report["replay_models"]) == 1
@@ -124,29 +126,61 @@ def test_plot_writes_a_png(tiny_bench: tuple[dict, dict], tmp_path: Path) -> Non
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_tlc_figure_from_a_manifest_ci_model(tmp_path: Path) -> None:
-    for name in ("Counter.tla", "Counter.cfg"):
-        shutil.copy(FIXTURES / name, tmp_path / name)
-    entry = {"name": "counter", "module": "Counter", "config": "Counter.cfg", "tier": "ci", "variant": "Direct",
-             "expect": "pass", "distinct_states": 9, "mutant": False, "conformance": False}
-    (tmp_path / "manifest.json").write_text(json.dumps({"models": [entry]}))
-    figures = measure_tlc(60.0, manifest_path=tmp_path / "manifest.json")
-    assert figures["tlc_models"]["counter"]["distinct_states"] == 9
+def _tiny_manifest(tmp_path: Path, models: list[tuple[str, str, object, int | None]]) -> Path:
+    for name in ("Counter", "Queue", "Deadlock"):
+        for suffix in (".tla", ".cfg"):
+            shutil.copy(FIXTURES / f"{name}{suffix}", tmp_path / f"{name}{suffix}")
+    entries = [{"name": name, "module": module, "config": f"{module}.cfg", "tier": "ci", "variant": "Direct",
+                "expect": expect, "distinct_states": distinct, "mutant": expect != "pass", "conformance": False}
+               for name, module, expect, distinct in models]
+    (tmp_path / "manifest.json").write_text(json.dumps({"models": entries}))
+    return tmp_path / "manifest.json"
+
+
+def test_tlc_figures_of_a_tiny_ci_tier(tmp_path: Path) -> None:
+    manifest = _tiny_manifest(tmp_path, [("counter", "Counter", "pass", 9),
+                                         ("queue", "Queue", {"violation": "LogBoundInv"}, None),
+                                         ("deadlock", "Deadlock", {"violation": "Deadlock"}, 3)])
+    started = time.perf_counter()
+    figures = measure_tlc(60.0, manifest_path=manifest, jobs=2)
+    wall = time.perf_counter() - started
+    models = figures["tlc_models"]
+    assert list(models) == ["counter", "queue", "deadlock"]
+    assert models["counter"]["distinct_states"] == 9 and models["counter"]["generated_states"] == 14
+    assert all(row["expected_ok"] for row in models.values()) and figures["ci_tier_all_expected"]
+    for row in models.values():  # the search excludes the JVM start and parsing
+        assert 0 <= row["search_seconds"] < row["seconds"]
+    assert figures["tlc_jobs"] == 2 and figures["tlc_workers_per_model"] == 1
+    assert 0 < figures["ci_tier_seconds"] <= wall
+    generated = sum(row["generated_states"] for row in models.values() if row["search_seconds"])
+    search = sum(row["search_seconds"] for row in models.values() if row["search_seconds"])
+    assert figures["tlc_generated_states"] == generated and search > 0
+    assert math.isclose(figures["tlc_generated_states_per_s"], generated / search, rel_tol=1e-2)
     assert figures["tlc_distinct_states_per_s"] > 0
+
+
+def test_quick_tlc_figures_leave_the_tier_time_to_the_full_run(tmp_path: Path) -> None:
+    manifest = _tiny_manifest(tmp_path, [("counter", "Counter", "pass", 9),
+                                         ("queue", "Queue", {"violation": "LogBoundInv"}, None)])
+    figures = measure_tlc(60.0, manifest_path=manifest, model_limit=1)
+    assert list(figures["tlc_models"]) == ["counter"]
+    assert figures["ci_tier_seconds"] is None and "--quick" in figures["ci_tier_seconds_reason"]
+    assert figures["tlc_generated_states_per_s"] > 0
 
 
 def test_tlc_figure_is_null_with_a_reason_for_an_empty_manifest(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text(json.dumps({"models": []}))
     figures = measure_tlc(60.0, manifest_path=tmp_path / "manifest.json")
-    assert figures["tlc_distinct_states_per_s"] is None
-    assert "no CI models" in figures["tlc_distinct_states_per_s_reason"]
+    for key in ("tlc_distinct_states_per_s", "tlc_generated_states_per_s", "ci_tier_seconds"):
+        assert figures[key] is None
+        assert "no CI models" in figures[f"{key}_reason"]
 
 
 def test_replay_figure_is_null_with_a_reason_without_a_conformance_model(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text(json.dumps({"models": []}))
     figures = measure_replay(manifest_path=tmp_path / "manifest.json")
     assert figures["replay_steps_per_s"] is None
-    assert "no conformance CI model" in figures["replay_steps_per_s_reason"] or "no replay" in figures["replay_steps_per_s_reason"]
+    assert "no conformance CI model" in figures["replay_steps_per_s_reason"]
 
 
 def test_phase_timer_accumulates_per_step() -> None:

@@ -1,9 +1,10 @@
-"""Every generated trace of every conformance model, replayed on the reference connector as its own test.
+"""Every generated trace of every conformance model, replayed on the reference connector, one test per model.
 
 The traces are edge covers of the shipped manifest's CI conformance models and of the small fixture
-configs (tests/fixtures/conformance/deferdump); they are generated once per session
-(support.conformance.deferdump_traces). A failing trace shows up as ``test_trace_conforms[<model>/<file>]``
-with the divergence (step, action, diff) as the message.
+configs (tests/fixtures/conformance/deferdump). Nothing runs TLC at collection: the ``cover_traces``
+session fixture fills the on-disk trace cache (support.tracecache, keyed by the spec's content) for
+every model at once, and each model's test replays all its traces. A failure names every diverging
+trace with its step, action and state diff.
 """
 from __future__ import annotations
 
@@ -11,42 +12,49 @@ import pytest
 
 from support.conformance import (
     LOADER,
-    all_deferdump_traces,
-    conformance_entry,
     conformance_model_names,
+    deferdump_traces,
     generated,
+    graph_summary,
+    prefetch_covers,
 )
 from deferdump.conformance.drivers import default_driver_factory
 from deferdump.conformance.replay import load_traces, replay_loaded
-from deferdump.conformance.tracegen import model_graph
+
+MODELS = conformance_model_names()  # the manifest only: no TLC at collection
 
 
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "trace_file" in metafunc.fixturenames:
-        files = all_deferdump_traces()
-        metafunc.parametrize("trace_file", files, ids=[f"{p.parent.name}/{p.name}" for p in files])
-
-
-def test_trace_conforms(trace_file):
-    (trace, _), = load_traces([trace_file], default_driver_factory, LOADER)
-    report = replay_loaded([trace], coverage=False, shrink=False)
-    assert report.ok, "\n".join(divergence.describe() for divergence in report.failed)
-    assert report.steps >= 1
+@pytest.fixture(scope="session")
+def cover_traces() -> None:
+    """Every model's edge cover, from the trace cache, generated where missing (TLC runs in parallel)."""
+    prefetch_covers(MODELS)
 
 
-@pytest.mark.parametrize("model", conformance_model_names())
-def test_cover_traces_take_every_edge_and_action(model):
+@pytest.mark.parametrize("model", MODELS)
+def test_every_trace_conforms(cover_traces: None, model: str) -> None:
+    files = deferdump_traces(model)
+    loaded = load_traces(files, default_driver_factory, LOADER)
+    for _, driver in loaded:
+        driver.close()
+    report = replay_loaded([trace for trace, _ in loaded], coverage=False, shrink=False)
+    assert report.ok, (f"{model}: {len(report.failed)} of {len(files)} trace(s) diverged\n"
+                       + "\n".join(divergence.describe() for divergence in report.failed))
+    assert report.traces == report.passed == len(files) > 0
+    assert min(generated(model).lengths) >= 2 and report.steps >= len(files)  # every trace takes a step
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_cover_traces_take_every_edge_and_action(cover_traces: None, model: str) -> None:
     """The edge cover reaches every edge and action of the model's state graph (each trace above replays it)."""
     result = generated(model)
-    graph = model_graph(conformance_entry(model))
-    assert result.covered_edges == result.edges == graph.num_edges
-    labels = graph.action_labels()
+    graph = graph_summary(model)
+    assert result.covered_edges == result.edges == graph["edges"]
+    labels = set(graph["action_labels"])
     assert {"schedule", "execute_model", "update_from_output", "engine_step", "task_complete"} & labels
     assert result.traces == len(result.files) and max(result.lengths) >= 2
 
 
-def test_shipped_covers_reach_the_protocol_core_target():
+def test_shipped_covers_reach_the_protocol_core_target(cover_traces: None) -> None:
     """Conformance alone (the shipped models' edge covers, as `deferdump verify` replays them)
     takes >= 95 % of the protocol core's branches; the one arc left is named in docs/conformance.md."""
     from support.conformance import manifest_conformance_entries, shipped_deferdump_traces

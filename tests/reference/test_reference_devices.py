@@ -1,13 +1,16 @@
 """Block layouts and the CPU devices on real tensors (CUDA: tests/reference/test_reference_cuda.py)."""
 from __future__ import annotations
 
+import random
 import threading
+import time
 
 import pytest
 import torch
 
 from deferdump.reference import CpuDevice, DeviceError, LayoutError, describe_kv_caches, find_block_dim
-from deferdump.reference.devices import DeferredCpuDevice, DeferredPayload, checksum_rows
+from deferdump.reference.devices import checksum_rows
+from deferdump.reference.testing.late_copy import LateCopyDevice, LatePayload
 from deferdump.reference.kv_layout import guess_num_blocks
 
 
@@ -147,13 +150,13 @@ def test_cpu_device_refuses_tensors_elsewhere_and_copies_before_registration() -
     device.close()
 
 
-def test_deferred_device_reads_at_result_time_or_never_when_settled() -> None:
+def test_late_copy_device_reads_at_result_time_or_never_when_settled() -> None:
     kv = {"a": torch.zeros(4, 1, 2, 2)}
-    device = DeferredCpuDevice()
+    device = LateCopyDevice()
     device.register(kv)
     late = device.read_blocks([1])
     kv["a"][1].fill_(3.0)
-    assert isinstance(late, DeferredPayload) and not late.done()
+    assert isinstance(late, LatePayload) and not late.done()
     assert torch.equal(late.result().view(torch.float32), torch.full((1, 4), 3.0))
     never = device.read_blocks([2])
     device.settle(never)
@@ -163,8 +166,30 @@ def test_deferred_device_reads_at_result_time_or_never_when_settled() -> None:
     device.close()
 
 
-def test_deferred_device_read_fault_hook_fails_the_next_reads_only() -> None:
-    device = DeferredCpuDevice()
+def test_late_copy_device_with_a_lag_reads_on_its_own_after_the_seeded_lag() -> None:
+    """With `lag_s` a copy thread reads after a seeded lag, consumed or not (a threaded store waits for
+    `done()` first): a write landing inside the lag window is what the copy holds."""
+    kv = {"a": torch.zeros(4, 1, 2, 2)}
+    device = LateCopyDevice(lag_s=0.2, seed=3)
+    device.register(kv)
+    lag = random.Random(3).uniform(0.0, 0.2)  # the device draws its lags from Random(seed): 0.0476 s
+    started = time.monotonic()
+    late = device.read_blocks([1])
+    kv["a"][1].fill_(5.0)
+    assert not late.done()
+    deadline = started + 5.0
+    while not late.done() and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert late.done() and late.read and time.monotonic() - started >= lag - 0.001
+    kv["a"][1].fill_(7.0)  # after the read: not in the copy
+    assert torch.equal(late.result().view(torch.float32), torch.full((1, 4), 5.0))
+    with pytest.raises(ValueError):
+        LateCopyDevice(lag_s=-1.0)
+    device.close()
+
+
+def test_late_copy_device_read_fault_hook_fails_the_next_reads_only() -> None:
+    device = LateCopyDevice()
     device.register({"a": torch.ones(4, 1, 2, 2)})
     device.read_fail_next = 2
     for _ in range(2):

@@ -1,5 +1,7 @@
-"""Property test: the real connectors inside a miniature vLLM, driven by Hypothesis through schedule,
-chunked prefill, preempt/resume, finish, abort, task completion and failure, and injected store faults.
+"""Property test: the real connectors inside the simulated vLLM engine (`deferdump.tools.engine`, the one
+bench and soak run), driven by Hypothesis through schedule, chunked prefill, preempt/resume (by lack of
+blocks or by a chosen victim), finish, abort, task completion and failure, injected store and device faults,
+and both of vLLM's load-failure policies.
 
 After every rule the library invariant checker (`deferdump.reference.invariants`) must pass on a snapshot
 of scheduler, worker and block-pool state; the real KV bytes every dump stored and every load restored

@@ -5,11 +5,10 @@ on this model, independently of the DeferDump model that the spec helper is stil
 """
 from __future__ import annotations
 
-import atexit
 import functools
 import os
-import shutil
-import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from support import FIXTURES as ALL_FIXTURES
 from collections.abc import Callable, Iterator, Mapping
@@ -18,7 +17,9 @@ from pathlib import Path
 
 from deferdump.conformance.driver import StepMismatch
 from deferdump.conformance.itfload import TraceLoader
-from deferdump.conformance.tracegen import GeneratedTraces, generate_traces
+from deferdump.conformance.tracegen import GeneratedTraces
+from deferdump.tools.tlc.parallel import default_jobs
+from support.tracecache import cached_cover
 from deferdump.conformance.verify import conformance_entries
 from deferdump.tools.tlc.manifest import Expectation, Manifest, ModelEntry, load_manifest
 from deferdump.tools.tlc.specfiles import spec_dir
@@ -130,23 +131,31 @@ def conformance_manifest() -> Manifest:
     return replace(shipped, models=shipped.models + extra)
 
 
-@functools.lru_cache(maxsize=None)
-def _trace_root() -> Path:
-    root = Path(tempfile.mkdtemp(prefix="deferdump-conformance-tests-"))
-    atexit.register(shutil.rmtree, root, True)  # the session's traces go when the session ends
-    return root
-
-
 def deferdump_traces(name: str) -> tuple[Path, ...]:
-    """Trace files of one conformance model, generated once per test session."""
+    """Trace files of one conformance model (from the on-disk trace cache; generated at most once)."""
     return tuple(generated(name).files)
 
 
 @functools.lru_cache(maxsize=None)
+def _cover(name: str) -> tuple[GeneratedTraces, dict[str, Any]]:
+    return cached_cover(conformance_entry(name))
+
+
 def generated(name: str) -> GeneratedTraces:
-    """What generating one conformance model's traces produced (once per test session)."""
-    shipped = {e.name: e for e in manifest_conformance_entries()}
-    return generate_traces(shipped.get(name) or fixture_entry(name), "cover", _trace_root() / name)
+    """What generating one conformance model's edge cover produced (support.tracecache keeps it on disk)."""
+    return _cover(name)[0]
+
+
+def graph_summary(name: str) -> dict[str, Any]:
+    """The model's full state graph at generation: ``edges``, ``states``, ``action_labels``."""
+    return _cover(name)[1]
+
+
+def prefetch_covers(names: list[str], jobs: int | None = None) -> None:
+    """Fill the trace cache for ``names``, ``jobs`` TLC runs at once (a cold cache's generation is TLC-bound)."""
+    with ThreadPoolExecutor(max_workers=jobs or default_jobs()) as pool:
+        for _ in pool.map(_cover, names):
+            pass
 
 
 def conformance_model_names() -> list[str]:

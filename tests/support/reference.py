@@ -17,8 +17,8 @@ from deferdump.reference import (
     Role,
     StepView,
 )
-from deferdump.reference.devices import DeferredCpuDevice
 from deferdump.reference.stores.base import KVStore
+from deferdump.reference.testing.late_copy import LateCopyDevice
 
 BLOCK_SIZE = 4
 NUM_BLOCKS = 16
@@ -72,7 +72,7 @@ def worker(
     """A worker connector on real CPU tensors; `deferred` copies read their blocks only when stored."""
     connector = cls(
         config or ConnectorConfig(block_size=BLOCK_SIZE), Role.WORKER, store=store,
-        device=DeferredCpuDevice() if deferred else None, rank=rank, world_size=world_size,
+        device=LateCopyDevice() if deferred else None, rank=rank, world_size=world_size,
     )
     connector.register_kv_caches(kv_caches if kv_caches is not None else cpu_kv_caches())
     return connector

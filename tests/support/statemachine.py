@@ -1,14 +1,23 @@
 """The Hypothesis state machine of the protocol property tests (shared by the property test and the mutant
-tests): the real connectors inside the simulated vLLM engine, driven rule by rule."""
+tests): the real connectors inside the simulated vLLM engine (`deferdump.tools.engine`), driven rule by
+rule. Hypothesis makes the environment's moves: requests arrive and are aborted, the next preemption's
+victim, dump tasks complete or fail (`ManualStore`), submits, checks and device reads fail."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from deferdump.reference.simulation import ProtocolSimulation, SimConfig
+from deferdump.reference.config import ConnectorConfig
+from deferdump.reference.testing.late_copy import LateCopyDevice
+from deferdump.reference.testing.manual_store import ManualStore
+from deferdump.tools.engine.forward import ModelShape
+from deferdump.tools.engine.moves import ScriptedMoves
+from deferdump.tools.engine.scheduler import WorkloadConfig
+from deferdump.tools.engine.steploop import LoopConfig, Mode, StepLoop
 
 settings.register_profile(
     "deferdump-ci",
@@ -19,73 +28,149 @@ settings.register_profile(
     derandomize=False,
 )
 
+TOKEN_VOCAB = 50  # the forward's "tokens" content encodes token ids below 50 exactly
+
+
+@dataclasses.dataclass(frozen=True)
+class Deployment:
+    """Shape of one simulated deployment."""
+
+    variant: str = "direct"  # direct | layerwise | cp
+    use_layerwise: bool = False  # cp only
+    is_mla: bool = False
+    world_size: int = 2
+    block_size: int = 2
+    num_blocks: int = 8
+    num_layers: int = 2
+    token_budget: int = 6
+    verify_dumps: bool = False
+    defer_finalize: bool = False  # spec-decode order: get_finished runs before this step's wait_for_save
+    kv_load_failure_policy: str = "fail"  # vLLM's default; "recompute" breaks an invariant (docs/engine.md)
+
+    def loop_config(self) -> LoopConfig:
+        workload = WorkloadConfig(
+            block_size=self.block_size, num_blocks=self.num_blocks, max_running=self.num_blocks * self.block_size,
+            max_batched_tokens=self.token_budget, prompt_tokens=(1, 1), output_tokens=(1, 1), shared_prefix_prob=0.0,
+            shared_prefixes=0, abort_prob=0.0, preempt_prob=0.0, waiting_target=0,
+            kv_load_failure_policy=self.kv_load_failure_policy,
+        )
+        shape = ModelShape(
+            layers=self.num_layers, kv_heads=1, head_dim=1, block_size=self.block_size, dtype="float32", hidden_dim=1,
+            matmuls_per_layer=0, content="tokens",
+        )
+        connector = ConnectorConfig(
+            variant=self.variant, block_size=self.block_size,
+            cp_world_size=self.world_size if self.variant == "cp" else 1, use_layerwise=self.use_layerwise,
+            is_mla=self.is_mla, verify_dumps=self.verify_dumps,
+        )
+        return LoopConfig(
+            workload, shape, connector, Mode.DEFERRED, world_size=self.world_size, check_invariants=True, oracle=True,
+            defer_finalize=self.defer_finalize,
+        )
+
+
 DEPLOYMENTS = [
-    SimConfig(variant="direct"),
-    SimConfig(variant="direct", is_mla=True),
-    SimConfig(variant="direct", verify_dumps=True, num_blocks=6),
-    SimConfig(variant="layerwise"),
-    SimConfig(variant="layerwise", defer_finalize=True),
-    SimConfig(variant="direct", defer_finalize=True, num_blocks=6),
-    SimConfig(variant="layerwise", is_mla=True, block_size=3),
-    SimConfig(variant="cp"),
-    SimConfig(variant="cp", use_layerwise=True),
-    SimConfig(variant="direct", world_size=3, token_budget=4, num_blocks=12),
+    Deployment(variant="direct"),
+    Deployment(variant="direct", is_mla=True),
+    Deployment(variant="direct", verify_dumps=True, num_blocks=6),
+    Deployment(variant="layerwise"),
+    Deployment(variant="layerwise", defer_finalize=True),
+    Deployment(variant="direct", defer_finalize=True, num_blocks=6),
+    Deployment(variant="layerwise", is_mla=True, block_size=3),
+    Deployment(variant="cp"),
+    Deployment(variant="cp", use_layerwise=True),
+    Deployment(variant="direct", world_size=3, token_budget=4, num_blocks=12),
 ]
 
 
+def prompt_of(base: int, length: int) -> list[int]:
+    """A prefix of base sequence `base` (shared prefixes give store hits)."""
+    return [(base * 17 + i * 5 + (i * i) % 7) % TOKEN_VOCAB for i in range(length)]
+
+
 class DeferredDumpMachine(RuleBasedStateMachine):
-    sim: ProtocolSimulation
+    engine: StepLoop
+    store: ManualStore
+    moves: ScriptedMoves
+    devices: list[LateCopyDevice]
 
     @initialize(deployment=st.sampled_from(DEPLOYMENTS))
-    def deploy(self, deployment: SimConfig) -> None:
-        self.sim = ProtocolSimulation(deployment)
+    def deploy(self, deployment: Deployment) -> None:
+        self.store = ManualStore(auto_complete_on_wait=True)
+        self.moves = ScriptedMoves(TOKEN_VOCAB)
+        self.devices = []
+
+        def device(rank: int) -> LateCopyDevice:
+            self.devices.append(LateCopyDevice())
+            return self.devices[-1]
+
+        self.engine = StepLoop(deployment.loop_config(), self.store, device_factory=device, moves=self.moves)
+
+    def _unfinished(self) -> list[str]:
+        return [request.req_id for request in self.engine.scheduler.unfinished()]
+
+    def _running(self) -> list[str]:
+        return [request.req_id for request in self.engine.scheduler.running]
+
+    def _dump_tasks(self) -> list:  # type: ignore[type-arg]
+        return [task for task in self.store.pending_tasks() if task.kind == "dump"]
 
     @rule(base=st.integers(0, 2), length=st.integers(1, 11), max_new=st.integers(1, 4))
     def add_request(self, base: int, length: int, max_new: int) -> None:
-        self.sim.add_request(base, length, max_new)
+        self.engine.scheduler.add_request(prompt_of(base, length), max_new)
 
     @rule()
     def step(self) -> None:
-        self.sim.step()
+        self.engine.step()
 
     @rule(steps=st.integers(2, 4))
     def run_steps(self, steps: int) -> None:
         for _ in range(steps):
-            self.sim.step()
+            self.engine.step()
 
     @rule(data=st.data())
-    @precondition(lambda self: bool(self.sim.unfinished()))
+    @precondition(lambda self: bool(self._unfinished()))
     def abort(self, data: st.DataObject) -> None:
-        self.sim.abort(data.draw(st.sampled_from(self.sim.unfinished()), label="request"))
+        self.engine.abort(data.draw(st.sampled_from(self._unfinished()), label="request"))
 
     @rule(data=st.data())
-    @precondition(lambda self: bool(self.sim.dump_tasks()))
+    @precondition(lambda self: bool(self._running()))
+    def preempt_next_step(self, data: st.DataObject) -> None:
+        self.moves.preempt_next = data.draw(st.sampled_from(self._running()), label="victim")
+
+    @rule(data=st.data())
+    @precondition(lambda self: bool(self._dump_tasks()))
     def complete_task(self, data: st.DataObject) -> None:
-        self.sim.complete_task(data.draw(st.sampled_from(self.sim.dump_tasks()), label="task"))
+        self.store.complete(data.draw(st.sampled_from(self._dump_tasks()), label="task"))
 
     @rule(data=st.data())
-    @precondition(lambda self: bool(self.sim.dump_tasks()))
+    @precondition(lambda self: bool(self._dump_tasks()))
     def fail_task(self, data: st.DataObject) -> None:
-        self.sim.fail_task(data.draw(st.sampled_from(self.sim.dump_tasks()), label="task"))
+        self.store.fail(data.draw(st.sampled_from(self._dump_tasks()), label="task"))
 
     @rule()
     def inject_submit_failure(self) -> None:
-        self.sim.inject_submit_failure()
+        self.store.submit_fail_next += 1
+
+    @rule(rank=st.integers(0, 2))
+    def inject_device_read_failure(self, rank: int) -> None:
+        self.devices[rank % len(self.devices)].read_fail_next += 1
 
     @rule(failing=st.booleans())
     def set_check_failure(self, failing: bool) -> None:
-        self.sim.set_check_failure(failing)
+        self.store.check_fail = failing
 
     @invariant()
     def invariants_hold(self) -> None:
-        self.sim.check()
+        self.engine.check()
 
     def teardown(self) -> None:
-        sim = getattr(self, "sim", None)
-        if sim is None:
+        engine = getattr(self, "engine", None)
+        if engine is None:
             return
-        sim.drain_and_shutdown()
-        sim.check()
+        self.store.check_fail = False
+        engine.drain_and_shutdown()
+        engine.check()
 
 
 DeferredDumpMachine.TestCase.settings = settings.get_profile("deferdump-ci")

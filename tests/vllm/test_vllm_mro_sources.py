@@ -1,6 +1,7 @@
 """`deferdump mro` on vLLM 0.32's own connector sources, read from the installed vllm package (never
-imported): every connector class gets a verdict, or `unknown` with its reasons, within 60 s per connector
-and its helper modules. What the verdicts mean: docs/mro.md."""
+imported): every connector class gets a verdict, or `unknown` with its reasons. The time per connector
+and its helper modules (goal <= 60 s; 3-28 s measured, docs/mro.md) is a figure, not a test: a timed test
+fails on a loaded machine. The test bounds the work instead: the TLC runs one source set needs."""
 from __future__ import annotations
 
 import importlib.util
@@ -37,6 +38,9 @@ SOURCES: dict[str, tuple[list[Path], dict[str, str]]] = {
 
 
 @pytest.mark.parametrize("name", list(SOURCES))
+MAX_TLC_RUNS = 24  # nixl/ (the largest: 14 files, 3 connector classes) needs 18
+
+
 def test_vllm_connector_sources_are_judged(name: str) -> None:
     files, expected = SOURCES[name]
     assert all(f.is_file() for f in files), files
@@ -48,4 +52,4 @@ def test_vllm_connector_sources_are_judged(name: str) -> None:
         if judgement.verdict == "unknown":
             assert judgement.reasons and judgement.deciding is not None
             assert judgement.deciding.counterexample is not None  # the run under the worst labels
-    assert report.seconds <= 60, f"{name}: {report.seconds:.1f}s"
+    assert report.tlc_runs <= MAX_TLC_RUNS, f"{name}: {report.tlc_runs} TLC runs in {report.seconds:.1f}s"

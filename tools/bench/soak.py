@@ -28,10 +28,10 @@ from deferdump.reference.stores.file import TMP_SUFFIX, FileStore
 from deferdump.reference.stores.memory import MemoryStore
 from deferdump.reference.stores.base import KVStore
 from deferdump.reference.stores.redis import RedisStore, RedisUnavailable, check_redis_url
+from deferdump.reference.testing.late_copy import LateCopyDevice
 
 from deferdump.reference.errors import UserError
 from deferdump.tools.engine.forward import ModelShape
-from deferdump.tools.engine.lagging_device import LaggingCpuDevice
 from deferdump.tools.engine.phase_timer import PhaseTimer
 from deferdump.tools.engine.scheduler import WorkloadConfig
 from deferdump.tools.engine.steploop import LoopConfig, Mode, StepLoop
@@ -58,7 +58,7 @@ class SoakConfig:
     variants: tuple[str, ...] = VARIANTS
     store_root: Path | None = None  # where FileStore temp dirs go (default: /dev/shm when usable)
     capacity_blocks: int = 96
-    copy_lag_s: float = 0.001  # each device copy starts up to this late (LaggingCpuDevice)
+    copy_lag_s: float = 0.001  # each device copy reads its blocks up to this late (LateCopyDevice)
     workload: WorkloadConfig = WorkloadConfig(
         block_size=4, num_blocks=96, max_running=8, max_batched_tokens=48, prompt_tokens=(4, 48),
         output_tokens=(1, 8), shared_prefix_prob=0.3, shared_prefixes=4, abort_prob=0.01, preempt_prob=0.05,
@@ -276,7 +276,7 @@ def run_cell(
             LoopConfig(workload, config.shape, connector, Mode.DEFERRED, world_size=world_size, check_invariants=True),
             store,
             timer=PhaseTimer(keep_steps=False),
-            device_factory=lambda rank: LaggingCpuDevice(config.copy_lag_s, seed=cell_seed + rank),
+            device_factory=lambda rank: LateCopyDevice(config.copy_lag_s, seed=cell_seed + rank),
         )
         freed_seen = 0
 

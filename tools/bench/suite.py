@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import importlib
 import logging
 import os
 import platform
@@ -46,6 +45,8 @@ GOALS = {
     "replay_steps_per_s": (">=", 2000.0),
     "cover_replay_max_s": ("<=", 30.0),  # every conformance model's edge cover replayed within 30 s
     "core_branch_coverage": (">=", 0.95),  # protocol-core branches reached by conformance alone
+    "tlc_generated_states_per_s": (">=", 20000.0),  # per TLC worker, search time only
+    "ci_tier_seconds": ("<=", 120.0),  # `deferdump check --tier ci`, wall, on 2 cores
 }
 CUDA_GOALS = {"step_overhead_over_nosave": ("<=", 0.05), "dump_bandwidth_over_memcpy": (">=", 0.80)}
 
@@ -477,11 +478,7 @@ def measure_replay(
 ) -> dict[str, Any]:
     """Conformance replay throughput: TLC-simulated traces of the manifest's conformance CI models,
     replayed against the reference connector by `deferdump.conformance` (steps replayed per second)."""
-    try:
-        replay = importlib.import_module("deferdump.conformance.replay")
-        tracegen = importlib.import_module("deferdump.conformance.tracegen")
-    except ModuleNotFoundError as error:
-        return {"replay_steps_per_s": None, "replay_steps_per_s_reason": f"deferdump.conformance has no replay yet ({error.name})"}
+    from deferdump.conformance import replay, tracegen
     from deferdump.tools.tlc.manifest import load_manifest
 
     try:
@@ -560,45 +557,78 @@ def measure_conformance_cover(
     return figures
 
 
-def measure_tlc(timeout_s: float, *, manifest_path: Path | None = None, model_limit: int | None = None) -> dict[str, Any]:
-    """Distinct states per second of TLC over the manifest's CI models (workers 1, JVM start included).
+def measure_tlc(timeout_s: float, *, manifest_path: Path | None = None, model_limit: int | None = None,
+                jobs: int | None = None) -> dict[str, Any]:
+    """TLC over the manifest's CI tier, run as ``deferdump check --tier ci`` runs it (``jobs`` models at
+    once, default one per CPU, one TLC worker each).
 
+    ``ci_tier_seconds``: wall time of the whole tier. ``tlc_generated_states_per_s``: generated states
+    over TLC's own search seconds (JVM start and parsing excluded), summed over the models; with
+    models running side by side each has one worker and shares the machine, so the figure is per
+    worker. ``tlc_distinct_states_per_s``: distinct states over whole runs (JVM start included).
     With `model_limit` (--quick) only the first models that are not mutants are run."""
-    from deferdump.tools.tlc.manifest import load_manifest
-    from deferdump.tools.tlc.bridge import Status, run_tlc
+    from deferdump.tools.tlc.manifest import check_model, load_manifest
+    from deferdump.tools.tlc.parallel import default_jobs, run_checks
+
+    nulls = ("tlc_distinct_states_per_s", "tlc_generated_states_per_s", "ci_tier_seconds")
+
+    def missing(reason: str) -> dict[str, Any]:
+        return {**{key: None for key in nulls}, **{f"{key}_reason": reason for key in nulls}}
 
     try:
         models = load_manifest(manifest_path).select(tier="ci")
     except UserError as error:
-        return {"tlc_distinct_states_per_s": None, "tlc_distinct_states_per_s_reason": f"manifest: {error}"}
+        return missing(f"manifest: {error}")
     if model_limit is not None:
         models = ([entry for entry in models if not entry.mutant] or models)[:model_limit]
     if not models:
-        return {"tlc_distinct_states_per_s": None,
-                "tlc_distinct_states_per_s_reason": "spec/manifest.json lists no CI models yet"}
+        return missing("spec/manifest.json lists no CI models yet")
+    parallel = jobs or default_jobs()
+
+    def job(entry: Any) -> Any:
+        return lambda progress, cancel: check_model(entry, workers=1, timeout=timeout_s, progress=progress,
+                                                    cancel=cancel)
+
+    started = time.perf_counter()
+    try:
+        outcomes = run_checks([(entry.name, job(entry)) for entry in models], parallel)
+    except UserError as error:
+        return missing(str(error))
+    wall = time.perf_counter() - started
     per_model: dict[str, Any] = {}
-    states = 0
-    seconds = 0.0
-    for entry in models:
-        try:
-            result = run_tlc(entry.module_path, entry.config_path, workers=1, timeout=timeout_s)
-        except UserError as error:
-            return {"tlc_distinct_states_per_s": None, "tlc_distinct_states_per_s_reason": f"{entry.name}: {error}"}
-        if result.distinct_states is None or result.status is Status.ERROR and result.distinct_states == 0:
-            per_model[entry.name] = {"status": result.status.value, "message": result.message}
-            continue
-        states += result.distinct_states
-        seconds += result.seconds
-        per_model[entry.name] = {
-            "distinct_states": result.distinct_states, "seconds": round(result.seconds, 3),
-            "status": result.status.value, "per_s": round(result.distinct_states / result.seconds, 1),
-        }
-    figures: dict[str, Any] = {"tlc_models": per_model}
-    if seconds > 0:
-        figures["tlc_distinct_states_per_s"] = states / seconds
-    else:
-        figures["tlc_distinct_states_per_s"] = None
+    distinct = generated = 0
+    seconds = search = 0.0
+    for outcome in outcomes:
+        result = outcome.result
+        row: dict[str, Any] = {"status": result.status.value, "expected_ok": outcome.expected_ok,
+                               "distinct_states": result.distinct_states,
+                               "generated_states": result.generated_states,
+                               "search_seconds": None if result.search_seconds is None
+                               else round(result.search_seconds, 3),
+                               "seconds": round(result.seconds, 3)}
+        if result.message:
+            row["message"] = result.message
+        if result.generated_states and result.search_seconds:
+            row["generated_per_s"] = round(result.generated_states / result.search_seconds, 1)
+            generated += result.generated_states
+            search += result.search_seconds
+        if result.distinct_states:
+            distinct += result.distinct_states
+            seconds += result.seconds
+        per_model[outcome.model] = row
+    figures: dict[str, Any] = {"tlc_models": per_model, "tlc_jobs": parallel, "tlc_workers_per_model": 1,
+                               "ci_tier_models": len(models), "ci_tier_seconds": round(wall, 2),
+                               "ci_tier_all_expected": all(o.expected_ok for o in outcomes),
+                               "tlc_search_seconds": round(search, 3), "tlc_generated_states": generated}
+    if model_limit is not None:
+        figures["ci_tier_seconds"] = None
+        figures["ci_tier_seconds_reason"] = f"--quick checks {len(models)} CI model(s); the full bench times the tier"
+    figures["tlc_distinct_states_per_s"] = distinct / seconds if seconds > 0 else None
+    if seconds <= 0:
         figures["tlc_distinct_states_per_s_reason"] = "no CI model reported a state count"
+    figures["tlc_generated_states_per_s"] = generated / search if search > 0 else None
+    if search <= 0:
+        figures["tlc_generated_states_per_s_reason"] = "no CI model reported generated states and a search time"
     return figures
 
 
@@ -678,7 +708,10 @@ def run_bench(
             progress("TLC")
             report.update(measure_tlc(config.tlc_timeout_s, model_limit=config.model_limit))
         else:
-            report.update({"tlc_distinct_states_per_s": None, "tlc_distinct_states_per_s_reason": "skipped"})
+            report.update({key: None for key in ("tlc_distinct_states_per_s", "tlc_generated_states_per_s",
+                                                 "ci_tier_seconds")})
+            report.update({f"{key}_reason": "skipped" for key in ("tlc_distinct_states_per_s",
+                                                                  "tlc_generated_states_per_s", "ci_tier_seconds")})
     finally:
         torch.set_num_threads(previous_threads)
     report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]

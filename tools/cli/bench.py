@@ -69,6 +69,9 @@ def bench(
         table.add_row(key, _fmt(verdict["value"]) if reason is None else f"— ({reason})", verdict["goal"],
                       _fmt(verdict["met"]))
     table.add_row("tlc_distinct_states_per_s", _fmt(report.get("tlc_distinct_states_per_s")), "report", "")
+    for model, row in report.get("tlc_models", {}).items():
+        table.add_row(f"TLC {model}", f"{_fmt(row['generated_states'])} generated, {_fmt(row['distinct_states'])} "
+                      f"distinct, {_fmt(row['search_seconds'])} s search, {_fmt(row['seconds'])} s", "", "")
     for mode, summary in report["step_ms"].items():
         table.add_row(f"step ms median ({mode})", _fmt(summary["median"]), "", "")
     Console().print(table)

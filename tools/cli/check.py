@@ -23,6 +23,7 @@ from rich.text import Text
 from deferdump.reference.errors import UserError
 from deferdump.tools.tlc.java import locate_tlc
 from deferdump.tools.tlc.manifest import CheckOutcome, ModelEntry, check_model, check_spec, load_manifest, outcomes_json
+from deferdump.tools.tlc.parallel import Job, default_jobs, run_checks
 from deferdump.tools.tlc.values import format_value
 from deferdump.tools.tlc.bridge import Progress as TlcProgress
 from deferdump.tools.tlc.bridge import Status
@@ -40,8 +41,6 @@ def _show_info_logs() -> None:
 
 EXIT_UNEXPECTED = 1
 EXIT_BAD_INPUT = 2
-
-Job = Callable[[Callable[[TlcProgress], None], threading.Event], CheckOutcome]
 
 
 class Tier(str, enum.Enum):
@@ -94,9 +93,8 @@ def _plan(targets: list[str], config: Path | None, workers: int | None, timeout:
     return [(entry.name, job(entry)) for entry in entries]
 
 
-def _run(jobs: list[tuple[str, Job]], show_progress: bool) -> list[CheckOutcome]:
-    outcomes: list[CheckOutcome] = []
-    cancel = threading.Event()
+def _run(jobs: list[tuple[str, Job]], show_progress: bool, parallel: int = 1) -> list[CheckOutcome]:
+    """Run the checks ``parallel`` at a time (outcomes in the order of ``jobs``) under a progress bar."""
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     console = Console(stderr=True)
@@ -104,16 +102,11 @@ def _run(jobs: list[tuple[str, Job]], show_progress: bool) -> list[CheckOutcome]
     with Progress(*columns, console=console, transient=True,
                   disable=not (show_progress and console.is_terminal)) as bar:
         task = bar.add_task("checking", total=len(jobs))
-        for label, job in jobs:
-            bar.update(task, description=label)
 
-            def on_progress(report: TlcProgress, label: str = label) -> None:
-                if report.distinct_states is not None:
-                    bar.update(task, description=f"{label}: {report.distinct_states:,} distinct states")
+        def on_change(running: list[str], finished: int) -> None:
+            bar.update(task, description=", ".join(running) or "checking", completed=finished)
 
-            outcomes.append(job(on_progress, cancel))
-            bar.advance(task)
-    return outcomes
+        return run_checks(jobs, parallel, on_change=on_change)
 
 
 def _cell(value: object) -> str:
@@ -171,15 +164,17 @@ def check(
     manifest: Optional[Path] = typer.Option(None, "--manifest",
                                             help="Manifest file (default: the shipped spec/manifest.json)."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON list of results on stdout."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1,
+                                       help="Models checked at once (default: the number of CPUs)."),
 ) -> None:
     """Model-check a SPEC, or the manifest's models against their expected results."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     _show_info_logs()
     try:
-        jobs = _plan(list(targets or []), config, workers, timeout, tier, manifest)
-        if jobs:
+        plan = _plan(list(targets or []), config, workers, timeout, tier, manifest)
+        if plan:
             locate_tlc()  # fail on Java or the jar before any progress output
-        outcomes = _run(jobs, show_progress=not json_output)
+        outcomes = _run(plan, show_progress=not json_output, parallel=jobs or default_jobs())
     except UserError as error:
         err.print(Text(f"deferdump check: {error}"))
         raise typer.Exit(EXIT_BAD_INPUT) from None

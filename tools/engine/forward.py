@@ -6,6 +6,10 @@ vLLM's layout for the device (CUDA `[2, num_blocks, block_size, kv_heads, head_d
 `[num_blocks, kv_heads, block_size, 2*head_dim]`). The values come from the hidden state, so a block
 rewritten by a later step holds different bytes: a dump that read it too late stores the wrong data and
 `verify_dumps` sees it.
+
+With `content="tokens"` every element of a token's slot holds `slot_value(token, position, owner, layer)`
+instead (float32, exact): the bytes a block must hold are then known from the request's tokens alone, so
+a checker can compare what a dump stored or a load restored with what the block held (property tests).
 """
 from __future__ import annotations
 
@@ -18,6 +22,13 @@ import torch
 from deferdump.tools.engine.scheduler import ScheduledChunk
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+CONTENTS = ("hidden", "tokens")
+
+
+def slot_value(token: int, position: int, owner: int, layer_index: int) -> int:
+    """A token's slot value in "tokens" content: distinct per (token < 50, position < 64, owner < 4, layer
+    < 4), and below 2**24, so float32 holds it exactly."""
+    return ((token * 64 + position) * 4 + owner) * 4 + layer_index + 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,10 +42,15 @@ class ModelShape:
     dtype: str = "bfloat16"
     hidden_dim: int = 256
     matmuls_per_layer: int = 2
+    content: str = "hidden"  # hidden: KV from the hidden state; tokens: `slot_value` of each token
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {self.dtype!r}")
+        if self.content not in CONTENTS:
+            raise ValueError(f"content must be one of {', '.join(CONTENTS)}, got {self.content!r}")
+        if self.content == "tokens" and self.dtype != "float32":
+            raise ValueError("content 'tokens' needs dtype float32 (its slot values are exact there)")
         for name in ("layers", "kv_heads", "head_dim", "block_size", "hidden_dim"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
@@ -79,13 +95,19 @@ class SlotBatch:
     offset_index: torch.Tensor
     num_tokens: int
     written_blocks: frozenset[int]
+    token_codes: torch.Tensor | None = None  # "tokens" content: token * 64 + position per slot
 
 
 class ForwardPass:
     """Weights, the running hidden state and one rank's KV tensors."""
 
-    def __init__(self, shape: ModelShape, num_blocks: int, device: torch.device, *, seed: int = 0, max_tokens: int = 8192) -> None:
+    def __init__(
+        self, shape: ModelShape, num_blocks: int, device: torch.device, *, seed: int = 0, max_tokens: int = 8192,
+        owner: int = 0,
+    ) -> None:
+        """`owner`: whose KV this rank holds in "tokens" content (its rank; 0 on every rank for MLA)."""
         self.shape = shape
+        self.owner = owner
         self.device = device
         self.kv_caches = make_kv_caches(shape, num_blocks, device)
         self._names = list(self.kv_caches)
@@ -111,16 +133,21 @@ class ForwardPass:
         block_size = self.shape.block_size
         blocks: list[int] = []
         offsets: list[int] = []
+        codes: list[int] = []
+        by_tokens = self.shape.content == "tokens"
         for chunk in chunks:
             ids = chunk.block_ids
             for position in range(chunk.start, chunk.start + chunk.num_tokens):
                 blocks.append(ids[position // block_size])
                 offsets.append(position % block_size)
+                if by_tokens:
+                    codes.append(chunk.tokens[position - chunk.start] * 64 + position)
         return SlotBatch(
             torch.tensor(blocks, dtype=torch.long, device=self.device),
             torch.tensor(offsets, dtype=torch.long, device=self.device),
             len(blocks),
             frozenset(blocks),
+            torch.tensor(codes, dtype=torch.float32, device=self.device) if by_tokens else None,
         )
 
     def begin(self, batch: SlotBatch) -> None:
@@ -142,7 +169,11 @@ class ForwardPass:
         self._hidden = hidden
         if batch.num_tokens == 0:
             return
-        values = hidden.repeat(1, self._repeats)[:, : self._kv_width].to(self.shape.torch_dtype)
+        if batch.token_codes is not None:
+            codes = (batch.token_codes * 4 + self.owner) * 4 + (index + 1)
+            values = codes.unsqueeze(1).expand(batch.num_tokens, self._kv_width).contiguous()
+        else:
+            values = hidden.repeat(1, self._repeats)[:, : self._kv_width].to(self.shape.torch_dtype)
         kv = self.kv_caches[self._names[index]]
         shape = self.shape
         if self.device.type == "cuda":

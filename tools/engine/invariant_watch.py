@@ -87,9 +87,25 @@ class InvariantWatch:
         workers: Sequence[OuterConnector],
         free_blocks: frozenset[int],
         *,
+        freed_by_preemption: frozenset[int] = frozenset(),
         shut_down: bool = False,
     ) -> list[str]:
         """Check the snapshot of this step; retire what is settled; return this step's violations."""
+        violations = check_snapshot(self.snapshot(scheduler, workers, free_blocks, freed_by_preemption, shut_down))
+        self.record(violations)
+        self.steps_checked += 1
+        self._retire()
+        return violations
+
+    def snapshot(
+        self,
+        scheduler: OuterConnector,
+        workers: Sequence[OuterConnector],
+        free_blocks: frozenset[int],
+        freed_by_preemption: frozenset[int] = frozenset(),
+        shut_down: bool = False,
+    ) -> SystemSnapshot:
+        """The system state now, with what the watch remembers (nothing is recorded or retired)."""
         ranks = tuple(
             rank_state(
                 connector, rank,
@@ -100,7 +116,7 @@ class InvariantWatch:
             )
             for rank, connector in enumerate(workers)
         )
-        snapshot = SystemSnapshot(
+        return SystemSnapshot(
             scheduler=SchedulerState(
                 tracked=frozenset(scheduler._async_dump_req_ids),
                 finish_answers=dict(self.finish_answers),
@@ -108,14 +124,9 @@ class InvariantWatch:
                 freed_after_reports=frozenset(self._freed_now),
             ),
             ranks=ranks,
-            pool=PoolState(free_blocks=free_blocks),
+            pool=PoolState(free_blocks, freed_by_preemption & free_blocks),
             shut_down=shut_down,
         )
-        violations = check_snapshot(snapshot)
-        self.record(violations)
-        self.steps_checked += 1
-        self._retire()
-        return violations
 
     def _retire(self) -> None:
         settled = set(self._freed_now)
@@ -133,7 +144,3 @@ class InvariantWatch:
         self._freed_now.clear()
         self._incomplete_waits = [0] * self.world_size
         self._preemption_waits = [[] for _ in range(self.world_size)]
-
-    def window_size(self) -> int:
-        """Requests the watch still remembers (bounded by the requests alive or held)."""
-        return len(self.finish_answers) + len(self.had_dumps)

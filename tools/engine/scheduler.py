@@ -1,4 +1,4 @@
-"""A small simulation of vLLM's V1 scheduler and block pool: enough to drive a KV connector as vLLM does.
+"""The simulated vLLM 0.32 scheduler and block pool: enough to drive a KV connector as vLLM does.
 
 What it keeps from vLLM 0.32's V1 scheduler (`v1/core/sched/scheduler.py`): a token budget per step with chunked
 prefill; running requests first, FCFS; when blocks run out, the *last* running request is preempted, its
@@ -6,8 +6,13 @@ blocks freed at once (no `request_finished`), its computed tokens reset, and it 
 the waiting queue; no waiting request is admitted in a step that preempted; admission asks the connector
 for external hits (`get_num_new_matched_tokens`, then `update_state_after_alloc`); every finished request
 (stop or abort) goes through `request_finished`, which may delay the free until every worker rank reported
-it in `finished_sending`; finished ids reach workers in the *next* step; a block-load failure fails the
-request (vLLM's default `kv_load_failure_policy="fail"`).
+it in `finished_sending`; finished ids reach workers in the *next* step. A block-load failure follows
+`kv_load_failure_policy` (see `_apply_load_failures`).
+
+The environment's choices — which running request to preempt although blocks remain, which requests the
+clients abort, which token is sampled — come from a `Moves` object (`tools/engine/moves.py`): a seeded
+policy for bench and soak, a scripted one a property test drives move by move. `abort` finishes a request
+between steps, as vLLM's `finish_requests` does when a client disconnects.
 
 No prefix caching inside the pool: every block belongs to exactly one request, so "blocks held by
 finished requests" is exact.
@@ -18,12 +23,17 @@ import collections
 import dataclasses
 import enum
 import random
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
-
-from deferdump.reference.views import CachedRequestView, NewRequestView, RequestView, StepView
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from deferdump.reference.errors import UserError
+from deferdump.reference.views import CachedRequestView, NewRequestView, RequestView, StepView
+
+if TYPE_CHECKING:
+    from deferdump.tools.engine.moves import Moves
+
+#: vLLM 0.32 `config/kv_transfer.py` (line 88): `kv_load_failure_policy: Literal["recompute", "fail"] = "fail"`.
+LOAD_FAILURE_POLICIES = ("fail", "recompute")
 
 
 class SimulationError(UserError):
@@ -58,6 +68,8 @@ class WorkloadConfig:
     preempt_prob: float = 0.02  # per step: preempt one running request even if blocks remain
     waiting_target: int = 4  # keep this many requests waiting while the stream is open
     seed: int = 0
+    kv_load_failure_policy: str = "fail"  # vLLM's default; "recompute" reschedules from the first bad block
+
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.num_blocks < 1 or self.max_running < 1 or self.max_batched_tokens < 1:
@@ -69,6 +81,10 @@ class WorkloadConfig:
         longest = self.prompt_tokens[1] + self.output_tokens[1]
         if -(-longest // self.block_size) > self.num_blocks:
             raise ValueError(f"num_blocks {self.num_blocks} cannot hold one request of {longest} tokens")
+        if self.kv_load_failure_policy not in LOAD_FAILURE_POLICIES:
+            raise ValueError(
+                f"kv_load_failure_policy must be one of {', '.join(LOAD_FAILURE_POLICIES)}, got {self.kv_load_failure_policy!r}"
+            )
         for name in ("shared_prefix_prob", "abort_prob", "preempt_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be a probability, got {getattr(self, name)}")
@@ -110,6 +126,8 @@ class ScheduledChunk:
     block_ids: tuple[int, ...]
     start: int
     num_tokens: int
+    tokens: tuple[int, ...] = ()  # the token ids at those positions
+    admitted: bool = False  # scheduled from the waiting queue this step (new or resumed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,8 +143,9 @@ class StepOutcome:
 
     finished: dict[str, bool] = dataclasses.field(default_factory=dict)  # req id -> request_finished answer
     freed_after_reports: list[str] = dataclasses.field(default_factory=list)
-    failed_loads: list[str] = dataclasses.field(default_factory=list)
-    bad_reports: list[str] = dataclasses.field(default_factory=list)  # one line per report vLLM would reject
+    failed_loads: list[str] = dataclasses.field(default_factory=list)  # failed (policy "fail")
+    recomputed_loads: list[str] = dataclasses.field(default_factory=list)  # rewound (policy "recompute")
+    violations: list[str] = dataclasses.field(default_factory=list)  # a report vLLM would reject, a bad answer
 
 
 class BlockPool:
@@ -136,6 +155,7 @@ class BlockPool:
         self.num_blocks = num_blocks
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))
         self._is_free = [True] * num_blocks
+        self._freed_by_preemption: set[int] = set()
 
     @property
     def num_free(self) -> int:
@@ -144,20 +164,30 @@ class BlockPool:
     def free_blocks(self) -> frozenset[int]:
         return frozenset(self._free)
 
+    def freed_by_preemption(self) -> frozenset[int]:
+        """Free blocks whose last free was a preemption's (vLLM frees those at once, dumps or not)."""
+        return frozenset(self._freed_by_preemption)
+
     def allocate(self, count: int) -> list[int] | None:
         if count > len(self._free):
             return None
         taken = [self._free.pop() for _ in range(count)]
         for block in taken:
             self._is_free[block] = False
+        if self._freed_by_preemption:
+            self._freed_by_preemption.difference_update(taken)
         return taken
 
-    def free(self, blocks: Iterable[int]) -> None:
+    def free(self, blocks: Iterable[int], *, by_preemption: bool = False) -> None:
         for block in blocks:
             if self._is_free[block]:
                 raise SimulationError(f"block {block} freed twice")
             self._is_free[block] = True
             self._free.append(block)
+            if by_preemption:
+                self._freed_by_preemption.add(block)
+            elif self._freed_by_preemption:
+                self._freed_by_preemption.discard(block)
 
 
 class RequestFactory:
@@ -166,22 +196,21 @@ class RequestFactory:
     def __init__(self, config: WorkloadConfig, rng: random.Random) -> None:
         self._config = config
         self._rng = rng
-        self._count = 0
         low = config.prompt_tokens[0]
         self._documents = [
             [rng.randrange(1, 50_000) for _ in range(rng.randint(low, max(low, config.prompt_tokens[1] // 2)))]
             for _ in range(config.shared_prefixes)
         ]
 
-    def make(self) -> SimRequest:
+    def make(self) -> tuple[list[int], int]:
+        """(prompt, maximum output tokens) of the next request."""
         config, rng = self._config, self._rng
         length = rng.randint(*config.prompt_tokens)
         prompt: list[int] = []
         if self._documents and rng.random() < config.shared_prefix_prob:
             prompt = list(rng.choice(self._documents)[:length])
         prompt += [rng.randrange(1, 50_000) for _ in range(length - len(prompt))]
-        self._count += 1
-        return SimRequest(f"req-{self._count}", prompt, len(prompt), rng.randint(*config.output_tokens))
+        return prompt, rng.randint(*config.output_tokens)
 
 
 class SimScheduler:
@@ -194,12 +223,16 @@ class SimScheduler:
         *,
         world_size: int = 1,
         timed: Callable[[str], Any] | None = None,
+        moves: Moves | None = None,
     ) -> None:
+        """`moves` None: the seeded policy of `config` (`SeededMoves`)."""
+        from deferdump.tools.engine.moves import SeededMoves
+
         self.config = config
         self.connector = connector
         self.world_size = world_size
         self.pool = BlockPool(config.num_blocks)
-        self._rng = random.Random(config.seed)
+        self.moves: Moves = moves if moves is not None else SeededMoves(config)
         self._factory = RequestFactory(config, random.Random(config.seed + 1))
         self.requests: dict[str, SimRequest] = {}
         self.waiting: collections.deque[SimRequest] = collections.deque()
@@ -221,18 +254,36 @@ class SimScheduler:
             if self.request_limit is not None and self.admitted_total >= self.request_limit:
                 self.stream_open = False
                 break
-            request = self._factory.make()
-            self.requests[request.req_id] = request
-            self.waiting.append(request)
-            self.admitted_total += 1
+            self.add_request(*self._factory.make())
+
+    def add_request(self, prompt: Sequence[int], max_output: int) -> SimRequest:
+        """A new request at the end of the waiting queue (vLLM's `add_request`)."""
+        if not prompt or max_output < 1:
+            raise ValueError("a request needs at least one prompt token and one output token")
+        self.admitted_total += 1
+        request = SimRequest(f"req-{self.admitted_total}", list(prompt), len(prompt), max_output)
+        self.requests[request.req_id] = request
+        self.waiting.append(request)
+        return request
+
+    def unfinished(self) -> list[SimRequest]:
+        """Requests waiting or running (what a client can still abort)."""
+        return [r for r in self.requests.values() if r.status in (Status.WAITING, Status.RUNNING)]
+
+    def abort(self, req_id: str) -> StepOutcome:
+        """A client abort between steps (vLLM `finish_requests(..., FINISHED_ABORTED)`): `request_finished`
+        now, the id reaches the workers in the next step."""
+        request = self.requests.get(req_id)
+        if request is None or request.status not in (Status.WAITING, Status.RUNNING):
+            raise SimulationError(f"{req_id} is not waiting or running, it cannot be aborted")
+        outcome = StepOutcome()
+        self.aborted_total += 1
+        self._finish(request, outcome)
+        return outcome
 
     def idle(self) -> bool:
         """No request is alive or held, and nothing is left to tell the workers."""
         return not self.requests and not self._finished_for_workers
-
-    def held_blocks(self) -> int:
-        """Blocks of finished requests still waiting for their reports."""
-        return sum(len(r.blocks) for r in self.requests.values() if r.status is Status.HELD)
 
     # --------------------------------------------------------------- schedule
     def schedule(self) -> tuple[ScheduledStep, Any]:
@@ -245,13 +296,12 @@ class SimScheduler:
         preempted: list[SimRequest] = []
         preempted_blocks: set[int] = set()
 
-        if self.running and self._rng.random() < config.preempt_prob:
-            victim = self._rng.choice(self.running)
+        victim = self.moves.preempt(self.running)
+        if victim is not None:
             self.running.remove(victim)
             preempted_blocks.update(self._preempt(victim))
             preempted.append(victim)
 
-        scheduled_now: set[str] = set()
         index = 0
         while index < len(self.running) and budget > 0:
             request = self.running[index]
@@ -267,8 +317,10 @@ class SimScheduler:
             if new_blocks is None:
                 break
             cached_views.append(CachedRequestView(request.req_id, tuple(new_blocks), False, request.num_computed, num_new))
-            chunks.append(ScheduledChunk(request.req_id, tuple(request.blocks), request.num_computed, num_new))
-            scheduled_now.add(request.req_id)
+            chunks.append(ScheduledChunk(
+                request.req_id, tuple(request.blocks), request.num_computed, num_new,
+                tuple(request.tokens[request.num_computed:request.num_computed + num_new]),
+            ))
             budget -= num_new
             index += 1
 
@@ -298,7 +350,9 @@ class SimScheduler:
                 )
             request.admitted, request.resumed, request.status = True, False, Status.RUNNING
             self.running.append(request)
-            chunks.append(ScheduledChunk(request.req_id, tuple(blocks), external, num_new))
+            chunks.append(ScheduledChunk(
+                request.req_id, tuple(blocks), external, num_new, tuple(request.tokens[external:external + num_new]), True
+            ))
             budget -= num_new
 
         view = StepView(
@@ -327,7 +381,7 @@ class SimScheduler:
     def _preempt(self, request: SimRequest) -> list[int]:
         """Free at once, reset computed tokens, back to the front of the queue; no request_finished."""
         freed = list(request.blocks)
-        self.pool.free(freed)
+        self.pool.free(freed, by_preemption=True)
         request.blocks = []
         request.num_computed = 0
         request.status = Status.WAITING
@@ -342,38 +396,68 @@ class SimScheduler:
     ) -> StepOutcome:
         """`update_from_output`: advance computed tokens, sample, finish; free requests all ranks reported."""
         outcome = StepOutcome()
-        failed = set(failed_blocks)
+        skipped = self._apply_load_failures(step, set(failed_blocks), outcome) if failed_blocks else set()
         for chunk in step.chunks:
             request = self.requests.get(chunk.req_id)
-            if request is None or request.status is not Status.RUNNING:
-                continue
-            if failed and not failed.isdisjoint(request.blocks):
-                outcome.failed_loads.append(request.req_id)
-                self._finish(request, outcome)
+            if request is None or request.status is not Status.RUNNING or chunk.req_id in skipped:
                 continue
             request.num_computed = chunk.start + chunk.num_tokens
             if request.num_computed >= len(request.tokens):
-                request.tokens.append(self._rng.randrange(1, 50_000))
+                request.tokens.append(self.moves.sample(request))
                 if request.num_output >= request.max_output:
                     self._finish(request, outcome)
-        for request in [r for r in self.requests.values() if r.status in (Status.WAITING, Status.RUNNING)]:
-            if self._rng.random() < self.config.abort_prob:
-                self.aborted_total += 1
-                self._finish(request, outcome)
+        for request in self.moves.aborts(self.unfinished()):
+            self.aborted_total += 1
+            self._finish(request, outcome)
         for req_id, count in reports.items():
             request = self.requests.get(req_id)
             if request is None or request.status is not Status.HELD:
                 # vLLM's scheduler asserts here (EngineCore crash); the simulation records it and goes on.
-                outcome.bad_reports.append(f"finished_sending reported {req_id}, which awaits no delayed free")
+                outcome.violations.append(
+                    f"NoUnexpectedReportInv: finished_sending reported {req_id}, which awaits no delayed free"
+                )
                 continue
             request.reports += count
             if request.reports > self.world_size:
-                outcome.bad_reports.append(f"{req_id} reported {request.reports} times by {self.world_size} rank(s)")
+                outcome.violations.append(f"ReportOnceInv: {req_id} reported {request.reports} times by {self.world_size} rank(s)")
                 continue
             if request.reports == self.world_size:
                 self._free(request)
                 outcome.freed_after_reports.append(req_id)
         return outcome
+
+    def _apply_load_failures(self, step: ScheduledStep, failed: set[int], outcome: StepOutcome) -> set[str]:
+        """Requests whose loaded blocks failed, as vLLM 0.32 treats them (`v1/core/sched/scheduler.py`).
+
+        `_update_requests_with_invalid_blocks` (lines 3237-3354) scans each running request's blocks that
+        hold tokens computed before this step (`num_computed_tokens - num_scheduled_tokens`, rounded up to
+        blocks) and truncates `num_computed_tokens` to the first invalid block (`idx * block_size`, line
+        3315); `update_from_output` then skips the request this step (line 2088). With
+        `kv_load_failure_policy="fail"` (the default, line 184: `recompute_kv_load_failures = policy ==
+        "recompute"`) the affected requests finish with FINISHED_ERROR (lines 2306-2307), which goes through
+        `request_finished` like any finish; with "recompute" they stay running and the next steps recompute
+        from the truncation point (`_handle_invalid_blocks` returns them to be skipped, line 3436).
+        """
+        bs = self.config.block_size
+        affected: set[str] = set()
+        for chunk in step.chunks:
+            request = self.requests.get(chunk.req_id)
+            if request is None or request.status is not Status.RUNNING:
+                continue
+            computed_blocks = -(-chunk.start // bs)
+            for index, block in enumerate(request.blocks[:computed_blocks]):
+                if block in failed:
+                    request.num_computed = index * bs
+                    affected.add(chunk.req_id)
+                    break
+        for req_id in sorted(affected):
+            request = self.requests[req_id]
+            if self.config.kv_load_failure_policy == "fail":
+                outcome.failed_loads.append(req_id)
+                self._finish(request, outcome)
+            else:
+                outcome.recomputed_loads.append(req_id)
+        return affected
 
     def _finish(self, request: SimRequest, outcome: StepOutcome) -> None:
         if request.status is Status.RUNNING:
@@ -383,7 +467,11 @@ class SimScheduler:
         delay = False
         if self.connector is not None:
             with self._measure("sched_connector"):
-                delay, _params = self.connector.request_finished(request.view(), tuple(request.blocks))
+                delay, params = self.connector.request_finished(request.view(), tuple(request.blocks))
+            if params is not None:
+                outcome.violations.append(
+                    f"RequestFinished (Python-only): {request.req_id} returned kv_transfer_params {params!r}"
+                )
         outcome.finished[request.req_id] = delay
         self._finished_for_workers.add(request.req_id)
         self.finished_total += 1

@@ -1,4 +1,5 @@
-"""The bench and soak step loop: drives the reference connector in vLLM's call order over real KV tensors.
+"""The simulated vLLM 0.32 engine: the scheduler simulation and one connector plus real KV tensors per
+worker rank, stepped in vLLM's call order. The property tests, bench and soak all run this loop.
 
 One step, in vLLM 0.32's V1 order (`gpu_model_runner` and `KVConnectorModelRunnerMixin`):
 
@@ -7,6 +8,10 @@ One step, in vLLM 0.32's V1 order (`gpu_model_runner` and `KVConnectorModelRunne
                forward: per layer wait_for_layer_load → compute + KV writes → save_kv_layer
                wait_for_save → get_finished(finished ids) → get_block_ids_with_load_errors → clear
     scheduler  update_from_output: sample/finish (request_finished), free on aggregated finished_sending
+               (vLLM's `KVOutputAggregator`: a request counts as sent once every rank reported it)
+
+`defer_finalize` puts `get_finished` before `wait_for_save` (the speculative-decoding order, where the
+step's finalize runs after the next step's output is collected).
 
 Modes (bench interleaves them over identical request streams):
 - `NO_SAVE`: no connector at all — the baseline;
@@ -15,8 +20,12 @@ Modes (bench interleaves them over identical request streams):
   so the step pays the whole dump, as UCM's blocking `store.wait` did;
 - `DEFERRED`: the connector as it is (this project).
 
-With `check_invariants` the loop feeds `InvariantWatch` (the spec's invariants) at every step. Every phase
-is timed with a `PhaseTimer`; bench reads the timings, soak reads the watch. Bench and soak share this loop.
+With `check_invariants` the loop feeds `InvariantWatch` (the spec's invariants) at every step; `oracle`
+(with the forward's "tokens" content) adds the content oracle (dump plan, stored and loaded bytes) and the
+per-rank Python-only checks (DumpAttempted, NoAsyncLoads, VerifyDumps). Every phase is timed with a
+`PhaseTimer`; bench reads the timings, soak and the property tests read the watch. The environment's moves
+come from the scheduler's `Moves` (seeded, or scripted by a test) and from the store (`ManualStore`,
+`FaultyStore`); `abort` is a client abort between steps.
 """
 from __future__ import annotations
 
@@ -33,10 +42,14 @@ import torch
 from deferdump.reference.config import ConnectorConfig
 from deferdump.reference.connectors import OuterConnector, Role
 from deferdump.reference.devices import Device
+from deferdump.reference.invariants import InvariantViolation, check_snapshot
+from deferdump.reference.metadata import DeferDumpMetadata
 from deferdump.reference.stores.base import KVStore
 
+from deferdump.tools.engine.content_oracle import ContentOracle
 from deferdump.tools.engine.forward import ForwardPass, ModelShape
 from deferdump.tools.engine.invariant_watch import InvariantWatch
+from deferdump.tools.engine.moves import Moves
 from deferdump.tools.engine.phase_timer import PhaseTimer
 from deferdump.tools.engine.scheduler import SimScheduler, SimulationError, Status, StepOutcome, WorkloadConfig
 from deferdump.tools.engine.store_probe import ProbeStore
@@ -67,10 +80,14 @@ class LoopConfig:
     world_size: int = 1  # worker ranks (cp: must equal cp_world_size)
     device: str = "cpu"
     check_invariants: bool = False
+    oracle: bool = False  # content oracle and per-rank checks (needs check_invariants, content "tokens")
+    defer_finalize: bool = False  # get_finished before wait_for_save (spec-decode order)
 
     def __post_init__(self) -> None:
         if self.mode is not Mode.NO_SAVE and self.connector is None:
             raise ValueError(f"mode {self.mode.value} needs a connector config")
+        if self.oracle and not (self.check_invariants and self.shape.content == "tokens" and self.device == "cpu"):
+            raise ValueError("oracle needs check_invariants, a CPU device and shape content 'tokens'")
         if self.shape.block_size != self.workload.block_size:
             raise ValueError("shape.block_size and workload.block_size differ")
         if self.connector is not None:
@@ -115,9 +132,11 @@ class StepLoop:
         *,
         timer: PhaseTimer | None = None,
         device_factory: Callable[[int], Device] | None = None,
+        moves: Moves | None = None,
     ) -> None:
         """`device_factory(rank)` gives each worker its copy device (closed by `shutdown`); default: the
-        connector picks `CpuDevice`/`CudaDevice` from the KV tensors and owns it."""
+        connector picks `CpuDevice`/`CudaDevice` from the KV tensors and owns it. `moves`: the environment's
+        choices (default: seeded from the workload)."""
         if config.mode is not Mode.NO_SAVE and store is None:
             raise ValueError("a saving mode needs a store")
         self.config = config
@@ -130,16 +149,23 @@ class StepLoop:
             assert store is not None
             self.scheduler_connector = OuterConnector(connector_config, Role.SCHEDULER, store=store)
         self.scheduler = SimScheduler(
-            config.workload, self.scheduler_connector, world_size=config.world_size, timed=self.timer.measure
+            config.workload, self.scheduler_connector, world_size=config.world_size, timed=self.timer.measure,
+            moves=moves,
         )
+        self.oracle: ContentOracle | None = None
+        if config.oracle and connector_config is not None:
+            self.oracle = ContentOracle(connector_config, config.shape, config.world_size)
         self.ranks: list[_Rank] = []
         self._devices: list[Device] = []
         for rank in range(config.world_size):
-            forward = ForwardPass(config.shape, config.workload.num_blocks, device, seed=config.workload.seed + rank)
+            owner = 0 if connector_config is not None and connector_config.is_mla else rank
+            forward = ForwardPass(
+                config.shape, config.workload.num_blocks, device, seed=config.workload.seed + rank, owner=owner
+            )
             connector = probe = None
             if connector_config is not None:
                 assert store is not None
-                probe = ProbeStore(store)
+                probe = ProbeStore(store, self.oracle.wrap if self.oracle is not None else None)
                 copy_device = device_factory(rank) if device_factory is not None else None
                 if copy_device is not None:
                     self._devices.append(copy_device)
@@ -151,7 +177,7 @@ class StepLoop:
             self.ranks.append(_Rank(connector, probe, forward))
         self.watch = InvariantWatch(config.world_size) if config.check_invariants and connector_config else None
         self.steps = 0
-        self._closed = False
+        self.shut_down = False
 
     # -------------------------------------------------------------------- run
     def run(
@@ -202,6 +228,8 @@ class StepLoop:
             scheduled, meta = sched.schedule()
         if self.watch is not None:
             self.watch.on_meta(meta)
+        if self.oracle is not None:
+            self.oracle.on_schedule(scheduled, sched.requests, meta)
         batch = self.ranks[0].forward.slots(scheduled.chunks)
         written = set(batch.written_blocks)
         if meta is not None:
@@ -218,10 +246,14 @@ class StepLoop:
             outcome = sched.update(scheduled, reports, failed_blocks)
         if self.watch is not None:
             assert self.scheduler_connector is not None
-            self.watch.record(outcome.bad_reports)
+            self.watch.record(outcome.violations)
             self.watch.on_finished(outcome.finished, outcome.freed_after_reports)
+            self._take_oracle_violations()
             with timer.measure("invariants"):
-                self.watch.end_step(self.scheduler_connector, self._connectors(), sched.pool.free_blocks())
+                self.watch.end_step(
+                    self.scheduler_connector, self._connectors(), sched.pool.free_blocks(),
+                    freed_by_preemption=sched.pool.freed_by_preemption(),
+                )
         timer.add("step", time.perf_counter() - started)
         timer.end_step()
         self.steps += 1
@@ -254,6 +286,8 @@ class StepLoop:
             connector.bind_connector_metadata(meta)
         with timer.measure("start_load_kv"):
             connector.start_load_kv()
+        tasks_before_save = {p.task.task_id for p in connector._pending_dump_tasks} if self.oracle is not None else set()
+        failures_before = connector.inner.submit_failures
         with timer.measure("compute"):
             forward.begin(batch)
         for index, name in enumerate(layer_names):
@@ -265,16 +299,23 @@ class StepLoop:
                 connector.save_kv_layer(name, forward.kv_caches[name])
         with timer.measure("compute"):
             forward.finish()
-        probe.phase = "wait_for_save"
-        with timer.measure("wait_for_save"):
-            connector.wait_for_save()
-            if self.config.mode is Mode.BLOCKING:
-                probe.phase = "blocking_drain"  # pre-PR: the step pays for the whole dump here
-                connector.handle_preemptions(set(connector.inner.pending_request_ids()))
-        probe.phase = "get_finished"
+        if self.config.defer_finalize:
+            sending, recving = self._get_finished(probe, connector, finished_ids)
+            self._wait_for_save(rank_index, probe, connector, meta, tasks_before_save, failures_before)
+        else:
+            self._wait_for_save(rank_index, probe, connector, meta, tasks_before_save, failures_before)
+            sending, recving = self._get_finished(probe, connector, finished_ids)
         with timer.measure("get_finished"):
-            sending, _recving = connector.get_finished(finished_ids)
             errors = connector.get_block_ids_with_load_errors()
+        if self.oracle is not None:
+            assert watch is not None
+            if recving:
+                watch.record([f"NoAsyncLoads (Python-only): rank {rank_index} reported finished_recving {sorted(recving)}"])
+            self.oracle.check_loads(rank_index, meta, set(errors), self.scheduler.requests, forward.kv_caches)
+            if connector.inner.verify_mismatches:
+                watch.record([
+                    f"VerifyDumps (Python-only): rank {rank_index} counted {connector.inner.verify_mismatches} changed block(s)"
+                ])
         with timer.measure("bind"):
             connector.clear_connector_metadata()
         probe.phase = ""
@@ -284,22 +325,104 @@ class StepLoop:
             watch.on_get_finished(rank_index, finished_ids, sending)
         return set(sending or ()), set(errors)
 
+    def _wait_for_save(
+        self, rank_index: int, probe: ProbeStore, connector: OuterConnector, meta: DeferDumpMetadata,
+        tasks_before: set[int], failures_before: int,
+    ) -> None:
+        """`wait_for_save`; under the oracle, check it submitted (or tried) every dump slice it was given."""
+        probe.phase = "wait_for_save"
+        with self.timer.measure("wait_for_save"):
+            connector.wait_for_save()
+            if self.config.mode is Mode.BLOCKING:
+                probe.phase = "blocking_drain"  # pre-PR: the step pays for the whole dump here
+                connector.handle_preemptions(set(connector.inner.pending_request_ids()))
+        inner = connector.inner
+        if self.oracle is None or (self.config.connector is not None and self.config.connector.is_mla and rank_index != 0) or inner.submit_failures != failures_before:
+            return
+        covered: frozenset[str] = frozenset().union(
+            *(p.request_ids for p in inner._pending_dump_tasks if p.task.task_id not in tasks_before)
+        )
+        missing = meta.dump_req_ids() - covered
+        if missing:
+            assert self.watch is not None
+            self.watch.record([
+                f"DumpAttempted (Python-only): rank {rank_index} neither submitted nor attempted dumps of {sorted(missing)}"
+            ])
+
+    def _get_finished(
+        self, probe: ProbeStore, connector: OuterConnector, finished_ids: set[str]
+    ) -> tuple[set[str] | None, set[str] | None]:
+        probe.phase = "get_finished"
+        with self.timer.measure("get_finished"):
+            return connector.get_finished(finished_ids)
+
+    # ------------------------------------------------------- environment moves
+    def abort(self, req_id: str) -> bool:
+        """A client aborts `req_id` between steps; returns `request_finished`'s answer (delay the free)."""
+        outcome = self.scheduler.abort(req_id)
+        if self.watch is not None:
+            self.watch.record(outcome.violations)
+            self.watch.on_finished(outcome.finished, ())
+        return outcome.finished[req_id]
+
+    def check(self) -> None:
+        """Raise `InvariantViolation` with every violation seen so far and those of the state now."""
+        if self.watch is None or self.scheduler_connector is None:
+            raise ValueError("check needs a loop built with check_invariants")
+        self._take_oracle_violations()
+        pool = self.scheduler.pool
+        now = check_snapshot(self.watch.snapshot(
+            self.scheduler_connector, self._connectors(), pool.free_blocks(), pool.freed_by_preemption(), self.shut_down
+        ))
+        if self.watch.violation_count or now:
+            raise InvariantViolation(self.watch.messages + now)
+
+    def _take_oracle_violations(self) -> None:
+        if self.oracle is not None and self.watch is not None and self.oracle.violations:
+            self.watch.record(self.oracle.violations)
+            self.oracle.violations = []
+
+    def drain_and_shutdown(self, max_steps: int = 8) -> ShutdownReport:
+        """Abort every live request, step until every delayed free happened or `max_steps` passed (bounded
+        liveness), then shut every connector down; what is left is recorded as violations."""
+        for request in self.scheduler.unfinished():
+            self.abort(request.req_id)
+        for _ in range(max_steps):
+            if self.scheduler.idle():
+                break
+            self.step()
+        held = sorted(r.req_id for r in self.scheduler.requests.values() if r.status is Status.HELD)
+        report = self.shutdown()
+        if self.watch is not None:
+            if held:
+                self.watch.record([f"Liveness (Python-only): delayed frees never completed for {held}"])
+            if report.pending_tasks or (self.store is not None and self.store.stats().pending):
+                self.watch.record([
+                    f"Shutdown (Python-only): {report.pending_tasks} dump task(s) pending, store has "
+                    f"{self.store.stats().pending if self.store is not None else 0} never waited"
+                ])
+        return report
+
     # --------------------------------------------------------------- shutdown
     def _connectors(self) -> list[OuterConnector]:
         return [rank.connector for rank in self.ranks if rank.connector is not None]
 
     def shutdown(self) -> ShutdownReport:
         """Shut every worker connector down (draining its tasks) and report what is left anywhere."""
-        if self._closed:
+        if self.shut_down:
             raise RuntimeError("StepLoop.shutdown called twice")
-        self._closed = True
+        self.shut_down = True
         connectors = self._connectors()
         for connector in connectors:
             connector.shutdown()
         for copy_device in self._devices:
             copy_device.close()
         if self.watch is not None and self.scheduler_connector is not None:
-            self.watch.end_step(self.scheduler_connector, connectors, self.scheduler.pool.free_blocks(), shut_down=True)
+            self._take_oracle_violations()
+            self.watch.end_step(
+                self.scheduler_connector, connectors, self.scheduler.pool.free_blocks(),
+                freed_by_preemption=self.scheduler.pool.freed_by_preemption(), shut_down=True,
+            )
         sched = self.scheduler
         alive = sum(len(r.blocks) for r in sched.requests.values())
         tracked = sum(len(c._async_dump_req_ids) for c in connectors)

@@ -4,11 +4,12 @@ The step loop puts one `ProbeStore` between each worker connector and the shared
 tasks `check` reported finished, and which tasks were waited in which phase of the step (the loop says
 which phase it is in). That is how the loop observes, without touching connector code, whether
 `wait_for_save` ever waited an unfinished task (`NoWaitInWaitForSaveInv`) and which tasks `handle_preemptions`
-waited (`PreemptWaitsOnlyPreemptedInv`).
+waited (`PreemptWaitsOnlyPreemptedInv`). With `wrap_payload` set, each dump's payload is wrapped on its
+way to the store (the content oracle checks the bytes the store consumes).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -18,8 +19,11 @@ from deferdump.reference.stores.base import BlockPayload, KVStore, StagedRows, S
 class ProbeStore(KVStore):
     """Forwards every call to `inner`; records finished checks and per-phase waits."""
 
-    def __init__(self, inner: KVStore) -> None:
+    def __init__(
+        self, inner: KVStore, wrap_payload: Callable[[Sequence[bytes], BlockPayload], BlockPayload] | None = None
+    ) -> None:
         self.inner = inner
+        self._wrap_payload = wrap_payload
         self.phase = ""
         self._checked_finished: set[int] = set()
         self.waits: list[tuple[str, int, bool]] = []  # (phase, task id, check had said finished)
@@ -28,6 +32,8 @@ class ProbeStore(KVStore):
         return self.inner.lookup_prefix(block_hashes)
 
     def dump(self, block_hashes: Sequence[bytes], payload: BlockPayload) -> StoreTask:
+        if self._wrap_payload is not None:
+            payload = self._wrap_payload(block_hashes, payload)
         return self.inner.dump(block_hashes, payload)
 
     def staging(self, num_rows: int, row_nbytes: int) -> StagedRows | None:

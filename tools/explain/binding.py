@@ -1,11 +1,12 @@
-"""The DeferDump model drawn as swimlanes: the one place that knows the spec's variable names.
+"""The DeferDump model drawn as swimlanes, read from the spec's variable and action-record names.
 
 Lanes: one per request (its scheduler state and blocks), one per KV block (owner, content and which
 pending dump tasks read it; highlighted when rewritten), per rank the pending dump tasks (request sets,
 blocks, event handles, tracked ids) and the connector calls of the step (waits, submits, reports), and
 the scheduler (delayed frees, finished_sending, tracked ids). The evaluators describe, from the states,
 the values that break each ``…Inv``/``…Prop`` of ``spec/DeferDump.tla``. Variable meanings: spec/README.md.
-If the spec renames a variable or an action field, this module is the fix.
+If the spec renames a variable or an action field, this module and the conformance driver's refinement
+mapping (conformance/deferdump_driver.py) change with it.
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal, Mapping, Sequence
 
+from deferdump.reference.class_names import OUTER
 #: The protocol module every judgment extends.
 PROTOCOL_MODULE = "DeferDump"
 
@@ -17,7 +18,7 @@ LIVENESS_PROPERTY = "DelayedEventuallyFreedProp"
 TEMPLATE_CFG = "DirectSafety.cfg"
 
 #: The class name the protocol model gives the outer wrapper (``UcmTop`` in DeferDump.tla).
-WRAPPER_NAME = "UCMConnector"
+WRAPPER_NAME = OUTER.ucm
 
 #: Safety invariants judged (the protocol's own; the two performance invariants -- wait_for_save never
 #: blocks, preemption waits only preempted tasks -- are not about freeing blocks early and stay out).

@@ -254,7 +254,8 @@ def _execute(command: list[str], run_dir: Path, timeout: float | None, cancel: t
             distinct_states=counts.distinct_states, generated_states=counts.generated_states,
             depth=counts.depth, seconds=seconds, trace=[], loop_index=None,
             message=f"TLC {what} {seconds:.1f} s{so_far}", exit_code=None, spec=spec, config=None,
-            tlc_version=counts.tlc_version, output="".join(output), messages=stream.messages, command=command,
+            tlc_version=counts.tlc_version, search_seconds=counts.search_seconds, output="".join(output),
+            messages=stream.messages, command=command,
         )
     verdict = interpret(stream, exit_code, cfg_text=cfg_text, module_path=module_path)
     return TlcResult(
@@ -262,5 +263,6 @@ def _execute(command: list[str], run_dir: Path, timeout: float | None, cancel: t
         distinct_states=verdict.distinct_states, generated_states=verdict.generated_states,
         depth=verdict.depth, seconds=seconds, trace=verdict.trace, loop_index=verdict.loop_index,
         message=verdict.message, exit_code=exit_code, spec=spec, config=None, tlc_version=verdict.tlc_version,
-        stuttering=verdict.stuttering, output="".join(output), messages=stream.messages, command=command,
+        stuttering=verdict.stuttering, search_seconds=verdict.search_seconds, output="".join(output),
+        messages=stream.messages, command=command,
     )

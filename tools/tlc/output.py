@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import logging
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,8 @@ class Code:
     INIT_GENERATED = 2190
     SUCCESS = 2193
     SEARCH_DEPTH = 2194
+    STARTING = 2185
+    FINISHED = 2186
     STATS = 2199
     PROGRESS = 2200
     SIMULATION_PROGRESS = 2209
@@ -87,6 +90,7 @@ class TlcMessage:
     severity: int
     text: str = ""
     children: list["TlcMessage"] = field(default_factory=list)
+    received: float | None = None  # time.monotonic() when the message was complete (search timing)
 
     def full_text(self) -> str:
         """The message's own text followed by its nested messages' text."""
@@ -134,6 +138,7 @@ class TlcResult:
     config: Path | None
     tlc_version: str | None = None
     stuttering: bool = False
+    search_seconds: float | None = None  # TLC's own search: initial states computed to the final statistics
     output: str = ""  # TLC's combined stdout/stderr, for debugging
     messages: list[TlcMessage] = field(default_factory=list)
     command: list[str] = field(default_factory=list)
@@ -202,6 +207,7 @@ class MessageStream:
                 return
 
     def _complete(self, message: TlcMessage) -> None:
+        message.received = time.monotonic()
         if self._stack:
             self._stack[-1][0].children.append(message)
         else:
@@ -414,6 +420,25 @@ class Interpretation:
     generated_states: int | None = None
     depth: int | None = None
     tlc_version: str | None = None
+    search_seconds: float | None = None
+
+
+_SEARCH_END = (Code.STATS, Code.SUCCESS, Code.SEARCH_DEPTH, Code.FINISHED)
+
+
+def search_seconds(stream: MessageStream) -> float | None:
+    """Seconds of TLC's state-space search, JVM start and parsing excluded.
+
+    Measured between the arrival of "Finished computing initial states" (2190) and the last of the
+    end-of-search messages (statistics, success, depth, "Finished in"), or the last message of a killed
+    run. TLC prints its own timestamps at one-second resolution only, too coarse for small models.
+    """
+    start = next((m.received for m in stream.messages if m.code == Code.INIT_GENERATED), None)
+    if start is None:
+        return None
+    ends = [m.received for m in stream.messages if m.code in _SEARCH_END and m.received is not None]
+    end = max(ends) if ends else max(m.received or start for m in stream.messages)
+    return max(0.0, end - start)
 
 
 def _message_kind(stream: MessageStream) -> tuple[Kind | None, TlcMessage | None]:
@@ -488,6 +513,7 @@ def interpret(stream: MessageStream, exit_code: int | None, *, cfg_text: str | N
             if match:
                 result.depth = int(match.group(1))
     result.trace, result.loop_index, result.stuttering = _trace(stream)
+    result.search_seconds = search_seconds(stream)
 
     message_kind, culprit = _message_kind(stream)
     if exit_code is not None and exit_code in _EXIT_VERDICTS:

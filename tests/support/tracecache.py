@@ -1,0 +1,131 @@
+"""Edge-cover traces of conformance models, generated once and kept on disk between test sessions.
+
+An entry is keyed by everything its traces depend on: the text of every module in the model's spec
+directory, its cfg, the manifest entry's fields, the generator's parameters and the generator's own
+source. A changed spec therefore never reuses old traces, and an unchanged one skips TLC entirely.
+
+Safe against concurrent sessions and damage: an entry is written under a private temporary directory and
+renamed into place whole (the rename is atomic; a session that loses the race keeps the winner's entry),
+and every file is checked against the SHA-256 recorded at generation before it is used. An entry that
+fails the check is moved aside and regenerated, never trusted.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import deferdump.conformance.cover as cover_module
+import deferdump.conformance.stategraph as stategraph_module
+import deferdump.conformance.tracegen as tracegen_module
+import deferdump.tools.tlc.cfg as cfg_module
+import deferdump.tools.tlc.values as values_module
+from deferdump.conformance.tracegen import GeneratedTraces, generate_traces, model_graph
+from deferdump.tools.tlc.manifest import ModelEntry
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE_ENV = "DEFERDUMP_TRACE_CACHE"
+MODE = "cover"
+FORMAT = 1  # bump when the layout of an entry changes
+_META = "entry.json"
+_GENERATOR_SOURCES = (tracegen_module, cover_module, stategraph_module, cfg_module, values_module)
+
+
+def cache_root() -> Path:
+    """``$DEFERDUMP_TRACE_CACHE``, else ``.cache/deferdump-traces`` in the repository (git ignores it)."""
+    configured = os.environ.get(CACHE_ENV)
+    return Path(configured) if configured else REPO / ".cache" / "deferdump-traces"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def entry_key(entry: ModelEntry, max_len: int | None = None) -> str:
+    """SHA-256 over what the traces depend on (see the module docstring)."""
+    digest = hashlib.sha256()
+
+    def add(label: str, data: bytes) -> None:
+        digest.update(f"{label}\0{len(data)}\0".encode())
+        digest.update(data)
+
+    add("format", str(FORMAT).encode())
+    add("entry", json.dumps({"name": entry.name, "module": entry.module, "config": entry.config,
+                             "variant": entry.variant, "mode": MODE, "max_len": max_len}, sort_keys=True).encode())
+    add("cfg", entry.config_path.read_bytes())
+    for module in sorted(Path(entry.spec_dir).glob("*.tla")):
+        add(f"tla:{module.name}", module.read_bytes())
+    for source in _GENERATOR_SOURCES:
+        add(f"py:{source.__name__}", Path(source.__file__).read_bytes())
+    return digest.hexdigest()
+
+
+def _load(directory: Path) -> tuple[GeneratedTraces, dict[str, Any]] | None:
+    """The entry in ``directory`` if it is whole and every file matches its recorded hash."""
+    try:
+        meta = json.loads((directory / _META).read_text(encoding="utf-8"))
+        files = [directory / name for name, _ in meta["files"]]
+        for path, (_, expected) in zip(files, meta["files"]):
+            if _sha256(path) != expected:
+                log.warning("trace cache: %s does not match its hash", path)
+                return None
+        traces = GeneratedTraces(model=meta["model"], mode=meta["mode"], states=meta["states"],
+                                 edges=meta["edges"], covered_edges=meta["covered_edges"], files=files,
+                                 lengths=list(meta["lengths"]), seconds=meta["seconds"])
+        return traces, meta["graph"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        log.warning("trace cache: unusable entry %s: %s", directory, error)
+        return None
+
+
+def _discard(directory: Path) -> None:
+    """Move a bad entry aside (atomic) and remove it; a concurrent reader sees it whole or not at all."""
+    aside = directory.with_name(f".trash-{uuid.uuid4().hex}")
+    try:
+        directory.rename(aside)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _generate(entry: ModelEntry, final: Path, max_len: int | None) -> None:
+    final.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".tmp-{entry.name}-", dir=final.parent))
+    try:
+        traces = generate_traces(entry, MODE, scratch / "traces", max_len=max_len)
+        graph = model_graph(entry)  # cached in this process by generate_traces
+        meta = {key: value for key, value in asdict(traces).items() if key != "files"}
+        meta["files"] = [[f"traces/{path.name}", _sha256(path)] for path in traces.files]
+        meta["graph"] = {"edges": graph.num_edges, "states": graph.num_states,
+                         "action_labels": sorted(graph.action_labels())}
+        (scratch / _META).write_text(json.dumps(meta), encoding="utf-8")
+        try:
+            scratch.rename(final)  # atomic; fails if another session put its entry there first
+        except OSError:
+            if not final.is_dir():
+                raise
+            log.info("trace cache: %s was written by another session meanwhile", final.name)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def cached_cover(entry: ModelEntry, *, max_len: int | None = None) -> tuple[GeneratedTraces, dict[str, Any]]:
+    """The model's edge-cover traces and its graph's size and action labels, from the cache or TLC."""
+    final = cache_root() / f"{entry.name}-{entry_key(entry, max_len)[:32]}"
+    for _ in range(3):
+        if final.is_dir():
+            loaded = _load(final)
+            if loaded is not None:
+                return loaded
+            _discard(final)
+        _generate(entry, final, max_len)
+    raise RuntimeError(f"trace cache: could not produce a sound entry for {entry.name} in {final}")
