@@ -33,7 +33,7 @@ from deferdump.reference.hashing import layer_key, prefix_block_hashes, rank_key
 from deferdump.reference.metadata import DeferDumpMetadata, RequestDispatchMeta
 from deferdump.reference.metrics import ConnectorMetrics
 from deferdump.reference.pending import PendingDumpTask
-from deferdump.reference.stores.base import KVStore, StoreTask
+from deferdump.reference.stores.base import KVStore, StagedRows, StoreTask
 from deferdump.reference.views import RequestView, StepView
 
 logger = logging.getLogger(__name__)
@@ -569,6 +569,7 @@ class DirectConnector:
         layer_names = None if layer_name is None else (layer_name,)
         handle = 0
         payload = None
+        staged = None
         try:
             handle = self._get_dump_event_handle()
             event = self.events.get(handle) if handle else None
@@ -576,9 +577,13 @@ class DirectConnector:
             if self.config.verify_dumps:
                 checksums = checksum() if checksum else device.checksum_blocks(block_ids, layer_names=layer_names)
             if read is not None:
-                payload = read(event)
+                payload = read(event)  # hybrid: one read per group, no store staging
             else:
-                payload = device.read_blocks(block_ids, after=event, layer_names=layer_names)
+                staged = self._stage_dump(device, len(block_ids), layer_names)
+                if staged is None:
+                    payload = device.read_blocks(block_ids, after=event, layer_names=layer_names)
+                else:
+                    payload = device.read_blocks(block_ids, after=event, layer_names=layer_names, into=staged)
             task = self._store.dump(keys, payload)
         except Exception as exc:
             logger.warning("dump submit of %d block(s) failed (requests stay tracked): %s", len(block_ids), exc)
@@ -586,6 +591,8 @@ class DirectConnector:
             self.metrics.dumps_failed.labels(stage="submit").inc()
             if payload is not None:
                 self._settle(payload)  # the copy must stop reading blocks nothing will wait for
+            if staged is not None:
+                staged.release()  # after settle: the copy no longer writes the store's rows
             if handle:
                 self.events.release(handle)
             self._update_gauges()
@@ -635,6 +642,13 @@ class DirectConnector:
             )
 
         self._submit_dump(keys, block_ids, req_ids, None, read=read, checksum=checksum)
+
+    def _stage_dump(self, device: Device, num_blocks: int, layer_names: Sequence[str] | None) -> StagedRows | None:
+        """The store's own rows for the device to gather this dump into (one copy per byte), when both can."""
+        if self.config.verify_dumps or not getattr(device, "gathers_into_staging", False):
+            return None  # verify_dumps re-reads the payload after the task; a store row may be reused by then
+        row_nbytes = sum(layer.block_nbytes for layer in device.layout.select(layer_names))
+        return self._store.staging(num_blocks, row_nbytes)
 
     def _release_dump_event_handle(self, pending: PendingDumpTask) -> None:
         if pending.event_handle:

@@ -4,7 +4,8 @@ A dump's *source read* is asynchronous: `read_blocks` returns a `BlockPayload` a
 (the forward pass) never blocks on it. Until the payload is done, the source blocks are being read —
 exactly the window the deferred-dump protocol must keep them from being freed and rewritten.
 
-- `CpuDevice`: copies on a small thread pool (torch kernels release the GIL).
+- `CpuDevice`: copies on a small thread pool (torch kernels release the GIL). Given `into` (a store's
+  `StagedRows`), it gathers straight into the store's own rows: one copy per dumped byte.
 - `CudaDevice`: a dedicated copy stream that first waits on an event recorded on the compute stream,
   gathers the blocks with one `index_select` per layer into a staging tensor and copies it with one
   `non_blocking` D2H copy into pinned host memory; completion is an event (`query`/`synchronize`).
@@ -17,14 +18,14 @@ import concurrent.futures
 import logging
 import threading
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from deferdump.reference.errors import DeviceError
 from deferdump.reference.kv_layout import KVCacheLayout, LayerLayout, describe_kv_caches
-from deferdump.reference.stores.base import BlockPayload
+from deferdump.reference.stores.base import BlockPayload, StagedRows
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,12 @@ class Device(Protocol):
     def synchronize(self) -> None: ...
 
     def read_blocks(
-        self, block_ids: Sequence[int], *, after: Any | None = None, layer_names: Sequence[str] | None = None
+        self,
+        block_ids: Sequence[int],
+        *,
+        after: Any | None = None,
+        layer_names: Sequence[str] | None = None,
+        into: StagedRows | None = None,
     ) -> BlockPayload: ...
 
     def write_blocks(
@@ -95,16 +101,22 @@ class _RegisteredCaches:
 
 
 class FuturePayload:
-    """A `BlockPayload` produced by a thread-pool copy."""
+    """A `BlockPayload` produced by a thread-pool copy (into `staged` rows, when given)."""
 
-    def __init__(self, future: concurrent.futures.Future[torch.Tensor]) -> None:
+    def __init__(self, future: concurrent.futures.Future[Any], staged: StagedRows | None = None) -> None:
         self._future = future
+        self.staged = staged
 
     def done(self) -> bool:
         return self._future.done()
 
-    def result(self) -> torch.Tensor:
+    def result(self) -> Any:
         return self._future.result()
+
+    def add_done_callback(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` once the copy finished, failed or was cancelled (at once if it already did), on
+        the thread that finished it: a store starts its write job then, with no polling delay."""
+        self._future.add_done_callback(lambda _future: callback())
 
     def cancel(self) -> bool:
         """Cancel a copy that has not started; True when it will never touch the source."""
@@ -119,6 +131,8 @@ class CpuEvent:
 
 class CpuDevice:
     """KV caches in host memory; copies run on `copy_threads` worker threads."""
+
+    gathers_into_staging = True  # read_blocks(into=StagedRows) writes the store's rows directly
 
     def __init__(self, copy_threads: int = 2) -> None:
         if copy_threads < 1:
@@ -144,12 +158,20 @@ class CpuDevice:
         """Nothing is queued asynchronously on the CPU compute path."""
 
     def read_blocks(
-        self, block_ids: Sequence[int], *, after: Any | None = None, layer_names: Sequence[str] | None = None
+        self,
+        block_ids: Sequence[int],
+        *,
+        after: Any | None = None,
+        layer_names: Sequence[str] | None = None,
+        into: StagedRows | None = None,
     ) -> FuturePayload:
         if self._closed.is_set():
             raise DeviceError("CpuDevice is closed")
         ids = self._caches.checked_index(block_ids)
         layers = self.layout.select(layer_names)
+        if into is not None:
+            _check_staged(into, len(ids), layers)
+            return FuturePayload(self._pool.submit(self._gather_staged, ids, layers, into), into)
         # Allocated here, not on the copy thread: a payload larger than a glibc per-thread arena (64 MiB)
         # would be mmap'd fresh and page-faulted on every dump there; the caller's arena can reuse it.
         # vLLM calls wait_for_save inside torch.inference_mode(): a tensor made there is an inference tensor,
@@ -167,6 +189,15 @@ class CpuDevice:
             layer.gather_into(self._caches.tensor(layer), index, out[:, offset : offset + layer.block_nbytes])
             offset += layer.block_nbytes
         return out
+
+    def _gather_staged(self, ids: list[int], layers: tuple[LayerLayout, ...], into: StagedRows) -> StagedRows:
+        """Each run of adjacent staged rows is one `out` of `_gather` (one index_select per layer)."""
+        start = 0
+        for segment in into.segments:
+            count = int(segment.shape[0])
+            self._gather(ids[start : start + count], layers, segment)
+            start += count
+        return into
 
     def write_blocks(
         self, block_ids: Sequence[int], data: torch.Tensor, *, layer_names: Sequence[str] | None = None
@@ -255,9 +286,18 @@ class CudaDevice:
     def synchronize(self) -> None:
         self._compute_stream().synchronize()
 
+    gathers_into_staging = False  # D2H copies land in pinned host buffers of its own
+
     def read_blocks(
-        self, block_ids: Sequence[int], *, after: Any | None = None, layer_names: Sequence[str] | None = None
+        self,
+        block_ids: Sequence[int],
+        *,
+        after: Any | None = None,
+        layer_names: Sequence[str] | None = None,
+        into: StagedRows | None = None,
     ) -> CudaPayload:
+        if into is not None:
+            raise DeviceError("CudaDevice copies into its own pinned buffers; it takes no staged rows")
         ids = self._caches.checked_index(block_ids)
         layers = self.layout.select(layer_names)
         nbytes = sum(layer.block_nbytes for layer in layers)
@@ -321,6 +361,12 @@ def _drain(payload: BlockPayload) -> None:
         payload.result()
     except Exception as exc:  # a failed copy has stopped too; the caller only needs it stopped
         logger.debug("settled a failed device copy: %s", exc)
+
+
+def _check_staged(into: StagedRows, n: int, layers: tuple[LayerLayout, ...]) -> None:
+    nbytes = sum(layer.block_nbytes for layer in layers)
+    if into.num_rows != n or into.row_nbytes != nbytes:
+        raise DeviceError(f"staged rows are [{into.num_rows}, {into.row_nbytes}], the copy needs [{n}, {nbytes}]")
 
 
 def _check_rows(data: torch.Tensor, n: int, layers: tuple[LayerLayout, ...]) -> None:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import abc
 import dataclasses
 import itertools
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -47,17 +48,59 @@ class LoadError(StoreError):
         self.bad_hashes: tuple[bytes, ...] = tuple(bad_hashes)
 
 
+class StagedRows:
+    """Rows for n blocks in a store's own, reused host memory, which the device gathers a dump straight into.
+
+    Why: on a CPU the dump path's cost is its copies. Gathering into a fresh payload and then copying each
+    row into the store costs two copies per byte, the first into freshly faulted pages; gathering into rows
+    the store keeps costs one copy into memory touched before. `segments` are 2-D uint8 views
+    [k_i, row_nbytes] covering rows 0..n-1 in order (a pool hands out runs of adjacent rows).
+
+    Ownership: the store keeps the rows its dump stores. `release()` hands every other row back: the store's
+    dump job calls it once the job ended (the copy had finished before the job started); whoever staged rows
+    for a dump that was never submitted calls it after settling the copy. Idempotent.
+    """
+
+    def __init__(self, segments: Sequence[torch.Tensor], release: Callable[["StagedRows"], None] | None = None) -> None:
+        if not segments or any(s.dtype != torch.uint8 or s.dim() != 2 for s in segments):
+            raise ValueError("staged rows need at least one 2-D uint8 segment")
+        widths = {int(s.shape[1]) for s in segments}
+        if len(widths) != 1:
+            raise ValueError(f"staged segments differ in row width: {sorted(widths)}")
+        self.segments: tuple[torch.Tensor, ...] = tuple(segments)
+        self.row_nbytes = widths.pop()
+        self.num_rows = sum(int(s.shape[0]) for s in segments)
+        self._release = release
+        self._lock = threading.Lock()
+
+    def rows(self) -> list[torch.Tensor]:
+        """One 1-D view per block, in order."""
+        return [row for segment in self.segments for row in segment.unbind(0)]
+
+    def release(self) -> None:
+        with self._lock:
+            release, self._release = self._release, None
+        if release is not None:
+            release(self)
+
+
 @runtime_checkable
 class BlockPayload(Protocol):
     """Bytes of n blocks, produced asynchronously by a device copy (the dump's *source read*).
 
-    `result()` blocks until the copy finished and returns a host uint8 tensor of shape [n, block_nbytes];
-    it raises if the copy failed. Until the copy finished, the source KV blocks are still being read.
+    `result()` blocks until the copy finished and returns a host uint8 tensor of shape [n, block_nbytes], or
+    the `StagedRows` the device was asked to gather into; it raises if the copy failed. Until the copy
+    finished, the source KV blocks are still being read.
     """
 
     def done(self) -> bool: ...
 
-    def result(self) -> torch.Tensor: ...
+    def result(self) -> "torch.Tensor | StagedRows": ...
+
+
+def payload_row_list(data: "torch.Tensor | StagedRows") -> list[torch.Tensor]:
+    """A payload's bytes as one 1-D uint8 row per block."""
+    return data.rows() if isinstance(data, StagedRows) else list(data.unbind(0))
 
 
 class ReadyPayload:
@@ -117,6 +160,11 @@ class KVStore(abc.ABC):
     @abc.abstractmethod
     def dump(self, block_hashes: Sequence[bytes], payload: BlockPayload) -> StoreTask:
         """Start storing `payload.result()[i]` under `block_hashes[i]`; returns at once."""
+
+    def staging(self, num_rows: int, row_nbytes: int) -> StagedRows | None:
+        """Rows of this store's own memory for a device to gather the next dump into, or None (the device
+        allocates the payload). Stores that copy each row into memory they keep offer them."""
+        return None
 
     @abc.abstractmethod
     def load(self, block_hashes: Sequence[bytes]) -> StoreTask:

@@ -21,7 +21,9 @@ from typing import Any
 
 import torch
 
-from deferdump.reference.stores.base import BlockPayload, KVStore, StoreError, StoreStats, StoreTask, SubmitError, TaskNotFound
+from deferdump.reference.stores.base import (
+    BlockPayload, KVStore, StagedRows, StoreError, StoreStats, StoreTask, SubmitError, TaskNotFound,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +92,9 @@ class FaultyStore(KVStore):
     def dump(self, block_hashes: Sequence[bytes], payload: BlockPayload) -> StoreTask:
         self._maybe_refuse("dump")
         return self._slowed(self.inner.dump(block_hashes, payload))
+
+    def staging(self, num_rows: int, row_nbytes: int) -> StagedRows | None:
+        return self.inner.staging(num_rows, row_nbytes)
 
     def load(self, block_hashes: Sequence[bytes]) -> StoreTask:
         self._maybe_refuse("load")

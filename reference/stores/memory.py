@@ -3,6 +3,9 @@
 It is what the connector uses when no directory is configured and what soak tests run by default: the
 asynchrony (a worker thread that first waits for the device copy, then stores the bytes) is what makes
 the deferred-free question real, the bound is what makes `StoreFull` and eviction reachable.
+
+Rows live in a `RowPool` and are offered as `staging`: a device gathers a dump straight into the rows this
+store then keeps, one copy per byte into reused memory; a payload from elsewhere is copied into pool rows.
 """
 from __future__ import annotations
 
@@ -10,6 +13,8 @@ import threading
 
 import torch
 
+from deferdump.reference.stores.base import StagedRows
+from deferdump.reference.stores.row_pool import RowPool
 from deferdump.reference.stores.threaded import BadBlock, ThreadedStore
 
 
@@ -21,14 +26,25 @@ class MemoryStore(ThreadedStore):
             raise ValueError(f"capacity_blocks must be a positive integer, got {capacity_blocks!r}")
         super().__init__(capacity_blocks, workers=workers, name="memory-store")
         self._blocks: dict[bytes, torch.Tensor] = {}
-        self._dropped: list[torch.Tensor] = []  # evicted rows, freed by the next job on a worker (`_reclaim`)
+        self._dropped: list[torch.Tensor] = []  # evicted rows, given back by the next job on a worker (`_reclaim`)
         self._blocks_lock = threading.Lock()
+        self.pool = RowPool()
+
+    def staging(self, num_rows: int, row_nbytes: int) -> StagedRows | None:
+        if num_rows < 1 or row_nbytes < 1:
+            return None
+        return self.pool.stage(num_rows, row_nbytes)
 
     def _write_block(self, block_hash: bytes, row: torch.Tensor) -> int:
-        copy = row.clone()  # the payload's buffer may be reused by the device once the task ends
+        # A staged row is kept as it is; any other row is copied (the payload's buffer may be reused by its
+        # owner once the task ends).
+        kept = self.pool.keep(row) if row.numel() else row.clone()
         with self._blocks_lock:
-            self._blocks[block_hash] = copy
-        return copy.numel()
+            replaced = self._blocks.get(block_hash)
+            self._blocks[block_hash] = kept
+            if replaced is not None:
+                self._dropped.append(replaced)
+        return kept.numel()
 
     def _read_block(self, block_hash: bytes) -> torch.Tensor:
         with self._blocks_lock:
@@ -48,7 +64,9 @@ class MemoryStore(ThreadedStore):
     def _reclaim(self) -> None:
         with self._blocks_lock:
             dropped, self._dropped = self._dropped, []
-        del dropped  # the rows' memory is returned here, on the worker, outside every lock
+        for row in dropped:  # the rows go back to the pool here, on the worker, outside the store's lock
+            if row.numel():
+                self.pool.give_back(row)
 
     def releasing_bytes(self) -> int:
         """Bytes of dropped blocks not yet freed (0 once the job after the evicting dump started)."""

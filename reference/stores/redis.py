@@ -1,7 +1,7 @@
 """A block store shared through Redis (or a Redis Cluster): several vLLM instances find each other's blocks.
 
 One key per block, `<namespace>:<block hash hex>`, holding the FileStore record (magic, version, the block
-hash, payload length, blake2b digest, then the bytes): a value that was torn, written by someone else under
+hash, payload length, XXH3-128 digest, then the bytes; format-1 records with blake2b-256 still read): a value that was torn, written by someone else under
 our key, or corrupted is detected by `load` and reported as a `LoadError`, never returned as data (and is
 deleted, if it is still the value that failed, so the next lookup misses). A key evicted by Redis's
 `maxmemory` policy or expired by the optional TTL is simply a miss; capacity is Redis's business, so this
@@ -182,16 +182,16 @@ class RedisStore(ThreadedStore):
             hits += 1
         return hits
 
-    def _run_dump(self, task: StoreTask, payload: BlockPayload, cancel: threading.Event) -> None:
-        data = self._payload_rows(task, payload)
+    def _dump_rows(self, task: StoreTask, payload: BlockPayload, cancel: threading.Event) -> None:
+        rows = self._payload_rows(task, payload)
         redis = _redis()
         hashes = task.block_hashes
-        for batch in self._batches(len(hashes), data.shape[1]):
+        for batch in self._batches(len(hashes), rows[0].numel() if rows else None):
             if cancel.is_set():
                 raise _Cancelled(f"dump task {task.task_id} stopped after a timed-out wait ({batch.start} block(s) written)")
             pipe = self._pipeline()
             for index in batch:
-                row = data[index].contiguous().numpy()
+                row = rows[index].contiguous().numpy()
                 pipe.set(self.key_of(hashes[index]), encode_block(hashes[index], row.data), px=self._ttl_ms)
             try:
                 pipe.execute()

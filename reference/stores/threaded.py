@@ -2,7 +2,8 @@
 
 `MemoryStore` and `FileStore` differ only in where a block's bytes live; everything the protocol's safety
 rests on is here, once: a dump's job first waits for its payload (the device copy still reading the KV
-blocks; a `PayloadWatcher` holds it until the copy is done, so no worker idles meanwhile), then writes
+blocks; the copy's done-callback, or for payloads that can only be polled a `PayloadWatcher`, starts the
+job once the copy is done, so no worker idles meanwhile), then writes
 block by block; `check` is `future.done()`; `wait` erases the task under the lock and
 then blocks until the job *really* ended — on a timeout it asks the job to stop and keeps draining, and
 only then raises. Capacity, LRU and pinning live in `BlockLedger`.
@@ -24,6 +25,7 @@ from deferdump.reference.stores.base import (
     BlockPayload,
     KVStore,
     LoadError,
+    StagedRows,
     StoreError,
     StoreFull,
     StoreStats,
@@ -56,6 +58,39 @@ class _Job:
     cancel: threading.Event
 
 
+class _Outstanding:
+    """Payload done-callbacks not yet run: `close` waits for them before stopping the executor they submit to."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._count = 0
+
+    def begin(self) -> None:
+        with self._cond:
+            self._count += 1
+
+    def end(self) -> None:
+        with self._cond:
+            self._count -= 1
+            self._cond.notify_all()
+
+    def wrap(self, callback: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                callback()
+            except Exception:  # the copy's thread must not die of it; the job would never start
+                logger.exception("payload done-callback failed")
+            finally:
+                self.end()
+
+        return run
+
+    def drain(self) -> None:
+        with self._cond:
+            while self._count:
+                self._cond.wait()
+
+
 def _check_hashes(block_hashes: Sequence[bytes]) -> tuple[bytes, ...]:
     hashes = tuple(block_hashes)
     for block_hash in hashes:
@@ -76,7 +111,8 @@ class ThreadedStore(KVStore):
         self._stats = StoreStats()
         self._closed = False
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
-        self._watcher = PayloadWatcher(name)
+        self._watcher = PayloadWatcher(name)  # payloads that can only be polled
+        self._callbacks = _Outstanding()  # payloads that call back when done (a thread-pool copy)
 
     # ------------------------------------------------------ subclass hooks
     @abc.abstractmethod
@@ -172,6 +208,7 @@ class ThreadedStore(KVStore):
         with self._lock:
             self._closed = True
         self._watcher.close()
+        self._callbacks.drain()
         self._executor.shutdown(wait=True)
         self._reclaim()
 
@@ -194,6 +231,13 @@ class ThreadedStore(KVStore):
 
         if payload is None or payload.done():
             launch()
+        elif callable(getattr(payload, "add_done_callback", None)):
+            self._callbacks.begin()
+            try:
+                payload.add_done_callback(self._callbacks.wrap(launch))
+            except BaseException:
+                self._callbacks.end()
+                raise
         else:
             self._watcher.when_done(payload, launch)
 
@@ -221,20 +265,42 @@ class ThreadedStore(KVStore):
             job.future.set_exception(error)
 
     @staticmethod
-    def _payload_rows(task: StoreTask, payload: BlockPayload) -> torch.Tensor:
-        """The dump's bytes once its device copy finished: [n, block_nbytes] uint8, or `StoreError`."""
+    def _payload_rows(task: StoreTask, payload: BlockPayload) -> list[torch.Tensor]:
+        """The dump's bytes once its device copy finished: one 1-D uint8 row per block, or `StoreError`."""
         try:
             data = payload.result()
         except Exception as exc:
             raise StoreError(f"dump task {task.task_id}: source copy failed: {exc}") from exc
         hashes = task.block_hashes
+        if isinstance(data, StagedRows):
+            if data.num_rows != len(hashes):
+                raise StoreError(f"dump task {task.task_id}: {data.num_rows} staged rows for {len(hashes)} blocks")
+            return data.rows()
         well_formed = isinstance(data, torch.Tensor) and data.dtype == torch.uint8 and data.dim() == 2
         if not well_formed or data.shape[0] != len(hashes):
             shape = tuple(data.shape) if isinstance(data, torch.Tensor) else type(data).__name__
             raise StoreError(f"dump task {task.task_id}: payload {shape} does not hold {len(hashes)} uint8 block rows")
-        return data
+        return list(data.unbind(0))
+
+    @staticmethod
+    def _release_staged(payload: BlockPayload) -> None:
+        """Hand back staged rows the dump did not keep; only called once the payload's copy is done."""
+        if payload.done():
+            try:
+                data = payload.result()
+            except Exception:  # a failed copy: it staged nothing it still writes, but release what it held
+                data = getattr(payload, "staged", None)
+            if isinstance(data, StagedRows):
+                data.release()
 
     def _run_dump(self, task: StoreTask, payload: BlockPayload, cancel: threading.Event) -> None:
+        try:
+            self._dump_rows(task, payload, cancel)
+        finally:
+            self._release_staged(payload)
+        return None
+
+    def _dump_rows(self, task: StoreTask, payload: BlockPayload, cancel: threading.Event) -> None:
         data = self._payload_rows(task, payload)
         hashes = task.block_hashes
         for index, block_hash in enumerate(hashes):

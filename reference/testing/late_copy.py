@@ -86,6 +86,8 @@ class LateCopyDevice(CpuDevice):
     """`CpuDevice` semantics with late reads (see the module docstring). `read_fail_next` makes the next N
     `read_blocks` raise `DeviceError` (a fault hook: nothing is read)."""
 
+    gathers_into_staging = False  # its late copies gather into payloads of their own, never a store's rows
+
     def __init__(self, lag_s: float | None = None, *, seed: int = 0, copy_threads: int = 2) -> None:
         if lag_s is not None and lag_s < 0:
             raise ValueError(f"lag_s must be >= 0 or None, got {lag_s}")

@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 GOALS = {
     "wait_for_save_deferred_over_blocking": ("<=", 0.02),
-    "step_overhead_over_nosave": ("<=", 0.10),  # CPU goal; CUDA: 0.05
+    "step_overhead_over_nosave": ("<=", 0.05),
     "dump_bandwidth_over_memcpy": (">=", 0.70),  # CPU goal; CUDA: 0.80
     "redis_dump_bandwidth_over_raw": (">=", 0.80),  # RedisStore's dump path vs plain pipelined SETs
     "python_ms_per_step_256": ("<=", 1.0),
@@ -165,6 +165,7 @@ class ModeRun:
     timer: PhaseTimer
     store: MemoryStore | None
     measured_from: int = 0  # steps before this index are warm-up
+    rounds: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # [start, end) step indexes per round
     wall_s: float = 0.0  # measured chunks only
     cpu_main_s: float = 0.0  # CPU time of the stepping thread
     cpu_process_s: float = 0.0  # CPU time of the whole process (the other modes' threads are idle then)
@@ -176,7 +177,9 @@ class ModeRun:
         """Measured steps, then let the dumps still in flight finish (outside the timings) so they cannot
         steal CPU from the next mode's chunk."""
         cpu_before, main_before, wall_before = time.process_time(), time.thread_time(), time.perf_counter()
+        first = len(self.timer.steps)
         self.loop.run(steps=steps)
+        self.rounds.append((first, len(self.timer.steps)))
         self.wall_s += time.perf_counter() - wall_before
         self.cpu_main_s += time.thread_time() - main_before
         self.quiesce()
@@ -251,10 +254,18 @@ def mode_figures(runs: dict[Mode, ModeRun]) -> dict[str, Any]:
     nosave_median = statistics.median(step[Mode.NO_SAVE])
     blocking_wait = statistics.median(wait[Mode.BLOCKING])
     deferred_steps = runs[Mode.DEFERRED].timer.steps[runs[Mode.DEFERRED].measured_from :]
+    per_round = _per_round_ratios(runs)
     figures: dict[str, Any] = {
-        "wait_for_save_deferred_over_blocking": statistics.median(wait[Mode.DEFERRED]) / blocking_wait if blocking_wait else None,
-        "step_overhead_over_nosave": (statistics.median(step[Mode.DEFERRED]) - nosave_median) / nosave_median,
-        "step_overhead_blocking_over_nosave": (statistics.median(step[Mode.BLOCKING]) - nosave_median) / nosave_median,
+        # Headline: the median over interleaved rounds of each round's ratio (a round runs every mode once,
+        # so a load change between rounds moves numerator and denominator together); spread below.
+        "wait_for_save_deferred_over_blocking": per_round["wait_for_save_deferred_over_blocking"]["median"],
+        "step_overhead_over_nosave": per_round["step_overhead_over_nosave"]["median"],
+        "step_overhead_blocking_over_nosave": per_round["step_overhead_blocking_over_nosave"]["median"],
+        "per_round": per_round,
+        "pooled": {  # every measured step of a mode in one median (the figure before per-round medians)
+            "wait_for_save_deferred_over_blocking": statistics.median(wait[Mode.DEFERRED]) / blocking_wait if blocking_wait else None,
+            "step_overhead_over_nosave": (statistics.median(step[Mode.DEFERRED]) - nosave_median) / nosave_median,
+        },
         "step_ms": {mode.value: _ms(step[mode]) for mode in Mode},
         "wait_for_save_ms": {mode.value: _ms(wait[mode]) for mode in wait},
         "compute_ms": {mode.value: _ms(runs[mode].series("compute")) for mode in Mode},
@@ -266,6 +277,25 @@ def mode_figures(runs: dict[Mode, ModeRun]) -> dict[str, Any]:
         "steps_per_mode": len(step[Mode.DEFERRED]),
     }
     return figures
+
+
+def _per_round_ratios(runs: dict[Mode, ModeRun]) -> dict[str, dict[str, Any]]:
+    """Each mode ratio computed within every round from that round's step medians: median, min, max, n."""
+    ratios: dict[str, list[float]] = {
+        "wait_for_save_deferred_over_blocking": [], "step_overhead_over_nosave": [], "step_overhead_blocking_over_nosave": [],
+    }
+    for index in range(min(len(run.rounds) for run in runs.values())):
+        def median_of(mode: Mode, phase: str) -> float:
+            start, end = runs[mode].rounds[index]
+            return statistics.median(runs[mode].timer.series(phase)[start:end])
+
+        nosave = median_of(Mode.NO_SAVE, "step")
+        blocking_wait = median_of(Mode.BLOCKING, "wait_for_save")
+        if blocking_wait:
+            ratios["wait_for_save_deferred_over_blocking"].append(median_of(Mode.DEFERRED, "wait_for_save") / blocking_wait)
+        ratios["step_overhead_over_nosave"].append((median_of(Mode.DEFERRED, "step") - nosave) / nosave)
+        ratios["step_overhead_blocking_over_nosave"].append((median_of(Mode.BLOCKING, "step") - nosave) / nosave)
+    return {key: summarize(values) for key, values in ratios.items()}
 
 
 # ------------------------------------------------------------------------------------------ bandwidth
@@ -307,7 +337,13 @@ def measure_dump_bandwidth(config: BenchConfig) -> dict[str, Any]:
             for task_index in range(tasks):
                 ids = list(range(task_index * per_task, (task_index + 1) * per_task))
                 keys = [f"bw-{repeat}-{block}".encode() for block in ids]
-                submitted.append(store.dump(keys, copier.read_blocks(ids, after=copier.record_event())))
+                # As the connector's dump submit: the device gathers into the store's rows when both can.
+                staged = store.staging(per_task, shape.block_nbytes) if getattr(copier, "gathers_into_staging", False) else None
+                if staged is None:
+                    payload = copier.read_blocks(ids, after=copier.record_event())
+                else:
+                    payload = copier.read_blocks(ids, after=copier.record_event(), into=staged)
+                submitted.append(store.dump(keys, payload))
             for task in submitted:
                 store.wait(task)
             dump_seconds = time.perf_counter() - started
@@ -330,7 +366,8 @@ def measure_dump_bandwidth(config: BenchConfig) -> dict[str, Any]:
         "memcpy_gbps": gbps(copy_rates),
         "dump_over_memcpy_per_repeat": summarize(ratios),
         "bandwidth_bytes_per_repeat": total_bytes,
-        "bandwidth_path": f"{type(copier).__name__}.read_blocks -> MemoryStore.dump -> wait "
+        "bandwidth_path": f"{type(copier).__name__}.read_blocks (into MemoryStore.staging where the device "
+                          f"gathers into host rows) -> MemoryStore.dump -> wait "
                           f"({tasks} tasks x {per_task} blocks of {shape.block_nbytes} B)",
     }
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from deferdump.reference.stores.base import BlockPayload, KVStore, StoreStats, StoreTask
+from deferdump.reference.stores.base import BlockPayload, KVStore, StagedRows, StoreStats, StoreTask
 
 
 class ProbeStore(KVStore):
@@ -35,6 +35,9 @@ class ProbeStore(KVStore):
         if self._wrap_payload is not None:
             payload = self._wrap_payload(block_hashes, payload)
         return self.inner.dump(block_hashes, payload)
+
+    def staging(self, num_rows: int, row_nbytes: int) -> StagedRows | None:
+        return self.inner.staging(num_rows, row_nbytes)
 
     def load(self, block_hashes: Sequence[bytes]) -> StoreTask:
         return self.inner.load(block_hashes)

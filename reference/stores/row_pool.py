@@ -1,0 +1,124 @@
+"""A pool of reused host rows, one per stored block, that devices gather dumps straight into.
+
+Why a pool: a store that allocates a fresh row per dumped block pays a page fault per 4 KiB the first time
+each row is written (≈3x a copy into touched memory), and a second copy when it clones the device's
+payload. The pool's rows live in chunks that are allocated once and never freed while the pool lives, so
+after warm-up every dump is written into touched memory, once. UCM's pinned buffer pool and vLLM's CPU
+offload blocks make the same choice.
+
+Memory bound: a chunk is as large as the request that created it, and a row returns to the free list as
+soon as its block is dropped, so the pool holds at most the peak number of rows in use at once (stored
+blocks plus rows staged for dumps in flight), never rows kept alive by an unrelated row of their chunk.
+Rows of different widths (whole blocks, single layers) come from separate chunks.
+
+Adjacent free rows are handed out together, so a staging is usually one or a few 2-D segments and the
+device gathers each with one `index_select` per layer.
+"""
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from deferdump.reference.stores.base import StagedRows
+
+_Slot = tuple[int, int]  # (chunk index, row within the chunk), per row width
+
+
+class RowPool:
+    """Fixed-width uint8 rows in never-freed chunks; rows are staged, kept (stored) or free."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._chunks: dict[int, list[torch.Tensor]] = {}  # row width -> chunks [rows, width]
+        self._free: dict[int, set[_Slot]] = {}  # row width -> free slots
+        self._where: dict[int, tuple[int, _Slot]] = {}  # data_ptr of every row -> (width, slot)
+        self._staged: set[int] = set()  # data_ptrs of rows handed to a staging and not yet kept or released
+        self._kept: set[int] = set()  # data_ptrs of rows a store keeps
+
+    # ----------------------------------------------------------------- rows
+    def _take(self, count: int, width: int) -> list[_Slot]:
+        """`count` free slots of `width`, lowest first (a new chunk for the shortfall); lock held."""
+        free = self._free.setdefault(width, set())
+        slots = sorted(free)[:count]
+        free.difference_update(slots)
+        missing = count - len(slots)
+        if missing:
+            chunks = self._chunks.setdefault(width, [])
+            # Never an inference tensor (vLLM dumps inside torch.inference_mode()): a copy thread outside
+            # inference mode writes these rows.
+            with torch.inference_mode(False):
+                chunk = torch.empty((missing, width), dtype=torch.uint8)
+            chunks.append(chunk)
+            index = len(chunks) - 1
+            for row in range(missing):
+                self._where[chunk[row].data_ptr()] = (width, (index, row))
+            slots.extend((index, row) for row in range(missing))
+        return slots
+
+    def _view(self, width: int, slot: _Slot, rows: int = 1) -> torch.Tensor:
+        chunk_index, row = slot
+        return self._chunks[width][chunk_index][row : row + rows]
+
+    def stage(self, count: int, width: int) -> StagedRows:
+        """`count` rows for a device to gather into, as runs of adjacent rows."""
+        if count < 1 or width < 1:
+            raise ValueError(f"staging needs a positive row count and width, got {count} x {width}")
+        with self._lock:
+            slots = self._take(count, width)
+            segments: list[torch.Tensor] = []
+            start = 0
+            for position in range(1, count + 1):
+                if position == count or slots[position] != (slots[position - 1][0], slots[position - 1][1] + 1):
+                    with torch.inference_mode(False):
+                        segments.append(self._view(width, slots[start], position - start))
+                    start = position
+            for slot in slots:
+                self._staged.add(self._view(width, slot).data_ptr())
+        return StagedRows(segments, self._release_staged)
+
+    def keep(self, row: torch.Tensor) -> torch.Tensor:
+        """The pool row a store keeps for `row`: `row` itself when it is a staged row of this pool (no
+        copy), else a free row that `row` is copied into."""
+        address = row.data_ptr()
+        with self._lock:
+            found = self._where.get(address)
+            if found is not None and address in self._staged and row.dim() == 1 and row.numel() == found[0]:
+                self._staged.discard(address)
+                self._kept.add(address)
+                return self._view(found[0], found[1])[0]
+            slot = self._take(1, row.numel())[0]
+            kept = self._view(row.numel(), slot)[0]
+            self._kept.add(kept.data_ptr())
+        kept.copy_(row)
+        return kept
+
+    def give_back(self, row: torch.Tensor) -> None:
+        """A kept row is free again (its block was dropped); nothing may read it after."""
+        address = row.data_ptr()
+        with self._lock:
+            if address not in self._kept:
+                raise ValueError("give_back of a row this pool does not keep")
+            self._kept.discard(address)
+            width, slot = self._where[address]
+            self._free[width].add(slot)
+
+    def _release_staged(self, staged: StagedRows) -> None:
+        with self._lock:
+            for row in staged.rows():
+                address = row.data_ptr()
+                if address in self._staged:
+                    self._staged.discard(address)
+                    width, slot = self._where[address]
+                    self._free[width].add(slot)
+
+    # ---------------------------------------------------------------- audit
+    def counts(self) -> tuple[int, int, int]:
+        """(rows staged, rows kept, rows free): the leak checks compare kept rows with stored blocks."""
+        with self._lock:
+            return len(self._staged), len(self._kept), sum(len(free) for free in self._free.values())
+
+    def nbytes(self) -> int:
+        """Bytes of every chunk (the pool's resident memory)."""
+        with self._lock:
+            return sum(chunk.numel() for chunks in self._chunks.values() for chunk in chunks)
