@@ -219,6 +219,7 @@ class DeferDumpConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
         trace_dir = adapter_options.get(TRACE_LOG_KEY)
         self._trace: TraceLog | None = None
         self._trace_known: set[int] = set()  # worker: pending task ids after the last logged call
+        self._trace_meta: Any = None  # worker: the metadata of the step being logged
         if trace_dir is not None:
             trace_role = SCHEDULER if role == KVConnectorRole.SCHEDULER else WORKER
             self._trace = TraceLog(trace_dir, trace_role, self._rank, str(transfer.engine_id))
@@ -278,14 +279,14 @@ class DeferDumpConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
     def bind_connector_metadata(self, connector_metadata: DeferDumpMetadata) -> None:
         super().bind_connector_metadata(connector_metadata)
         self.core.bind_connector_metadata(connector_metadata)
-        if self._trace is not None:
-            self._trace.next_step()
+        self._trace_step(connector_metadata)
 
     def clear_connector_metadata(self) -> None:
         super().clear_connector_metadata()
         self.core.clear_connector_metadata()
 
     def handle_preemptions(self, kv_connector_metadata: DeferDumpMetadata) -> None:
+        self._trace_step(kv_connector_metadata)
         self.core.handle_preemptions(kv_connector_metadata)
         if self._trace is not None:
             preempted = getattr(kv_connector_metadata, "preempted_req_ids", None)
@@ -344,6 +345,13 @@ class DeferDumpConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
     def trace_path(self) -> Path | None:
         """This instance's event log, if `trace_log` is set."""
         return None if self._trace is None else self._trace.path
+
+    def _trace_step(self, metadata: Any) -> None:
+        """A worker step begins with the first call that carries its metadata: vLLM's runner calls
+        `handle_preemptions` before it binds the metadata (gpu_model_runner.execute_model)."""
+        if self._trace is not None and metadata is not self._trace_meta:
+            self._trace_meta = metadata
+            self._trace.next_step()
 
     def _trace_delta(self) -> tuple[list[int], list[dict[str, Any]]]:
         """(task ids gone since the last logged call, tasks added since: id, request ids, block ids)."""
