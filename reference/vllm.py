@@ -218,7 +218,9 @@ class DeferDumpConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
             raise
         trace_dir = adapter_options.get(TRACE_LOG_KEY)
         self._trace: TraceLog | None = None
-        self._trace_known: set[int] = set()  # worker: pending task ids after the last logged call
+        self._trace_known: set[int] = set()  # worker: pending task ids when last looked at
+        self._trace_gone: list[int] = []  # worker: tasks gone since the last logged call
+        self._trace_added: list[dict[str, Any]] = []  # worker: tasks submitted since the last logged call
         self._trace_meta: Any = None  # worker: the metadata of the step being logged
         if trace_dir is not None:
             trace_role = SCHEDULER if role == KVConnectorRole.SCHEDULER else WORKER
@@ -300,6 +302,8 @@ class DeferDumpConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
 
     def save_kv_layer(self, layer_name: str, kv_layer: "torch.Tensor", attn_metadata: Any, **kwargs: Any) -> None:
         self.core.save_kv_layer(layer_name, kv_layer, attn_metadata, **kwargs)
+        if self._trace is not None:
+            self._trace_collect()  # layer-wise: a task submitted here may be reaped by wait_for_save
 
     def wait_for_save(self) -> None:
         failures = self.core.inner.submit_failures
@@ -353,13 +357,19 @@ class DeferDumpConnector(KVConnectorBase_V1):  # type: ignore[misc,valid-type]
             self._trace_meta = metadata
             self._trace.next_step()
 
+    def _trace_collect(self) -> None:
+        """Note the tasks gone and added since the pending list was last looked at."""
+        pending = {task.task.task_id: task for task in self.core._pending_dump_tasks}
+        self._trace_gone.extend(sorted(self._trace_known - pending.keys()))
+        self._trace_added.extend(task_fields(pending[i]) for i in sorted(pending.keys() - self._trace_known))
+        self._trace_known = set(pending)
+
     def _trace_delta(self) -> tuple[list[int], list[dict[str, Any]]]:
         """(task ids gone since the last logged call, tasks added since: id, request ids, block ids)."""
-        pending = {task.task.task_id: task for task in self.core._pending_dump_tasks}
-        gone = sorted(self._trace_known - pending.keys())
-        added = [task_fields(pending[task_id]) for task_id in sorted(pending.keys() - self._trace_known)]
-        self._trace_known = set(pending)
-        return gone, added
+        self._trace_collect()
+        gone, added = self._trace_gone, self._trace_added
+        self._trace_gone, self._trace_added = [], []
+        return sorted(gone), added
 
     def metrics_path(self) -> Path | None:
         """Where this instance exports its metrics (Prometheus text format), if `metrics_dir` is set."""

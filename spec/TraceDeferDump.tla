@@ -19,8 +19,8 @@
 (* class table), the worker's waits, and DeferDump's safety invariants,   *)
 (* evaluated by DD on these very variables.                               *)
 (*                                                                         *)
-(* A field no behaviour reproduces: the action `Reject` records in `why`  *)
-(* the first failed check of the next event (TraceAcceptedInv).           *)
+(* A field no behaviour reproduces: `Logged` records in `why` the first   *)
+(* failed check of the next event instead (TraceAcceptedInv).            *)
 (***************************************************************************)
 EXTENDS Naturals, Sequences, FiniteSets, TLC, RealTable
 
@@ -34,8 +34,9 @@ CONSTANTS
 VARIABLES
     l,              \* events of TraceLog matched so far
     why,            \* "" while matching; else why the next event matches no behaviour
-    reqState,       \* [TraceReq -> state]: waiting, running, preempted, delayed, done
-    blocksOf,       \* [TraceReq -> Seq(block)]: the blocks vLLM holds for the request
+    reqState,       \* [live requests -> state]: running, preempted, delayed; a request out
+                    \*   of the domain is waiting or done (sparse: a log has many requests)
+    blocksOf,       \* [live requests -> Seq(block)]: the blocks vLLM holds for the request
     finishedIds,    \* requests finished since the last schedule (Scheduler.finished_req_ids)
     schedAsync,     \* the scheduler connector's tracked requests (_async_dump_req_ids)
     schedStep,      \* the last step the scheduler built
@@ -44,15 +45,15 @@ VARIABLES
     pending,        \* [TraceRank -> set of [id, reqs, blocks, status]]: pending dump tasks
     wStep,          \* [TraceRank -> step]: the step the rank runs (or last ran)
     wPhase,         \* [TraceRank -> last call]: "hp", "wfs" or "gf" (a step's order)
-    reports,        \* [TraceReq -> SUBSET TraceRank]: ranks that reported, not yet delivered
-    reported,       \* [TraceRank -> [TraceReq -> 0..2]]: finished_sending reports sent (capped)
+    reports,        \* set of <<req, rank>>: a rank reported the request, not yet delivered
+    reportedTwice,  \* has a rank reported a request it had reported, not yet delivered?
     unexpectedReports, \* finished_sending delivered for a request that was not delayed
     dumpOverwrites, \* a forward wrote a block that a still-running dump task reads
     preemptOverWaits, \* handle_preemptions waited a task of no preempted request
     blockingWaits   \* (never set: a log cannot show a wait_for_save block; kept for DD)
 
 vars == <<l, why, reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, workerAsync,
-          pending, wStep, wPhase, reports, reported, unexpectedReports, dumpOverwrites,
+          pending, wStep, wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites,
           preemptOverWaits, blockingWaits>>
 
 (* The model under check, on this module's variables; DeferDump's other    *)
@@ -70,17 +71,29 @@ DD == INSTANCE DeferDump WITH
     inflight <- <<>>, executed <- 0, agg <- [r \in TraceReq |-> 0], extraSaves <- {},
     live <- [w \in TraceRank |-> {}], releaseErrors <- [w \in TraceRank |-> {}],
     workerExtra <- [w \in TraceRank |-> {}], sibPending <- [w \in TraceRank |-> {}],
+    reported <- [w \in TraceRank |-> [r \in TraceReq |-> 0]],
     tick <- 0, action <- [name |-> "init"]
 
+(* The class table's labels, evaluated once (constant-level definitions). *)
+Track == DD!BCMLabel = "track"               \* build_connector_meta tracks dump requests
+DelayIfTracked == DD!RFLabel = "delay_if_tracked"  \* request_finished delays iff tracked
+
+(* DD!request_finished(S, r) with its label evaluated once.                *)
+Delays(r) == DelayIfTracked /\ r \in schedAsync
+
 Range(f) == {f[i] : i \in DOMAIN f}
-Held(r) == Range(blocksOf[r])
-Live == {r \in TraceReq : reqState[r] \notin {"waiting", "done"}}
+Live == DOMAIN reqState
+State(r) == IF r \in Live THEN reqState[r] ELSE "idle"   \* idle: waiting or done
+BlocksOf(r) == IF r \in DOMAIN blocksOf THEN blocksOf[r] ELSE <<>>
+Held(r) == Range(BlocksOf(r))
+(* f with the keys in D dropped and g's keys set to g's values.            *)
+Update(f, D, g) == [x \in (DOMAIN f \ D) \cup DOMAIN g |-> IF x \in DOMAIN g THEN g[x] ELSE f[x]]
 
 Init ==
     /\ l = 0
     /\ why = ""
-    /\ reqState = [r \in TraceReq |-> "waiting"]
-    /\ blocksOf = [r \in TraceReq |-> <<>>]
+    /\ reqState = <<>>
+    /\ blocksOf = <<>>
     /\ finishedIds = {}
     /\ schedAsync = {}
     /\ schedStep = 0
@@ -89,8 +102,8 @@ Init ==
     /\ pending = [w \in TraceRank |-> {}]
     /\ wStep = [w \in TraceRank |-> 0]
     /\ wPhase = [w \in TraceRank |-> "gf"]
-    /\ reports = [r \in TraceReq |-> {}]
-    /\ reported = [w \in TraceRank |-> [r \in TraceReq |-> 0]]
+    /\ reports = {}
+    /\ reportedTwice = FALSE
     /\ unexpectedReports = {}
     /\ dumpOverwrites = FALSE
     /\ preemptOverWaits = FALSE
@@ -101,7 +114,7 @@ Init ==
 (* A new or resumed request's `blocks` are all its blocks, a running one's  *)
 (* the added ones.  The forward writes token positions                     *)
 (* [computed, computed + scheduled), i.e. these block indexes (from 1).    *)
-NewList(x) == IF x.new \/ x.resumed THEN x.blocks ELSE blocksOf[x.req] \o x.blocks
+NewList(x) == IF x.new \/ x.resumed THEN x.blocks ELSE BlocksOf(x.req) \o x.blocks
 WriteIdx(x) == IF x.scheduled = 0 THEN {}
                ELSE ((x.computed \div BlockSize) + 1)..(((x.computed + x.scheduled - 1) \div BlockSize) + 1)
 Writes(x) == {NewList(x)[i] : i \in WriteIdx(x) \cap DOMAIN NewList(x)}
@@ -114,10 +127,10 @@ DumpBlocks(m) == UNION {Range(d.blocks) : d \in m.dump}
 BuildReason(e) ==
     CASE e.step # schedStep + 1 -> "step: not the scheduler's next step"
       [] e.finished # finishedIds -> "finished: not the requests finished since the last schedule"
-      [] ~(e.preempted \subseteq {r \in TraceReq : reqState[r] = "running"})
+      [] \E r \in e.preempted : State(r) # "running"
             -> "preempted: a request that is not running"
       [] \E x \in Range(e.reqs) :
-            ~(reqState[x.req] = IF x.new THEN "waiting" ELSE IF x.resumed THEN "preempted" ELSE "running")
+            ~(State(x.req) = IF x.new THEN "idle" ELSE IF x.resumed THEN "preempted" ELSE "running")
             -> "reqs: a request scheduled as new, resumed or running in another state"
       [] \E x \in Range(e.reqs) : \E i \in WriteIdx(x) : i \notin DOMAIN NewList(x)
             -> "reqs: tokens scheduled beyond the request's blocks"
@@ -129,52 +142,51 @@ BuildReason(e) ==
       [] OTHER -> ""
 
 build_connector_meta(e) ==
-    /\ reqState' = [r \in TraceReq |-> IF r \in Pre(e) THEN "preempted"
-                                       ELSE IF r \in Sched(e) THEN "running" ELSE reqState[r]]
-    /\ blocksOf' = [r \in TraceReq |->
-                      IF r \in Pre(e) THEN <<>>
-                      ELSE IF r \in Sched(e) THEN NewList(CHOOSE x \in Range(e.reqs) : x.req = r)
-                      ELSE blocksOf[r]]
+    /\ reqState' = Update(reqState, {}, [r \in Pre(e) \cup Sched(e) |->
+                                          IF r \in Pre(e) THEN "preempted" ELSE "running"])
+    /\ blocksOf' = Update(blocksOf, Pre(e), [r \in Sched(e) \ Pre(e) |->
+                                               NewList(CHOOSE x \in Range(e.reqs) : x.req = r)])
     /\ finishedIds' = {}
-    /\ schedAsync' = IF DD!BCMLabel = "track" THEN schedAsync \cup DumpReqs(e) ELSE schedAsync
+    /\ schedAsync' = IF Track THEN schedAsync \cup DumpReqs(e) ELSE schedAsync
     /\ schedStep' = e.step
     /\ metas' = (e.step :> [preempted |-> e.preempted, finished |-> e.finished, dump |-> e.dump,
                             writes |-> UNION {Writes(x) : x \in Range(e.reqs)}]) @@ metas
-    /\ UNCHANGED <<workerAsync, pending, wStep, wPhase, reports, reported, unexpectedReports,
+    /\ UNCHANGED <<workerAsync, pending, wStep, wPhase, reports, reportedTwice, unexpectedReports,
                    dumpOverwrites, preemptOverWaits, blockingWaits>>
 
 (* request_finished: the delay decision is DeferDump's (through the MRO).  *)
 FinishReason(e) ==
-    CASE reqState[e.req] \notin {"waiting", "running", "preempted"}
+    CASE State(e.req) \notin {"idle", "running", "preempted"}
             -> "req: finished while not waiting, running or preempted"
-      [] e.blocks # blocksOf[e.req] -> "block_ids: not the blocks vLLM holds for the request"
-      [] e.delayed # DD!request_finished([sa |-> schedAsync], e.req)
+      [] e.blocks # BlocksOf(e.req) -> "block_ids: not the blocks vLLM holds for the request"
+      [] e.delayed # Delays(e.req)
             -> IF e.delayed THEN "delayed: true, but the model does not delay (no dump slice)"
                ELSE "delayed: false, but the model delays the free (the request was given a dump slice)"
       [] OTHER -> ""
 
 request_finished(e) ==
-    /\ reqState' = [reqState EXCEPT ![e.req] = IF e.delayed THEN "delayed" ELSE "done"]
-    /\ blocksOf' = [blocksOf EXCEPT ![e.req] = IF e.delayed THEN @ ELSE <<>>]
-    /\ schedAsync' = IF DD!RFLabel = "delay_if_tracked" THEN schedAsync \ {e.req} ELSE schedAsync
+    /\ reqState' = IF e.delayed THEN Update(reqState, {}, e.req :> "delayed")
+                   ELSE Update(reqState, {e.req}, <<>>)
+    /\ blocksOf' = IF e.delayed THEN blocksOf ELSE Update(blocksOf, {e.req}, <<>>)
+    /\ schedAsync' = IF DelayIfTracked THEN schedAsync \ {e.req} ELSE schedAsync
     /\ finishedIds' = finishedIds \cup {e.req}
-    /\ UNCHANGED <<schedStep, metas, workerAsync, pending, wStep, wPhase, reports, reported,
+    /\ UNCHANGED <<schedStep, metas, workerAsync, pending, wStep, wPhase, reports, reportedTwice,
                    unexpectedReports, dumpOverwrites, preemptOverWaits, blockingWaits>>
 
 (* update_connector_output: the aggregated finished_sending of a step.     *)
-Ready == {r \in TraceReq : reports[r] = TraceRank}
+Ready == {r \in {p[1] : p \in reports} : \A w \in TraceRank : <<r, w>> \in reports}
 UpdateReason(e) ==
     CASE e.sending # Ready -> "finished_sending: not exactly the requests every rank reported"
       [] e.recving # {} -> "finished_recving: the model has no asynchronous load"
       [] OTHER -> ""
 
 update_connector_output(e) ==
-    /\ unexpectedReports' = unexpectedReports \cup {r \in e.sending : reqState[r] # "delayed"}
-    /\ reqState' = [r \in TraceReq |-> IF r \in e.sending THEN "done" ELSE reqState[r]]
-    /\ blocksOf' = [r \in TraceReq |-> IF r \in e.sending THEN <<>> ELSE blocksOf[r]]
-    /\ reports' = [r \in TraceReq |-> IF r \in e.sending THEN {} ELSE reports[r]]
+    /\ unexpectedReports' = unexpectedReports \cup {r \in e.sending : State(r) # "delayed"}
+    /\ reqState' = Update(reqState, e.sending, <<>>)
+    /\ blocksOf' = Update(blocksOf, e.sending, <<>>)
+    /\ reports' = {p \in reports : p[1] \notin e.sending}
     /\ UNCHANGED <<finishedIds, schedAsync, schedStep, metas, workerAsync, pending, wStep, wPhase,
-                   reported, dumpOverwrites, preemptOverWaits, blockingWaits>>
+                   reportedTwice, dumpOverwrites, preemptOverWaits, blockingWaits>>
 
 -----------------------------------------------------------------------------
 (* Worker rank w runs step s: [handle_preemptions] wait_for_save           *)
@@ -201,14 +213,14 @@ handle_preemptions(e) ==
     /\ wStep' = [wStep EXCEPT ![w] = e.step]
     /\ wPhase' = [wPhase EXCEPT ![w] = "hp"]
     /\ UNCHANGED <<reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, workerAsync,
-                   reports, reported, unexpectedReports, dumpOverwrites, blockingWaits>>
+                   reports, reportedTwice, unexpectedReports, dumpOverwrites, blockingWaits>>
 
 InStep(e) == StartsStep(e) \/ (e.step = wStep[e.rank] /\ wPhase[e.rank] = "hp")
 Submitted(e) == {[id |-> s.id, reqs |-> s.reqs, blocks |-> Range(s.blocks), status |-> "running"]
                    : s \in e.submitted}
 SaveReason(e) ==
     CASE ~InStep(e) \/ e.step \notin DOMAIN metas -> "step: not the rank's next scheduled step"
-      [] ~(e.reaped \subseteq {t.id : t \in {u \in pending[e.rank] : u.status = "done"}})
+      [] ~(e.reaped \subseteq {t.id : t \in {u \in pending[e.rank] : u.status = "done"}} \cup Ids(Submitted(e)))
             -> "reaped: a task that is not pending and complete"
       [] Meta(e).dump = {} /\ e.submitted # {} -> "submitted: a task in a step without dump slices"
       [] Meta(e).dump # {} /\ ~e.error /\ DD!Dumps(e.rank) /\
@@ -218,16 +230,18 @@ SaveReason(e) ==
       [] OTHER -> ""
 
 (* The forward (before wait_for_save) writes the step's blocks; then the   *)
-(* reap of complete tasks, the tracking and the submit.                    *)
+(* reap of complete tasks, the tracking and the submit.  A layer-wise      *)
+(* connector submits in save_kv_layer, during the forward, so its poll may *)
+(* reap a task submitted in this very step (the store finished it).        *)
 wait_for_save(e) ==
     LET w == e.rank IN
     /\ dumpOverwrites' = (dumpOverwrites \/
                           \E t \in pending[w] : t.status = "running" /\ t.blocks \cap Meta(e).writes # {})
-    /\ pending' = [pending EXCEPT ![w] = {t \in @ : t.id \notin e.reaped} \cup Submitted(e)]
+    /\ pending' = [pending EXCEPT ![w] = {t \in @ \cup Submitted(e) : t.id \notin e.reaped}]
     /\ workerAsync' = [workerAsync EXCEPT ![w] = @ \cup DumpReqs(Meta(e))]
     /\ wStep' = [wStep EXCEPT ![w] = e.step]
     /\ wPhase' = [wPhase EXCEPT ![w] = "wfs"]
-    /\ UNCHANGED <<reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, reports, reported,
+    /\ UNCHANGED <<reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, reports, reportedTwice,
                    unexpectedReports, preemptOverWaits, blockingWaits>>
 
 (* get_finished reports exactly finished ∩ tracked, after waiting every    *)
@@ -248,9 +262,8 @@ get_finished(e) ==
     IN
     /\ pending' = [pending EXCEPT ![w] = {t \in @ : t.id \notin e.waited}]
     /\ workerAsync' = [workerAsync EXCEPT ![w] = @ \ e.reported]
-    /\ reports' = [r \in TraceReq |-> IF r \in e.reported THEN reports[r] \cup {w} ELSE reports[r]]
-    /\ reported' = [reported EXCEPT ![w] = [r \in TraceReq |->
-                      IF r \in e.reported THEN IF @[r] >= 2 THEN 2 ELSE @[r] + 1 ELSE @[r]]]
+    /\ reports' = reports \cup {<<r, w>> : r \in e.reported}
+    /\ reportedTwice' = (reportedTwice \/ \E r \in e.reported : <<r, w>> \in reports)
     /\ wPhase' = [wPhase EXCEPT ![w] = "gf"]
     /\ UNCHANGED wStep
     /\ metas' = [s \in DOMAIN metas \ doneSteps |-> metas[s]]
@@ -264,7 +277,7 @@ ShutdownReason(e) ==
 shutdown(e) ==
     /\ pending' = IF e.role = "worker" THEN [pending EXCEPT ![e.rank] = {}] ELSE pending
     /\ UNCHANGED <<reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, workerAsync, wStep,
-                   wPhase, reports, reported, unexpectedReports, dumpOverwrites, preemptOverWaits,
+                   wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites, preemptOverWaits,
                    blockingWaits>>
 
 -----------------------------------------------------------------------------
@@ -297,31 +310,27 @@ task_complete ==
          /\ t.status = "running" /\ NeedsDone(t, w)
          /\ pending' = [pending EXCEPT ![w] = (@ \ {t}) \cup {[t EXCEPT !.status = "done"]}]
     /\ UNCHANGED <<l, why, reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, workerAsync,
-                   wStep, wPhase, reports, reported, unexpectedReports, dumpOverwrites,
+                   wStep, wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites,
                    preemptOverWaits, blockingWaits>>
 
 Hidden == \E w \in TraceRank : \E t \in pending[w] : t.status = "running" /\ NeedsDone(t, w)
 
-(* The next logged event, when the model reproduces its fields.            *)
+(* The next logged event: taken when the model reproduces its fields;     *)
+(* otherwise `why` records the first field no behaviour reproduces (and    *)
+(* the search stops at TraceAcceptedInv).  One action, so that the checks  *)
+(* are evaluated once per state.                                           *)
 Logged ==
     /\ why = "" /\ l < Len(TraceLog)
     /\ ~Hidden
-    /\ Reason(Next1) = ""
-    /\ Apply(Next1)
-    /\ l' = l + 1
-    /\ UNCHANGED why
+    /\ LET reason == Reason(Next1) IN
+       IF reason = ""
+       THEN Apply(Next1) /\ l' = l + 1 /\ UNCHANGED why
+       ELSE /\ why' = reason
+            /\ UNCHANGED <<l, reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, workerAsync,
+                           pending, wStep, wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites,
+                           preemptOverWaits, blockingWaits>>
 
-(* No behaviour reproduces the next event: say why (and stop).             *)
-Reject ==
-    /\ why = "" /\ l < Len(TraceLog)
-    /\ ~Hidden
-    /\ Reason(Next1) # ""
-    /\ why' = Reason(Next1)
-    /\ UNCHANGED <<l, reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, workerAsync,
-                   pending, wStep, wPhase, reports, reported, unexpectedReports, dumpOverwrites,
-                   preemptOverWaits, blockingWaits>>
-
-Next == Logged \/ task_complete \/ Reject
+Next == Logged \/ task_complete
 
 Spec == Init /\ [][Next]_vars
 
@@ -334,17 +343,17 @@ NoWaitInWaitForSaveInv == DD!NoWaitInWaitForSaveInv
 
 TraceTypeInv ==
     /\ l \in 0..Len(TraceLog)
-    /\ reqState \in [TraceReq -> DD!ReqStates]
-    /\ \A r \in TraceReq : Range(blocksOf[r]) \subseteq TraceBlock
+    /\ DOMAIN reqState \subseteq TraceReq /\ \A r \in DOMAIN reqState : reqState[r] \in DD!ReqStates
+    /\ DOMAIN blocksOf \subseteq Live /\ \A r \in DOMAIN blocksOf : Range(blocksOf[r]) \subseteq TraceBlock
     /\ finishedIds \subseteq TraceReq /\ schedAsync \subseteq TraceReq
     /\ workerAsync \in [TraceRank -> SUBSET TraceReq]
     /\ \A w \in TraceRank : \A t \in pending[w] :
          t.reqs \subseteq TraceReq /\ t.blocks \subseteq TraceBlock /\ t.status \in {"running", "done"}
-    /\ reports \in [TraceReq -> SUBSET TraceRank]
-    /\ reported \in [TraceRank -> [TraceReq -> 0..2]]
+    /\ reports \subseteq TraceReq \X TraceRank
+    /\ reportedTwice \in BOOLEAN
 
 (* Each rank reports a request at most once.                               *)
-TraceReportOnceInv == \A w \in TraceRank : \A r \in TraceReq : reported[w][r] <= 1
+TraceReportOnceInv == ~reportedTwice
 
 (* The next event matched (or the log is over).                            *)
 TraceAcceptedInv == why = ""
