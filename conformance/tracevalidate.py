@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from deferdump.conformance.tracelog import LogEvent, load_events
-from deferdump.reference.errors import DeferDumpError
+from deferdump.reference.errors import DeferDumpError, UserError
 from deferdump.tools.tlc.bridge import run_tlc
 from deferdump.tools.tlc.output import Kind, Status
 from deferdump.tools.tlc.specfiles import spec_dir
@@ -34,6 +34,10 @@ ACCEPTED_INV, WITNESS_INV = "TraceAcceptedInv", "TraceNotDoneInv"
 
 class ValidationError(DeferDumpError):
     """TLC failed in a way that says nothing about the log (a bug in the model or the tool)."""
+
+
+class ValidationTimeout(UserError):
+    """TLC did not finish within the time limit (the CLI: one line, exit 2; raise --timeout)."""
 
 
 @dataclass
@@ -250,6 +254,8 @@ def validate(paths: Iterable[Path | str], *, timeout: float | None = 600.0, work
         return ValidationResult(False, len(events), position,
                                 _unmatched(event, "no action of the model takes this event", last),
                                 public, seconds, result.distinct_states)
+    if result.kind is Kind.TIMEOUT:
+        raise ValidationTimeout(f"TLC did not finish validating {len(events)} events within {timeout} s (--timeout)")
     raise ValidationError(
         f"TLC did not settle the log ({result.status.value}, {result.kind.value if result.kind else '-'}): "
         f"{result.message or 'no message'}"
