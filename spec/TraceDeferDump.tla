@@ -335,12 +335,6 @@ Next == Logged \/ task_complete
 Spec == Init /\ [][Next]_vars
 
 -----------------------------------------------------------------------------
-(* DeferDump's safety invariants, evaluated by the model on this state.    *)
-NoOverwriteWhileDumpingInv == DD!NoOverwriteWhileDumpingInv
-NoUnexpectedReportInv == DD!NoUnexpectedReportInv
-PreemptWaitsOnlyPreemptedInv == DD!PreemptWaitsOnlyPreemptedInv
-NoWaitInWaitForSaveInv == DD!NoWaitInWaitForSaveInv
-
 TraceTypeInv ==
     /\ l \in 0..Len(TraceLog)
     /\ DOMAIN reqState \subseteq TraceReq /\ \A r \in DOMAIN reqState : reqState[r] \in DD!ReqStates
@@ -351,6 +345,14 @@ TraceTypeInv ==
          t.reqs \subseteq TraceReq /\ t.blocks \subseteq TraceBlock /\ t.status \in {"running", "done"}
     /\ reports \subseteq TraceReq \X TraceRank
     /\ reportedTwice \in BOOLEAN
+    /\ wStep \in [TraceRank -> Nat] /\ wPhase \in [TraceRank -> {"hp", "wfs", "gf"}]
+    /\ schedStep \in Nat /\ DOMAIN metas \subseteq 1..schedStep
+
+(* DeferDump's safety invariants, evaluated by the model on this state.    *)
+NoOverwriteWhileDumpingInv == DD!NoOverwriteWhileDumpingInv
+NoUnexpectedReportInv == DD!NoUnexpectedReportInv
+PreemptWaitsOnlyPreemptedInv == DD!PreemptWaitsOnlyPreemptedInv
+NoWaitInWaitForSaveInv == DD!NoWaitInWaitForSaveInv
 
 (* Each rank reports a request at most once.                               *)
 TraceReportOnceInv == ~reportedTwice
