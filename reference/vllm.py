@@ -29,6 +29,7 @@ from deferdump.reference.errors import ConfigError, DeferDumpError
 from deferdump.reference.groups import KVGroup
 from deferdump.reference.metadata import DeferDumpMetadata
 from deferdump.reference.stores.base import KVStore
+from deferdump.reference.tracelog import SCHEDULER, WORKER, TraceLog, build_fields, ids, task_fields
 from deferdump.reference.views import CachedRequestView, NewRequestView, RequestView, StepView
 
 try:  # vLLM is optional: the adapter is the only module that needs it.
@@ -63,7 +64,8 @@ logger = logging.getLogger(__name__)
 
 # Keys the adapter itself reads from `kv_connector_extra_config`; every other key is `ConnectorConfig`'s.
 METRICS_DIR_KEY = "metrics_dir"
-ADAPTER_KEYS = (METRICS_DIR_KEY,)
+TRACE_LOG_KEY = "trace_log"  # a directory: write the event log for `deferdump validate`
+ADAPTER_KEYS = (METRICS_DIR_KEY, TRACE_LOG_KEY)
 
 
 class VllmUnavailableError(DeferDumpError, ImportError):
@@ -82,6 +84,9 @@ def split_extra_config(extra: Mapping[str, Any] | None) -> tuple[ConnectorConfig
     metrics_dir = adapter.get(METRICS_DIR_KEY)
     if metrics_dir is not None and not isinstance(metrics_dir, str):
         raise ConfigError(METRICS_DIR_KEY, f"must be a directory path string, got {metrics_dir!r}")
+    trace_log = adapter.get(TRACE_LOG_KEY)
+    if trace_log is not None and (not isinstance(trace_log, str) or not trace_log):
+        raise ConfigError(TRACE_LOG_KEY, f"must be a directory path string, got {trace_log!r}")
     return ConnectorConfig.from_extra_config(values), adapter
 
 
@@ -270,6 +275,15 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
         except BaseException:
             SHARED_STORES.release(self._store_key)
             raise
+        trace_dir = adapter_options.get(TRACE_LOG_KEY)
+        self._trace: TraceLog | None = None
+        self._trace_known: set[int] = set()  # worker: pending task ids when last looked at
+        self._trace_gone: list[int] = []  # worker: tasks gone since the last logged call
+        self._trace_added: list[dict[str, Any]] = []  # worker: tasks submitted since the last logged call
+        self._trace_meta: Any = None  # worker: the metadata of the step being logged
+        if trace_dir is not None:
+            trace_role = SCHEDULER if role == KVConnectorRole.SCHEDULER else WORKER
+            self._trace = TraceLog(trace_dir, trace_role, self._rank, str(transfer.engine_id))
         logger.info(
             "deferdump %s connector: variant=%s store=%s block_size=%d rank=%d kv_cache_groups=%d hybrid_fence=%s",
             role.name.lower(), config.variant, config.store, config.block_size, self._rank, len(self._groups),
@@ -296,12 +310,29 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
         self.core.update_state_after_alloc(request_view(request), block_ids, num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> DeferDumpMetadata:
-        metadata = self.core.build_connector_meta(step_view(scheduler_output, self._group_order))
+        view = step_view(scheduler_output, self._group_order)
+        metadata = self.core.build_connector_meta(view)
+        if self._trace is not None:
+            self._trace.next_step()
+            self._trace.write("build_connector_meta", **build_fields(view, metadata, self.config.block_size))
         self._export_metrics()
         return metadata
 
     def request_finished(self, request: "Request", block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
-        return self.core.request_finished(request_view(request), tuple(block_ids))
+        delayed, params = self.core.request_finished(request_view(request), tuple(block_ids))
+        if self._trace is not None:
+            self._trace.write("request_finished", req=request.request_id, block_ids=list(block_ids), delayed=delayed)
+        return delayed, params
+
+    def update_connector_output(self, connector_output: Any) -> None:
+        """vLLM's aggregated worker output for a step (logged only: this connector keeps no state of it)."""
+        super().update_connector_output(connector_output)
+        if self._trace is not None:
+            self._trace.write(
+                "update_connector_output",
+                finished_sending=ids(connector_output.finished_sending),
+                finished_recving=ids(connector_output.finished_recving),
+            )
 
     def request_finished_all_groups(
         self, request: "Request", block_ids: tuple[list[int], ...]
@@ -320,13 +351,18 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
     def bind_connector_metadata(self, connector_metadata: DeferDumpMetadata) -> None:
         super().bind_connector_metadata(connector_metadata)
         self.core.bind_connector_metadata(connector_metadata)
+        self._trace_step(connector_metadata)
 
     def clear_connector_metadata(self) -> None:
         super().clear_connector_metadata()
         self.core.clear_connector_metadata()
 
     def handle_preemptions(self, kv_connector_metadata: DeferDumpMetadata) -> None:
+        self._trace_step(kv_connector_metadata)
         self.core.handle_preemptions(kv_connector_metadata)
+        if self._trace is not None:
+            preempted = getattr(kv_connector_metadata, "preempted_req_ids", None)
+            self._trace.write("handle_preemptions", preempted=ids(preempted), waited=self._trace_delta()[0])
 
     def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
         self.core.start_load_kv(**kwargs)
@@ -336,12 +372,25 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
 
     def save_kv_layer(self, layer_name: str, kv_layer: "torch.Tensor", attn_metadata: Any, **kwargs: Any) -> None:
         self.core.save_kv_layer(layer_name, kv_layer, attn_metadata, **kwargs)
+        if self._trace is not None:
+            self._trace_collect()  # layer-wise: a task submitted here may be reaped by wait_for_save
 
     def wait_for_save(self) -> None:
-        self.core.wait_for_save()
+        failures = self.core.inner.submit_failures
+        try:
+            self.core.wait_for_save()
+        finally:
+            if self._trace is not None:
+                reaped, submitted = self._trace_delta()
+                failed = self.core.inner.submit_failures > failures
+                self._trace.write("wait_for_save", reaped=reaped, submitted=submitted,
+                                  submit_error="submit failed" if failed else None)
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         finished = self.core.get_finished(set(finished_req_ids))
+        if self._trace is not None:
+            self._trace.write("get_finished", finished_req_ids=ids(finished_req_ids), waited=self._trace_delta()[0],
+                              reported=ids(finished[0]))
         self._export_metrics()
         return finished
 
@@ -356,11 +405,41 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
         self._closed = True
         try:
             self.core.shutdown()
+            if self._trace is not None:
+                waited = self._trace_delta()[0] if self.role != KVConnectorRole.SCHEDULER else []
+                self._trace.write("shutdown", waited=waited)
         finally:
+            if self._trace is not None:
+                self._trace.close()
             try:
                 self._export_metrics()
             finally:
                 SHARED_STORES.release(self._store_key)
+
+    def trace_path(self) -> Path | None:
+        """This instance's event log, if `trace_log` is set."""
+        return None if self._trace is None else self._trace.path
+
+    def _trace_step(self, metadata: Any) -> None:
+        """A worker step begins with the first call that carries its metadata: vLLM's runner calls
+        `handle_preemptions` before it binds the metadata (gpu_model_runner.execute_model)."""
+        if self._trace is not None and metadata is not self._trace_meta:
+            self._trace_meta = metadata
+            self._trace.next_step()
+
+    def _trace_collect(self) -> None:
+        """Note the tasks gone and added since the pending list was last looked at."""
+        pending = {task.task.task_id: task for task in self.core._pending_dump_tasks}
+        self._trace_gone.extend(sorted(self._trace_known - pending.keys()))
+        self._trace_added.extend(task_fields(pending[i]) for i in sorted(pending.keys() - self._trace_known))
+        self._trace_known = set(pending)
+
+    def _trace_delta(self) -> tuple[list[int], list[dict[str, Any]]]:
+        """(task ids gone since the last logged call, tasks added since: id, request ids, block ids)."""
+        self._trace_collect()
+        gone, added = self._trace_gone, self._trace_added
+        self._trace_gone, self._trace_added = [], []
+        return sorted(gone), added
 
     def metrics_path(self) -> Path | None:
         """Where this instance exports its metrics (Prometheus text format), if `metrics_dir` is set."""

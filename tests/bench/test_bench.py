@@ -16,7 +16,14 @@ import pytest
 import torch
 
 from deferdump.reference import ConnectorConfig, MemoryStore
-from deferdump.tools.bench.suite import measure_conformance_cover, measure_replay, measure_tlc, run_bench
+from deferdump.conformance.tracesynth import synthetic_run
+from deferdump.tools.bench.suite import (
+    measure_conformance_cover,
+    measure_replay,
+    measure_tlc,
+    measure_trace_validation,
+    run_bench,
+)
 from deferdump.tools.bench.plot import plot_modes
 from deferdump.tools.engine.phase_timer import PhaseTimer, summarize
 from deferdump.tools.engine.steploop import LoopConfig, Mode, StepLoop
@@ -225,3 +232,18 @@ def test_tiny_bench_on_cuda_produces_every_key() -> None:
     assert report["bandwidth_path"].startswith("CudaDevice")
     for key in ("wait_for_save_deferred_over_blocking", "dump_bandwidth_over_memcpy"):
         assert math.isfinite(report[key]) and report[key] > 0
+
+
+def test_trace_validation_figure_from_a_synthetic_log() -> None:
+    figures = measure_trace_validation(900.0, events=60)
+    assert figures["trace_validation_events"] >= 60
+    assert figures["trace_validation_events_per_s"] > 0
+    assert figures["trace_validation_1000_events_s"] == pytest.approx(
+        1000 / figures["trace_validation_events_per_s"])
+
+
+def test_the_synthetic_log_is_protocol_correct_and_long_enough() -> None:
+    scheduler, worker = synthetic_run(200)
+    assert len(scheduler) + len(worker) >= 200
+    delayed = [e for e in scheduler if e["event"] == "request_finished"]
+    assert delayed and all(e["delayed"] for e in delayed)

@@ -6,6 +6,7 @@ variables when it is first imported (VLLM_ENABLE_V1_MULTIPROCESSING and the cach
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_harness import TINY_HYBRID_CONFIG, write_tiny_model
+from vllm_harness import TINY_HYBRID_CONFIG, TRACE_LOG_ENV, write_tiny_model
 
 _ROOT = Path(tempfile.mkdtemp(prefix="deferdump-vllm-"))
 for _name in ("TMPDIR", "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "HF_HOME"):
@@ -52,3 +53,41 @@ def store_dir(vllm_root: Path, request: pytest.FixtureRequest) -> Iterator[Path]
     path = Path(tempfile.mkdtemp(prefix=f"{request.node.name[:40]}-", dir=vllm_root))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "trace_rejected(event, reason): the scenario breaks the protocol; its log must fail validation at "
+        "`event` for a reason containing `reason`",
+    )
+
+
+@pytest.fixture(autouse=True)
+def trace_log(vllm_root: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Every engine a test builds writes its connector event log here; after the test the logs must match
+    the model (or, for a `trace_rejected` scenario, fail at the named event).
+
+    Under `DEFERDUMP_TRACE_DIR/<test name>/` when that variable is set (kept), else a temp dir.
+    """
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
+    base = os.environ.get("DEFERDUMP_TRACE_DIR")
+    if base:
+        path = Path(base) / safe
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+    else:
+        path = Path(tempfile.mkdtemp(prefix=f"trace-{safe[:40]}-", dir=vllm_root))
+    monkeypatch.setenv(TRACE_LOG_ENV, str(path))
+    yield path
+    from trace_check import assert_rejected_at, assert_runs_match, runs  # after vLLM's environment is set
+
+    if not runs(path):
+        return  # the test built no engine
+    rejected = request.node.get_closest_marker("trace_rejected")
+    if rejected is not None:
+        assert_rejected_at(path, *rejected.args)
+    else:
+        assert_runs_match(path)
+    if not base:
+        shutil.rmtree(path, ignore_errors=True)

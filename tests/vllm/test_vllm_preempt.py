@@ -100,6 +100,7 @@ def test_preempt_waits_only_preempted_tasks(
     assert scheduler.core._async_dump_req_ids == set()
 
 
+@pytest.mark.trace_rejected("wait_for_save", "NoOverwriteWhileDumpingInv")
 def test_preempt_ignored_lets_vllm_rewrite_blocks_under_a_dump(
     tiny_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

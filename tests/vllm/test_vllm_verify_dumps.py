@@ -6,7 +6,8 @@ and the KV cache is tiny, so freed blocks are reallocated and rewritten within a
 `request_finished` delays the free until the dump finished: zero mismatches. With the delay broken
 (`request_finished` answers False, as a wrapper that fails to forward it would), vLLM rewrites blocks
 the copy has not read yet: the guard counts mismatches, and the free guard sees frees of blocks whose
-dumps were in flight.
+dumps were in flight. Its event log fails trace validation at the first `request_finished` that answers
+False for a request the model delays.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from deferdump.reference.vllm import DeferDumpConnector
+from deferdump.reference.connectors import OuterConnector
 from vllm_harness import (
     FreeGuard,
     HeldCopies,
@@ -54,23 +55,23 @@ def test_verify_dumps_silent_when_free_is_delayed(tiny_model: Path, monkeypatch:
     guard.assert_each_freed_once(len(PROMPTS))
 
 
+@pytest.mark.trace_rejected("request_finished", "delayed: false")
 def test_verify_dumps_fires_when_free_is_not_delayed(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     HeldCopies().install(monkeypatch)
-    real_request_finished = DeferDumpConnector.request_finished
-    real_get_finished = DeferDumpConnector.get_finished
+    real_request_finished = OuterConnector.request_finished
+    real_get_finished = OuterConnector.get_finished
 
-    def request_finished_without_delay(
-        self: DeferDumpConnector, request: Any, block_ids: list[int]
-    ) -> tuple[bool, Any]:
+    # Broken under the adapter, so what vLLM receives is what the event log records.
+    def request_finished_without_delay(self: OuterConnector, request: Any, block_ids: Any) -> tuple[bool, Any]:
         real_request_finished(self, request, block_ids)  # tracking as usual, but the free is not delayed
         return False, None
 
-    def get_finished_without_reports(self: DeferDumpConnector, finished_req_ids: set[str]) -> tuple[None, None]:
+    def get_finished_without_reports(self: OuterConnector, finished_req_ids: set[str]) -> tuple[None, None]:
         real_get_finished(self, finished_req_ids)  # the worker still waits its dumps ...
         return None, None  # ... but must not report ids vLLM already freed (the scheduler would assert)
 
-    monkeypatch.setattr(DeferDumpConnector, "request_finished", request_finished_without_delay)
-    monkeypatch.setattr(DeferDumpConnector, "get_finished", get_finished_without_reports)
+    monkeypatch.setattr(OuterConnector, "request_finished", request_finished_without_delay)
+    monkeypatch.setattr(OuterConnector, "get_finished", get_finished_without_reports)
     mismatches, guard = _run(tiny_model)
     assert mismatches > 0, "the guard missed blocks rewritten under an in-flight dump"
     assert guard.violations, "no block was freed while its dump was in flight"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import threading
 from collections.abc import Iterator, Mapping
@@ -57,13 +58,26 @@ def write_tiny_model(directory: Path, config: Mapping[str, Any] = TINY_LLAMA_CON
     return directory
 
 
-def deferdump_transfer_config(extra: Mapping[str, Any]) -> dict[str, Any]:
-    """The `kv_transfer_config` that loads deferdump's connector, exactly as the README shows it."""
+# Set by the tests' autouse fixture (and inherited by driver subprocesses): where connectors write their
+# event logs, validated against the model after each test.
+TRACE_LOG_ENV = "DEFERDUMP_TEST_TRACE_LOG"
+
+
+def deferdump_transfer_config(extra: Mapping[str, Any], *, trace_subdir: str | None = None) -> dict[str, Any]:
+    """The `kv_transfer_config` that loads deferdump's connector, exactly as the README shows it.
+
+    Under the test suite the connector also writes its event log (`trace_log`) to the test's trace
+    directory (a `trace_subdir` of it for a MultiConnector child: each child is a connector of its own).
+    """
+    extra = dict(extra)
+    trace_dir = os.environ.get(TRACE_LOG_ENV)
+    if trace_dir and "trace_log" not in extra:
+        extra["trace_log"] = str(Path(trace_dir) / trace_subdir) if trace_subdir else trace_dir
     return {
         "kv_connector": CONNECTOR_CLASS,
         "kv_connector_module_path": CONNECTOR_MODULE,
         "kv_role": "kv_both",
-        "kv_connector_extra_config": dict(extra),
+        "kv_connector_extra_config": extra,
     }
 
 
@@ -73,7 +87,10 @@ def multi_transfer_config(*children_extra: Mapping[str, Any]) -> dict[str, Any]:
         "kv_connector": "MultiConnector",
         "kv_role": "kv_both",
         "kv_connector_extra_config": {
-            "connectors": [deferdump_transfer_config(extra) for extra in children_extra],
+            "connectors": [
+                deferdump_transfer_config(extra, trace_subdir=f"child{index}")
+                for index, extra in enumerate(children_extra)
+            ],
         },
     }
 

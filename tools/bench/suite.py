@@ -47,6 +47,7 @@ GOALS = {
     "core_branch_coverage": (">=", 0.95),  # protocol-core branches reached by conformance alone
     "tlc_generated_states_per_s": (">=", 20000.0),  # per TLC worker, search time only
     "ci_tier_seconds": ("<=", 120.0),  # `deferdump check --tier ci`, wall, on 2 cores
+    "trace_validation_1000_events_s": ("<=", 30.0),  # `deferdump validate` of a 1,000-event log
 }
 CUDA_GOALS = {"step_overhead_over_nosave": ("<=", 0.05), "dump_bandwidth_over_memcpy": (">=", 0.80)}
 
@@ -632,6 +633,31 @@ def measure_tlc(timeout_s: float, *, manifest_path: Path | None = None, model_li
     return figures
 
 
+def measure_trace_validation(timeout_s: float, *, events: int = 1000) -> dict[str, Any]:
+    """Events per second that `deferdump validate` checks against the model (a synthetic, protocol-correct
+    log of `events` events; JVM start and module generation included)."""
+    from deferdump.conformance.tracesynth import write_synthetic_run
+    from deferdump.conformance.tracevalidate import validate
+
+    with tempfile.TemporaryDirectory(prefix="deferdump-bench-trace-") as directory:
+        count = write_synthetic_run(Path(directory), events)
+        try:
+            result = validate([Path(directory)], timeout=timeout_s)
+        except UserError as error:
+            return {"trace_validation_events_per_s": None, "trace_validation_1000_events_s": None,
+                    "trace_validation_events_per_s_reason": str(error)}
+    if not result.matched:
+        reason = "the synthetic log did not match the model" + (
+            f": {result.first_unmatched.reason}" if result.first_unmatched else "")
+        return {"trace_validation_events_per_s": None, "trace_validation_1000_events_s": None,
+                "trace_validation_events_per_s_reason": reason}
+    return {
+        "trace_validation_events": count,
+        "trace_validation_events_per_s": count / result.seconds,
+        "trace_validation_1000_events_s": result.seconds * 1000 / count,
+    }
+
+
 # ---------------------------------------------------------------------------------------- the report
 def cpu_model() -> str:
     try:
@@ -707,11 +733,16 @@ def run_bench(
         if include_tlc:
             progress("TLC")
             report.update(measure_tlc(config.tlc_timeout_s, model_limit=config.model_limit))
+            progress("trace validation")
+            report.update(measure_trace_validation(max(config.tlc_timeout_s, 300.0),
+                                                   events=200 if config.model_limit is not None else 1000))
         else:
             report.update({key: None for key in ("tlc_distinct_states_per_s", "tlc_generated_states_per_s",
                                                  "ci_tier_seconds")})
             report.update({f"{key}_reason": "skipped" for key in ("tlc_distinct_states_per_s",
                                                                   "tlc_generated_states_per_s", "ci_tier_seconds")})
+            report.update({"trace_validation_events_per_s": None, "trace_validation_1000_events_s": None,
+                           "trace_validation_events_per_s_reason": "skipped"})
     finally:
         torch.set_num_threads(previous_threads)
     report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]

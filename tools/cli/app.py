@@ -9,6 +9,7 @@ from deferdump.tools.cli.conformance import replay, traces, verify
 from deferdump.tools.cli.explain import explain
 from deferdump.tools.cli.mro import mro
 from deferdump.tools.cli.soak import soak
+from deferdump.tools.cli.validate import validate
 from deferdump.reference.errors import UserError
 
 app = typer.Typer(
@@ -41,6 +42,7 @@ app.command("explain")(explain)
 app.command("bench")(bench)
 app.command("soak")(soak)
 app.command("mro")(mro)
+app.command("validate")(validate)
 
 
 def main() -> None:

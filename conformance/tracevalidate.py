@@ -1,0 +1,281 @@
+"""Trace validation: does a real run's connector event log match a behaviour of the TLA+ model?
+
+`validate(paths)` merges the logs (`tracelog.load_events`), writes an MC module holding the log as a
+TLA+ sequence literal with the constants read from it, and has TLC search `spec/TraceDeferDump.tla`.
+TLC reporting `TraceNotDoneInv` violated is the witness that a behaviour reproduces the whole log
+with every state satisfying the model's safety invariants; any other outcome names the first event no
+behaviour reaches, and why.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deferdump.conformance.tracelog import LogEvent, load_events
+from deferdump.reference.errors import DeferDumpError, UserError
+from deferdump.tools.tlc.bridge import run_tlc
+from deferdump.tools.tlc.output import Kind, Status
+from deferdump.tools.tlc.specfiles import spec_dir
+from deferdump.tools.tlc.values import Value, format_value
+
+logger = logging.getLogger(__name__)
+
+MC_MODULE = "MCTraceDeferDump"
+# In this order: TLC reports the first invariant a state breaks, and the witness must come last.
+SAFETY_INVARIANTS = ("TraceTypeInv", "NoOverwriteWhileDumpingInv", "NoUnexpectedReportInv",
+                     "PreemptWaitsOnlyPreemptedInv", "NoWaitInWaitForSaveInv", "TraceReportOnceInv")
+ACCEPTED_INV, WITNESS_INV = "TraceAcceptedInv", "TraceNotDoneInv"
+
+
+class ValidationError(DeferDumpError):
+    """TLC failed in a way that says nothing about the log (a bug in the model or the tool)."""
+
+
+class ValidationTimeout(UserError):
+    """TLC did not finish within the time limit (the CLI: one line, exit 2; raise --timeout)."""
+
+
+@dataclass
+class Unmatched:
+    """The first event no behaviour of the model reaches."""
+
+    file: str
+    seq: int
+    event: str
+    reason: str
+    line: int = 0
+    record: Mapping[str, Any] = field(default_factory=dict)
+    state_before: Mapping[str, Value] = field(default_factory=dict)  # the model's state just before it
+
+    def as_json(self) -> dict[str, Any]:
+        return {"file": self.file, "seq": self.seq, "event": self.event, "reason": self.reason}
+
+
+@dataclass
+class ValidationResult:
+    matched: bool
+    events: int
+    matched_events: int
+    first_unmatched: Unmatched | None
+    model_constants: dict[str, Any]
+    seconds: float
+    distinct_states: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """Exactly the object `deferdump validate --json` prints."""
+        return {
+            "matched": self.matched,
+            "events": self.events,
+            "matched_events": self.matched_events,
+            "first_unmatched": None if self.first_unmatched is None else self.first_unmatched.as_json(),
+            "model_constants": self.model_constants,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+# ------------------------------------------------------------------------------------ the module
+def _s(text: str) -> str:
+    return json.dumps(text)  # TLA+ string literals escape '"' and '\' as JSON does
+
+
+def _set(items: Iterable[str]) -> str:
+    return "{" + ", ".join(items) + "}"
+
+
+def _seq(items: Iterable[str]) -> str:
+    return "<<" + ", ".join(items) + ">>"
+
+
+def _ints(values: Iterable[int]) -> str:
+    return _seq(str(int(v)) for v in values)
+
+
+def _strs(values: Iterable[str]) -> str:
+    return _set(_s(v) for v in sorted(set(values)))
+
+
+def _int_set(values: Iterable[int]) -> str:
+    return _set(str(int(v)) for v in sorted(set(values)))
+
+
+def event_literal(record: Mapping[str, Any]) -> str:
+    """One log line as the TLA+ record TraceDeferDump reads."""
+    name = record["event"]
+    common = [f"event |-> {_s(name)}", f"step |-> {record['step']}", f"rank |-> {record['rank']}",
+              f"role |-> {_s(record['role'])}"]
+    if name == "build_connector_meta":
+        reqs = _seq(
+            f"[req |-> {_s(x['req'])}, new |-> {_b(x['new'])}, resumed |-> {_b(x['resumed'])}, "
+            f"blocks |-> {_ints(x['block_ids'])}, computed |-> {x['num_computed_tokens']}, "
+            f"scheduled |-> {x['num_scheduled_tokens']}]"
+            for x in record["reqs"]
+        )
+        dump = _set(f"[req |-> {_s(d['req'])}, blocks |-> {_ints(d['block_ids'])}]" for d in record["dump"])
+        fields = [f"reqs |-> {reqs}", f"dump |-> {dump}", f"preempted |-> {_strs(record['preempted'])}",
+                  f"finished |-> {_strs(record['finished'])}"]
+    elif name == "request_finished":
+        fields = [f"req |-> {_s(record['req'])}", f"blocks |-> {_ints(record['block_ids'])}",
+                  f"delayed |-> {_b(record['delayed'])}"]
+    elif name == "update_connector_output":
+        fields = [f"sending |-> {_strs(record['finished_sending'])}",
+                  f"recving |-> {_strs(record['finished_recving'])}"]
+    elif name == "handle_preemptions":
+        fields = [f"preempted |-> {_strs(record['preempted'])}", f"waited |-> {_int_set(record['waited'])}"]
+    elif name == "wait_for_save":
+        submitted = _set(f"[id |-> {s['task']}, reqs |-> {_strs(s['reqs'])}, blocks |-> {_ints(s['blocks'])}]"
+                         for s in record["submitted"])
+        fields = [f"reaped |-> {_int_set(record['reaped'])}", f"submitted |-> {submitted}",
+                  f"error |-> {_b(record['submit_error'] is not None)}"]
+    elif name == "get_finished":
+        fields = [f"finished |-> {_strs(record['finished_req_ids'])}", f"waited |-> {_int_set(record['waited'])}",
+                  f"reported |-> {_strs(record['reported'])}"]
+    else:  # shutdown
+        fields = [f"waited |-> {_int_set(record['waited'])}"]
+    return "[" + ", ".join(common + fields) + "]"
+
+
+def _b(value: bool) -> str:
+    return "TRUE" if value else "FALSE"
+
+
+def model_constants(events: Sequence[LogEvent]) -> dict[str, Any]:
+    """Requests, blocks, ranks and block size, read from the log."""
+    reqs: set[str] = set()
+    blocks: set[int] = set()
+    ranks = {0}
+    block_size = None
+    for event in events:
+        r = event.record
+        if r["role"] == "worker":
+            ranks.add(r["rank"])
+        if r["event"] == "build_connector_meta":
+            block_size = block_size or r["block_size"]
+            for x in r["reqs"]:
+                reqs.add(x["req"])
+                blocks.update(x["block_ids"])
+            for d in r["dump"] + r["load"]:
+                reqs.add(d["req"])
+                blocks.update(d["block_ids"])
+            reqs.update(r["preempted"] + r["finished"])
+        elif r["event"] == "request_finished":
+            reqs.add(r["req"])
+            blocks.update(r["block_ids"])
+        elif r["event"] == "update_connector_output":
+            reqs.update(r["finished_sending"] + r["finished_recving"])
+        elif r["event"] == "wait_for_save":
+            for s in r["submitted"]:
+                reqs.update(s["reqs"])
+                blocks.update(s["blocks"])
+        elif r["event"] in ("handle_preemptions",):
+            reqs.update(r["preempted"])
+        elif r["event"] == "get_finished":
+            reqs.update(r["finished_req_ids"] + r["reported"])
+    return {"requests": sorted(reqs), "blocks": len(blocks), "block_ids": sorted(blocks),
+            "ranks": sorted(ranks), "block_size": block_size or 1}
+
+
+def generate_module(events: Sequence[LogEvent], constants: Mapping[str, Any]) -> tuple[str, str]:
+    """(the MC module holding the log, its cfg)."""
+    log = ",\n    ".join(event_literal(e.record) for e in events)
+    module = "\n".join([
+        f"---- MODULE {MC_MODULE} ----",
+        "(* Generated by deferdump validate: one real run's merged connector event log. *)",
+        "EXTENDS TraceDeferDump",
+        f"GenLog == <<\n    {log}\n    >>" if events else "GenLog == <<>>",
+        f"GenReq == {_strs(constants['requests'])}",
+        f"GenBlock == {_int_set(constants['block_ids'])}",
+        f"GenRank == {_int_set(constants['ranks'])}",
+        f"GenBlockSize == {constants['block_size']}",
+        "====",
+        "",
+    ])
+    cfg = "\n".join([
+        "\\* Generated by deferdump validate.",
+        "CONSTANTS",
+        "    TraceLog <- GenLog",
+        "    TraceReq <- GenReq",
+        "    TraceBlock <- GenBlock",
+        "    TraceRank <- GenRank",
+        "    BlockSize <- GenBlockSize",
+        "SPECIFICATION Spec",
+        "INVARIANTS",
+        *[f"    {name}" for name in (*SAFETY_INVARIANTS, ACCEPTED_INV, WITNESS_INV)],
+        "",
+    ])
+    return module, cfg
+
+
+# -------------------------------------------------------------------------------------- validate
+def validate(paths: Iterable[Path | str], *, timeout: float | None = 600.0, workers: int = 1,
+             keep_dir: Path | None = None) -> ValidationResult:
+    """Validate one run's logs (files, or a directory of them) against the model with TLC.
+
+    Bad input (unreadable file, schema break, logs of two runs) raises `TraceLogError` (a `UserError`).
+    """
+    started = time.perf_counter()
+    events = load_events(paths)
+    constants = model_constants(events)
+    module, cfg = generate_module(events, constants)
+    result = run_tlc(
+        spec_dir() / f"{MC_MODULE}.tla",
+        f"{MC_MODULE}.cfg",
+        workers=workers,
+        timeout=timeout,
+        extra_modules={MC_MODULE: module, f"{MC_MODULE}.cfg": cfg},
+        keep_dir=keep_dir,
+        heap="2g",
+    )
+    public = {k: v for k, v in constants.items() if k != "block_ids"}
+    seconds = time.perf_counter() - started
+    if result.status is Status.VIOLATION and result.kind is Kind.INVARIANT and result.trace:
+        last = result.trace[-1].values
+        position = int(last["l"])
+        if result.property == WITNESS_INV:
+            return ValidationResult(True, len(events), len(events), None, public, seconds, result.distinct_states)
+        if result.property == ACCEPTED_INV:
+            event = events[position]
+            unmatched = _unmatched(event, str(last["why"]), last)
+            return ValidationResult(False, len(events), position, unmatched, public, seconds, result.distinct_states)
+        # a safety invariant broken by the event just applied
+        event = events[position - 1]
+        before = result.trace[-2].values if len(result.trace) > 1 else last
+        reason = f"{result.property} violated: {_INVARIANT_WORDS.get(result.property or '', '')}".rstrip(": ")
+        return ValidationResult(False, len(events), position - 1, _unmatched(event, reason, before), public,
+                                seconds, result.distinct_states)
+    if result.status is Status.VIOLATION and result.kind is Kind.DEADLOCK and result.trace:
+        last = result.trace[-1].values
+        position = int(last["l"])
+        event = events[position]
+        return ValidationResult(False, len(events), position,
+                                _unmatched(event, "no action of the model takes this event", last),
+                                public, seconds, result.distinct_states)
+    if result.kind is Kind.TIMEOUT:
+        raise ValidationTimeout(f"TLC did not finish validating {len(events)} events within {timeout} s (--timeout)")
+    raise ValidationError(
+        f"TLC did not settle the log ({result.status.value}, {result.kind.value if result.kind else '-'}): "
+        f"{result.message or 'no message'}"
+    )
+
+
+_INVARIANT_WORDS = {
+    "NoOverwriteWhileDumpingInv": "the forward wrote a block that a still-running dump task reads",
+    "NoUnexpectedReportInv": "finished_sending reached the scheduler for a request whose free was not delayed",
+    "PreemptWaitsOnlyPreemptedInv": "handle_preemptions waited a task of no preempted request",
+    "NoWaitInWaitForSaveInv": "wait_for_save waited a still-running task",
+    "TraceReportOnceInv": "a rank reported a request twice",
+    "TraceTypeInv": "a value outside the model's types",
+}
+
+
+def _unmatched(event: LogEvent, reason: str, state: Mapping[str, Value]) -> Unmatched:
+    return Unmatched(event.file, event.seq, event.event, reason, event.line, event.record, state)
+
+
+def render_state(state: Mapping[str, Value]) -> list[str]:
+    """The model's state as lines, one per variable (`l` and `why` left out)."""
+    return [f"{name} = {format_value(value)}" for name, value in sorted(state.items()) if name not in ("l", "why")]

@@ -1,0 +1,366 @@
+--------------------------- MODULE TraceDeferDump ---------------------------
+(***************************************************************************)
+(* Trace validation: is a real vLLM run's connector event log (NDJSON,    *)
+(* docs/trace-log.md) a behaviour of DeferDump?  `deferdump validate`     *)
+(* merges the processes' logs in engine order and generates an MC module  *)
+(* that gives TraceLog (the log as a sequence of records) and the         *)
+(* constants read from it.  A counter `l` walks the log: each logged      *)
+(* event is one action that asserts the logged arguments and results      *)
+(* against the state and advances `l`; the hidden store action            *)
+(* `task_complete` may run between events, only for the tasks the next    *)
+(* event reaps (etcd's and CCF's technique, with TLC 2.15: no Json module *)
+(* and no POSTCONDITION, so the log is a literal and the witness of a     *)
+(* full match is the invariant TraceNotDoneInv VIOLATED).                 *)
+(*                                                                         *)
+(* Grain.  Real vLLM schedules chunks of many tokens and many blocks, not *)
+(* DeferDump's one block per step, so this module keeps DeferDump's       *)
+(* variables and decisions at the log's grain: the request and task       *)
+(* state, the scheduler's delay decision (DD!request_finished through the *)
+(* class table), the worker's waits, and DeferDump's safety invariants,   *)
+(* evaluated by DD on these very variables.                               *)
+(*                                                                         *)
+(* A field no behaviour reproduces: `Logged` records in `why` the first   *)
+(* failed check of the next event instead (TraceAcceptedInv).            *)
+(***************************************************************************)
+EXTENDS Naturals, Sequences, FiniteSets, TLC, RealTable
+
+CONSTANTS
+    TraceLog,       \* the merged log: a sequence of event records
+    TraceReq,       \* request ids in the log (strings)
+    TraceBlock,     \* vLLM block ids in the log (integers)
+    TraceRank,      \* worker ranks that wrote a log (integers)
+    BlockSize       \* tokens per vLLM block
+
+VARIABLES
+    l,              \* events of TraceLog matched so far
+    why,            \* "" while matching; else why the next event matches no behaviour
+    reqState,       \* [live requests -> state]: running, preempted, delayed; a request out
+                    \*   of the domain is waiting or done (sparse: a log has many requests)
+    blocksOf,       \* [live requests -> Seq(block)]: the blocks vLLM holds for the request
+    finishedIds,    \* requests finished since the last schedule (Scheduler.finished_req_ids)
+    schedAsync,     \* the scheduler connector's tracked requests (_async_dump_req_ids)
+    schedStep,      \* the last step the scheduler built
+    metas,          \* [steps -> metadata]: built steps some rank has not yet run
+    workerAsync,    \* [TraceRank -> SUBSET TraceReq]: the worker's tracked requests
+    pending,        \* [TraceRank -> set of [id, reqs, blocks, status]]: pending dump tasks
+    wStep,          \* [TraceRank -> step]: the step the rank runs (or last ran)
+    wPhase,         \* [TraceRank -> last call]: "hp", "wfs" or "gf" (a step's order)
+    reports,        \* set of <<req, rank>>: a rank reported the request, not yet delivered
+    reportedTwice,  \* has a rank reported a request it had reported, not yet delivered?
+    unexpectedReports, \* finished_sending delivered for a request that was not delayed
+    dumpOverwrites, \* a forward wrote a block that a still-running dump task reads
+    preemptOverWaits, \* handle_preemptions waited a task of no preempted request
+    blockingWaits   \* (never set: a log cannot show a wait_for_save block; kept for DD)
+
+vars == <<l, why, reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, workerAsync,
+          pending, wStep, wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites,
+          preemptOverWaits, blockingWaits>>
+
+(* The model under check, on this module's variables; DeferDump's other    *)
+(* variables do not exist at the log's grain and are fixed.  The class    *)
+(* table is the one merged (RealTable): the reference connector's.        *)
+DD == INSTANCE DeferDump WITH
+    Classes <- RealClasses, Bases <- RealBases, Behaviour <- RealBehaviour,
+    Defines <- DefinesFrom(RealBehaviour),
+    Req <- TraceReq, Block <- TraceBlock, Rank <- TraceRank, Rank0 <- 0,
+    PromptBlocks <- 1, Layers <- 1, MaxPreempt <- 0, MaxInflight <- 2,
+    InnerClass <- "UCMDirectConnector", Wrapper <- TRUE, HMA <- FALSE, Multi <- FALSE,
+    MLA <- FALSE, Faults <- {"submit", "wait", "check"}, Lockstep <- FALSE, FusedStep <- FALSE,
+    StoreHits <- FALSE, ShortReqs <- {}, DeferFinalize <- FALSE, Hybrid <- FALSE,
+    Moves <- {}, Bugs <- {}, sibDelayed <- {}, recompute <- {}, down <- FALSE, dirtyLoads <- FALSE,
+    swBlocksOf <- [r \in TraceReq |-> <<>>], freedSince <- {}, preemptions <- 0,
+    inflight <- <<>>, executed <- 0, agg <- [r \in TraceReq |-> 0], extraSaves <- {},
+    live <- [w \in TraceRank |-> {}], releaseErrors <- [w \in TraceRank |-> {}],
+    workerExtra <- [w \in TraceRank |-> {}], sibPending <- [w \in TraceRank |-> {}],
+    reported <- [w \in TraceRank |-> [r \in TraceReq |-> 0]],
+    tick <- 0, action <- [name |-> "init"]
+
+(* The class table's labels, evaluated once (constant-level definitions). *)
+Track == DD!BCMLabel = "track"               \* build_connector_meta tracks dump requests
+DelayIfTracked == DD!RFLabel = "delay_if_tracked"  \* request_finished delays iff tracked
+
+(* DD!request_finished(S, r) with its label evaluated once.                *)
+Delays(r) == DelayIfTracked /\ r \in schedAsync
+
+Range(f) == {f[i] : i \in DOMAIN f}
+Live == DOMAIN reqState
+State(r) == IF r \in Live THEN reqState[r] ELSE "idle"   \* idle: waiting or done
+BlocksOf(r) == IF r \in DOMAIN blocksOf THEN blocksOf[r] ELSE <<>>
+Held(r) == Range(BlocksOf(r))
+(* f with the keys in D dropped and g's keys set to g's values.            *)
+Update(f, D, g) == [x \in (DOMAIN f \ D) \cup DOMAIN g |-> IF x \in DOMAIN g THEN g[x] ELSE f[x]]
+
+Init ==
+    /\ l = 0
+    /\ why = ""
+    /\ reqState = <<>>
+    /\ blocksOf = <<>>
+    /\ finishedIds = {}
+    /\ schedAsync = {}
+    /\ schedStep = 0
+    /\ metas = <<>>
+    /\ workerAsync = [w \in TraceRank |-> {}]
+    /\ pending = [w \in TraceRank |-> {}]
+    /\ wStep = [w \in TraceRank |-> 0]
+    /\ wPhase = [w \in TraceRank |-> "gf"]
+    /\ reports = {}
+    /\ reportedTwice = FALSE
+    /\ unexpectedReports = {}
+    /\ dumpOverwrites = FALSE
+    /\ preemptOverWaits = FALSE
+    /\ blockingWaits = FALSE
+
+-----------------------------------------------------------------------------
+(* build_connector_meta: vLLM's SchedulerOutput and the connector's slices. *)
+(* A new or resumed request's `blocks` are all its blocks, a running one's  *)
+(* the added ones.  The forward writes token positions                     *)
+(* [computed, computed + scheduled), i.e. these block indexes (from 1).    *)
+NewList(x) == IF x.new \/ x.resumed THEN x.blocks ELSE BlocksOf(x.req) \o x.blocks
+WriteIdx(x) == IF x.scheduled = 0 THEN {}
+               ELSE ((x.computed \div BlockSize) + 1)..(((x.computed + x.scheduled - 1) \div BlockSize) + 1)
+Writes(x) == {NewList(x)[i] : i \in WriteIdx(x) \cap DOMAIN NewList(x)}
+Sched(e) == {x.req : x \in Range(e.reqs)}
+Pre(e) == {r \in TraceReq : r \in e.preempted}
+OthersHold(e, x) == UNION {Held(r) : r \in Live \ (Pre(e) \cup {x.req})}
+DumpReqs(m) == {d.req : d \in m.dump}
+DumpBlocks(m) == UNION {Range(d.blocks) : d \in m.dump}
+
+BuildReason(e) ==
+    CASE e.step # schedStep + 1 -> "step: not the scheduler's next step"
+      [] e.finished # finishedIds -> "finished: not the requests finished since the last schedule"
+      [] \E r \in e.preempted : State(r) # "running"
+            -> "preempted: a request that is not running"
+      [] \E x \in Range(e.reqs) :
+            ~(State(x.req) = IF x.new THEN "idle" ELSE IF x.resumed THEN "preempted" ELSE "running")
+            -> "reqs: a request scheduled as new, resumed or running in another state"
+      [] \E x \in Range(e.reqs) : \E i \in WriteIdx(x) : i \notin DOMAIN NewList(x)
+            -> "reqs: tokens scheduled beyond the request's blocks"
+      [] \E x \in Range(e.reqs) : Writes(x) \cap OthersHold(e, x) # {}
+            -> "reqs: a block written by this step is held by another request"
+      [] \E d \in e.dump : d.req \notin Sched(e) \/ ~(Range(d.blocks) \subseteq
+                                 Range(NewList(CHOOSE x \in Range(e.reqs) : x.req = d.req)))
+            -> "dump: a slice of a request not scheduled, or of blocks it does not hold"
+      [] OTHER -> ""
+
+build_connector_meta(e) ==
+    /\ reqState' = Update(reqState, {}, [r \in Pre(e) \cup Sched(e) |->
+                                          IF r \in Pre(e) THEN "preempted" ELSE "running"])
+    /\ blocksOf' = Update(blocksOf, Pre(e), [r \in Sched(e) \ Pre(e) |->
+                                               NewList(CHOOSE x \in Range(e.reqs) : x.req = r)])
+    /\ finishedIds' = {}
+    /\ schedAsync' = IF Track THEN schedAsync \cup DumpReqs(e) ELSE schedAsync
+    /\ schedStep' = e.step
+    /\ metas' = (e.step :> [preempted |-> e.preempted, finished |-> e.finished, dump |-> e.dump,
+                            writes |-> UNION {Writes(x) : x \in Range(e.reqs)}]) @@ metas
+    /\ UNCHANGED <<workerAsync, pending, wStep, wPhase, reports, reportedTwice, unexpectedReports,
+                   dumpOverwrites, preemptOverWaits, blockingWaits>>
+
+(* request_finished: the delay decision is DeferDump's (through the MRO).  *)
+FinishReason(e) ==
+    CASE State(e.req) \notin {"idle", "running", "preempted"}
+            -> "req: finished while not waiting, running or preempted"
+      [] e.blocks # BlocksOf(e.req) -> "block_ids: not the blocks vLLM holds for the request"
+      [] e.delayed # Delays(e.req)
+            -> IF e.delayed THEN "delayed: true, but the model does not delay (no dump slice)"
+               ELSE "delayed: false, but the model delays the free (the request was given a dump slice)"
+      [] OTHER -> ""
+
+request_finished(e) ==
+    /\ reqState' = IF e.delayed THEN Update(reqState, {}, e.req :> "delayed")
+                   ELSE Update(reqState, {e.req}, <<>>)
+    /\ blocksOf' = IF e.delayed THEN blocksOf ELSE Update(blocksOf, {e.req}, <<>>)
+    /\ schedAsync' = IF DelayIfTracked THEN schedAsync \ {e.req} ELSE schedAsync
+    /\ finishedIds' = finishedIds \cup {e.req}
+    /\ UNCHANGED <<schedStep, metas, workerAsync, pending, wStep, wPhase, reports, reportedTwice,
+                   unexpectedReports, dumpOverwrites, preemptOverWaits, blockingWaits>>
+
+(* update_connector_output: the aggregated finished_sending of a step.     *)
+Ready == {r \in {p[1] : p \in reports} : \A w \in TraceRank : <<r, w>> \in reports}
+UpdateReason(e) ==
+    CASE e.sending # Ready -> "finished_sending: not exactly the requests every rank reported"
+      [] e.recving # {} -> "finished_recving: the model has no asynchronous load"
+      [] OTHER -> ""
+
+update_connector_output(e) ==
+    /\ unexpectedReports' = unexpectedReports \cup {r \in e.sending : State(r) # "delayed"}
+    /\ reqState' = Update(reqState, e.sending, <<>>)
+    /\ blocksOf' = Update(blocksOf, e.sending, <<>>)
+    /\ reports' = {p \in reports : p[1] \notin e.sending}
+    /\ UNCHANGED <<finishedIds, schedAsync, schedStep, metas, workerAsync, pending, wStep, wPhase,
+                   reportedTwice, dumpOverwrites, preemptOverWaits, blockingWaits>>
+
+-----------------------------------------------------------------------------
+(* Worker rank w runs step s: [handle_preemptions] wait_for_save           *)
+(* get_finished, in vLLM's runner order.                                   *)
+Ids(S) == {t.id : t \in S}
+Overlaps(t, R) == t.reqs \cap R # {}
+Waited(w, R) == {t \in pending[w] : Overlaps(t, R)}
+StartsStep(e) == e.step = wStep[e.rank] + 1 /\ wPhase[e.rank] = "gf"
+Meta(e) == metas[e.step]
+
+PreemptReason(e) ==
+    CASE ~StartsStep(e) \/ e.step \notin DOMAIN metas -> "step: not the rank's next scheduled step"
+      [] e.preempted # Meta(e).preempted -> "preempted: not the step's preempted_req_ids"
+      [] ~(e.waited \subseteq Ids(pending[e.rank])) -> "waited: a task that is not pending"
+      [] ~(Ids(Waited(e.rank, e.preempted)) \subseteq e.waited)
+            -> "waited: a pending task of a preempted request left running into the forward"
+      [] OTHER -> ""
+
+handle_preemptions(e) ==
+    LET w == e.rank IN
+    /\ preemptOverWaits' = (preemptOverWaits \/
+                            \E t \in pending[w] : t.id \in e.waited /\ ~Overlaps(t, e.preempted))
+    /\ pending' = [pending EXCEPT ![w] = {t \in @ : t.id \notin e.waited}]
+    /\ wStep' = [wStep EXCEPT ![w] = e.step]
+    /\ wPhase' = [wPhase EXCEPT ![w] = "hp"]
+    /\ UNCHANGED <<reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, workerAsync,
+                   reports, reportedTwice, unexpectedReports, dumpOverwrites, blockingWaits>>
+
+InStep(e) == StartsStep(e) \/ (e.step = wStep[e.rank] /\ wPhase[e.rank] = "hp")
+Submitted(e) == {[id |-> s.id, reqs |-> s.reqs, blocks |-> Range(s.blocks), status |-> "running"]
+                   : s \in e.submitted}
+SaveReason(e) ==
+    CASE ~InStep(e) \/ e.step \notin DOMAIN metas -> "step: not the rank's next scheduled step"
+      [] ~(e.reaped \subseteq {t.id : t \in {u \in pending[e.rank] : u.status = "done"}} \cup Ids(Submitted(e)))
+            -> "reaped: a task that is not pending and complete"
+      [] Meta(e).dump = {} /\ e.submitted # {} -> "submitted: a task in a step without dump slices"
+      [] Meta(e).dump # {} /\ ~e.error /\ DD!Dumps(e.rank) /\
+         (UNION {s.reqs : s \in e.submitted} # DumpReqs(Meta(e))
+          \/ UNION {Range(s.blocks) : s \in e.submitted} # DumpBlocks(Meta(e)))
+            -> "submitted: not the requests and blocks of the step's dump slices"
+      [] OTHER -> ""
+
+(* The forward (before wait_for_save) writes the step's blocks; then the   *)
+(* reap of complete tasks, the tracking and the submit.  A layer-wise      *)
+(* connector submits in save_kv_layer, during the forward, so its poll may *)
+(* reap a task submitted in this very step (the store finished it).        *)
+wait_for_save(e) ==
+    LET w == e.rank IN
+    /\ dumpOverwrites' = (dumpOverwrites \/
+                          \E t \in pending[w] : t.status = "running" /\ t.blocks \cap Meta(e).writes # {})
+    /\ pending' = [pending EXCEPT ![w] = {t \in @ \cup Submitted(e) : t.id \notin e.reaped}]
+    /\ workerAsync' = [workerAsync EXCEPT ![w] = @ \cup DumpReqs(Meta(e))]
+    /\ wStep' = [wStep EXCEPT ![w] = e.step]
+    /\ wPhase' = [wPhase EXCEPT ![w] = "wfs"]
+    /\ UNCHANGED <<reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, reports, reportedTwice,
+                   unexpectedReports, preemptOverWaits, blockingWaits>>
+
+(* get_finished reports exactly finished ∩ tracked, after waiting every    *)
+(* pending task that overlaps them.                                        *)
+FinishedReason(e) ==
+    CASE ~(e.step = wStep[e.rank] /\ wPhase[e.rank] = "wfs") -> "step: get_finished without wait_for_save"
+      [] e.finished # Meta(e).finished -> "finished_req_ids: not the step's finished_req_ids"
+      [] e.reported # e.finished \cap workerAsync[e.rank]
+            -> "reported: not the finished requests this rank tracks"
+      [] e.waited # Ids(Waited(e.rank, e.reported))
+            -> "waited: not the pending tasks of the reported requests"
+      [] OTHER -> ""
+
+get_finished(e) ==
+    LET w == e.rank
+        doneSteps == {s \in DOMAIN metas : \A v \in TraceRank :
+                        wStep'[v] > s \/ (wStep'[v] = s /\ wPhase'[v] = "gf")}
+    IN
+    /\ pending' = [pending EXCEPT ![w] = {t \in @ : t.id \notin e.waited}]
+    /\ workerAsync' = [workerAsync EXCEPT ![w] = @ \ e.reported]
+    /\ reports' = reports \cup {<<r, w>> : r \in e.reported}
+    /\ reportedTwice' = (reportedTwice \/ \E r \in e.reported : <<r, w>> \in reports)
+    /\ wPhase' = [wPhase EXCEPT ![w] = "gf"]
+    /\ UNCHANGED wStep
+    /\ metas' = [s \in DOMAIN metas \ doneSteps |-> metas[s]]
+    /\ UNCHANGED <<reqState, blocksOf, finishedIds, schedAsync, schedStep, unexpectedReports,
+                   dumpOverwrites, preemptOverWaits, blockingWaits>>
+
+ShutdownReason(e) ==
+    CASE e.role = "worker" /\ e.waited # Ids(pending[e.rank]) -> "waited: not every pending task"
+      [] OTHER -> ""
+
+shutdown(e) ==
+    /\ pending' = IF e.role = "worker" THEN [pending EXCEPT ![e.rank] = {}] ELSE pending
+    /\ UNCHANGED <<reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, workerAsync, wStep,
+                   wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites, preemptOverWaits,
+                   blockingWaits>>
+
+-----------------------------------------------------------------------------
+Reason(e) ==
+    CASE e.event = "build_connector_meta" -> BuildReason(e)
+      [] e.event = "request_finished" -> FinishReason(e)
+      [] e.event = "update_connector_output" -> UpdateReason(e)
+      [] e.event = "handle_preemptions" -> PreemptReason(e)
+      [] e.event = "wait_for_save" -> SaveReason(e)
+      [] e.event = "get_finished" -> FinishedReason(e)
+      [] e.event = "shutdown" -> ShutdownReason(e)
+
+Apply(e) ==
+    CASE e.event = "build_connector_meta" -> build_connector_meta(e)
+      [] e.event = "request_finished" -> request_finished(e)
+      [] e.event = "update_connector_output" -> update_connector_output(e)
+      [] e.event = "handle_preemptions" -> handle_preemptions(e)
+      [] e.event = "wait_for_save" -> wait_for_save(e)
+      [] e.event = "get_finished" -> get_finished(e)
+      [] e.event = "shutdown" -> shutdown(e)
+
+Next1 == TraceLog[l + 1]
+
+(* The hidden store action: a dump task completes, only one the next       *)
+(* logged event reaps (the bound that keeps the search linear).            *)
+NeedsDone(t, w) == Next1.event = "wait_for_save" /\ Next1.rank = w /\ t.id \in Next1.reaped
+task_complete ==
+    /\ why = "" /\ l < Len(TraceLog)
+    /\ \E w \in TraceRank : \E t \in pending[w] :
+         /\ t.status = "running" /\ NeedsDone(t, w)
+         /\ pending' = [pending EXCEPT ![w] = (@ \ {t}) \cup {[t EXCEPT !.status = "done"]}]
+    /\ UNCHANGED <<l, why, reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, workerAsync,
+                   wStep, wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites,
+                   preemptOverWaits, blockingWaits>>
+
+Hidden == \E w \in TraceRank : \E t \in pending[w] : t.status = "running" /\ NeedsDone(t, w)
+
+(* The next logged event: taken when the model reproduces its fields;     *)
+(* otherwise `why` records the first field no behaviour reproduces (and    *)
+(* the search stops at TraceAcceptedInv).  One action, so that the checks  *)
+(* are evaluated once per state.                                           *)
+Logged ==
+    /\ why = "" /\ l < Len(TraceLog)
+    /\ ~Hidden
+    /\ LET reason == Reason(Next1) IN
+       IF reason = ""
+       THEN Apply(Next1) /\ l' = l + 1 /\ UNCHANGED why
+       ELSE /\ why' = reason
+            /\ UNCHANGED <<l, reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, workerAsync,
+                           pending, wStep, wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites,
+                           preemptOverWaits, blockingWaits>>
+
+Next == Logged \/ task_complete
+
+Spec == Init /\ [][Next]_vars
+
+-----------------------------------------------------------------------------
+TraceTypeInv ==
+    /\ l \in 0..Len(TraceLog)
+    /\ DOMAIN reqState \subseteq TraceReq /\ \A r \in DOMAIN reqState : reqState[r] \in DD!ReqStates
+    /\ DOMAIN blocksOf \subseteq Live /\ \A r \in DOMAIN blocksOf : Range(blocksOf[r]) \subseteq TraceBlock
+    /\ finishedIds \subseteq TraceReq /\ schedAsync \subseteq TraceReq
+    /\ workerAsync \in [TraceRank -> SUBSET TraceReq]
+    /\ \A w \in TraceRank : \A t \in pending[w] :
+         t.reqs \subseteq TraceReq /\ t.blocks \subseteq TraceBlock /\ t.status \in {"running", "done"}
+    /\ reports \subseteq TraceReq \X TraceRank
+    /\ reportedTwice \in BOOLEAN
+    /\ wStep \in [TraceRank -> Nat] /\ wPhase \in [TraceRank -> {"hp", "wfs", "gf"}]
+    /\ schedStep \in Nat /\ DOMAIN metas \subseteq 1..schedStep
+
+(* DeferDump's safety invariants, evaluated by the model on this state.    *)
+NoOverwriteWhileDumpingInv == DD!NoOverwriteWhileDumpingInv
+NoUnexpectedReportInv == DD!NoUnexpectedReportInv
+PreemptWaitsOnlyPreemptedInv == DD!PreemptWaitsOnlyPreemptedInv
+NoWaitInWaitForSaveInv == DD!NoWaitInWaitForSaveInv
+
+(* Each rank reports a request at most once.                               *)
+TraceReportOnceInv == ~reportedTwice
+
+(* The next event matched (or the log is over).                            *)
+TraceAcceptedInv == why = ""
+
+(* VIOLATED = the witness that the whole log matched (listed last).        *)
+TraceNotDoneInv == l < Len(TraceLog)
+=============================================================================

@@ -1,0 +1,74 @@
+"""Trace validation through real TLC: hand-written logs that match the model, that break it at a known
+event, and bad input."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deferdump.conformance.tracelog import TraceLogError
+from deferdump.conformance.tracevalidate import generate_module, model_constants, validate
+from deferdump.conformance.tracelog import load_events
+from support.tracelogs import finished_run, preempt_run, write_run
+
+
+def test_delayed_free_log_matches(tmp_path: Path) -> None:
+    result = validate([write_run(tmp_path, *finished_run())])
+    assert result.matched, result.first_unmatched
+    assert (result.events, result.matched_events, result.first_unmatched) == (12, 12, None)
+    assert result.model_constants == {"requests": ["a"], "blocks": 2, "ranks": [0], "block_size": 4}
+    assert set(result.as_json()) == {"matched", "events", "matched_events", "first_unmatched", "model_constants",
+                                     "seconds"}
+
+
+def test_free_not_delayed_is_rejected_at_request_finished(tmp_path: Path) -> None:
+    result = validate([write_run(tmp_path, *finished_run(delayed=False))])
+    assert not result.matched
+    unmatched = result.first_unmatched
+    assert unmatched is not None
+    assert (unmatched.event, unmatched.seq, Path(unmatched.file).name) == ("request_finished", 1, "scheduler-1.ndjson")
+    assert unmatched.reason.startswith("delayed: false")
+    assert result.matched_events == 4  # step 1: build, then the worker's three calls
+    assert str(unmatched.state_before["schedAsync"]) and "a" in unmatched.state_before["schedAsync"]
+
+
+def test_preemption_waited_by_the_hook_matches(tmp_path: Path) -> None:
+    result = validate([write_run(tmp_path, *preempt_run())])
+    assert result.matched, result.first_unmatched
+
+
+def test_ignored_preemption_hook_is_rejected_at_the_overwriting_forward(tmp_path: Path) -> None:
+    result = validate([write_run(tmp_path, *preempt_run(hook=False))])
+    assert not result.matched
+    unmatched = result.first_unmatched
+    assert unmatched is not None
+    assert (unmatched.event, unmatched.record["step"]) == ("wait_for_save", 2)
+    assert unmatched.reason.startswith("NoOverwriteWhileDumpingInv violated")
+
+
+def test_a_field_no_behaviour_reproduces_is_named(tmp_path: Path) -> None:
+    scheduler, workers = finished_run()
+    workers[0][5]["reported"] = []  # step 2's get_finished: the finished, tracked request is not reported
+    result = validate([write_run(tmp_path, scheduler, workers)])
+    assert not result.matched and result.first_unmatched is not None
+    assert result.first_unmatched.event == "get_finished"
+    assert result.first_unmatched.reason.startswith("reported:")
+
+
+def test_generated_module_holds_the_log_and_its_constants(tmp_path: Path) -> None:
+    events = load_events([write_run(tmp_path, *finished_run())])
+    constants = model_constants(events)
+    module, cfg = generate_module(events, constants)
+    assert module.startswith("---- MODULE MCTraceDeferDump ----") and "EXTENDS TraceDeferDump" in module
+    assert module.count('event |-> "') == len(events) == 12
+    assert 'GenReq == {"a"}' in module and "GenBlock == {1, 2}" in module and "GenBlockSize == 4" in module
+    assert cfg.splitlines()[-1].strip() == "TraceNotDoneInv"  # the witness is checked last
+
+
+def test_bad_input_raises_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(TraceLogError, match="no such file"):
+        validate([tmp_path / "missing"])
+    run = write_run(tmp_path / "run", *finished_run())
+    (run / "scheduler-1.ndjson").write_text('{"seq": 0}\n')
+    with pytest.raises(TraceLogError, match=r"scheduler-1.ndjson:1: field step"):
+        validate([run])
