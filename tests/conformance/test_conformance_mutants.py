@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from support.conformance import LOADER, first_step, rank_calls, shipped_deferdump_traces
-from deferdump.conformance.drivers import default_driver_factory
-from deferdump.conformance.replay import load_traces, replay_loaded
+from support.conformance import first_step, rank_calls, shipped_loaded_traces
+from deferdump.conformance.replay import replay_loaded
 from deferdump.reference.connectors import DirectConnector, OuterConnector
 from deferdump.tools.tlc.values import load_itf
 
@@ -140,11 +139,8 @@ MUTANTS = [
 
 @pytest.fixture(scope="module")
 def traces():
-    """Every shipped conformance model's cover trace, decoded and validated once for all mutants."""
-    loaded = load_traces(shipped_deferdump_traces(), default_driver_factory, LOADER)
-    for _, driver in loaded:
-        driver.close()
-    return [trace for trace, _ in loaded]
+    """Every shipped conformance model's cover trace, decoded and validated once per session."""
+    return shipped_loaded_traces()
 
 
 @pytest.mark.parametrize("owner, method, mutant, observable, diff_mentions, models", MUTANTS)

@@ -11,15 +11,15 @@ from __future__ import annotations
 import pytest
 
 from support.conformance import (
-    LOADER,
     conformance_model_names,
     deferdump_traces,
     generated,
     graph_summary,
+    loaded_traces,
     prefetch_covers,
+    shipped_loaded_traces,
 )
-from deferdump.conformance.drivers import default_driver_factory
-from deferdump.conformance.replay import load_traces, replay_loaded
+from deferdump.conformance.replay import replay_loaded
 
 MODELS = conformance_model_names()  # the manifest only: no TLC at collection
 
@@ -33,10 +33,7 @@ def cover_traces() -> None:
 @pytest.mark.parametrize("model", MODELS)
 def test_every_trace_conforms(cover_traces: None, model: str) -> None:
     files = deferdump_traces(model)
-    loaded = load_traces(files, default_driver_factory, LOADER)
-    for _, driver in loaded:
-        driver.close()
-    report = replay_loaded([trace for trace, _ in loaded], coverage=False, shrink=False)
+    report = replay_loaded(loaded_traces(model), coverage=False, shrink=False)
     assert report.ok, (f"{model}: {len(report.failed)} of {len(files)} trace(s) diverged\n"
                        + "\n".join(divergence.describe() for divergence in report.failed))
     assert report.traces == report.passed == len(files) > 0
@@ -57,14 +54,11 @@ def test_cover_traces_take_every_edge_and_action(cover_traces: None, model: str)
 def test_shipped_covers_reach_the_protocol_core_target(cover_traces: None) -> None:
     """Conformance alone (the shipped models' edge covers, as `deferdump verify` replays them)
     takes >= 95 % of the protocol core's branches; the one arc left is named in docs/conformance.md."""
-    from support.conformance import manifest_conformance_entries, shipped_deferdump_traces
+    from support.conformance import manifest_conformance_entries
     from deferdump.conformance.corecov import core_for_variants, measure_core_coverage
     from deferdump.conformance.verify import VARIANT_NAMES
 
-    loaded = load_traces(shipped_deferdump_traces(), default_driver_factory, LOADER)
-    for _, driver in loaded:
-        driver.close()
-    traces = [trace for trace, _ in loaded]
+    traces = shipped_loaded_traces()
     core = core_for_variants({VARIANT_NAMES[e.variant] for e in manifest_conformance_entries()})
     report, measured = measure_core_coverage(lambda: replay_loaded(traces, shrink=False, coverage=False), core)
     assert report.ok

@@ -158,6 +158,24 @@ def prefetch_covers(names: list[str], jobs: int | None = None) -> None:
             pass
 
 
+@functools.lru_cache(maxsize=None)
+def loaded_traces(name: str) -> tuple[ItfTrace, ...]:
+    """One model's traces decoded and validated for the default drivers, once per session (replays build
+    fresh drivers, so every test may replay them)."""
+    from deferdump.conformance.drivers import default_driver_factory
+    from deferdump.conformance.replay import load_traces
+
+    loaded = load_traces(deferdump_traces(name), default_driver_factory, LOADER)
+    for _, driver in loaded:
+        driver.close()
+    return tuple(trace for trace, _ in loaded)
+
+
+def shipped_loaded_traces() -> list[ItfTrace]:
+    """:func:`loaded_traces` of the shipped CI conformance models, in manifest order (what CI replays)."""
+    return [trace for entry in manifest_conformance_entries() for trace in loaded_traces(entry.name)]
+
+
 def conformance_model_names() -> list[str]:
     """The fixtures (small, each showing what the shipped models leave out) first, then the shipped ones."""
     shipped = [e.name for e in manifest_conformance_entries()]
