@@ -579,11 +579,7 @@ class DirectConnector:
             if read is not None:
                 payload = read(event)  # hybrid: one read per group, no store staging
             else:
-                staged = self._stage_dump(device, len(block_ids), layer_names)
-                if staged is None:
-                    payload = device.read_blocks(block_ids, after=event, layer_names=layer_names)
-                else:
-                    payload = device.read_blocks(block_ids, after=event, layer_names=layer_names, into=staged)
+                payload, staged = self._read_dump_payload(device, block_ids, event, layer_names)
             task = self._store.dump(keys, payload)
         except Exception as exc:
             logger.warning("dump submit of %d block(s) failed (requests stay tracked): %s", len(block_ids), exc)
@@ -591,8 +587,7 @@ class DirectConnector:
             self.metrics.dumps_failed.labels(stage="submit").inc()
             if payload is not None:
                 self._settle(payload)  # the copy must stop reading blocks nothing will wait for
-            if staged is not None:
-                staged.release()  # after settle: the copy no longer writes the store's rows
+            _release_staging(staged)  # after settle: the copy no longer writes the store's rows
             if handle:
                 self.events.release(handle)
             self._update_gauges()
@@ -642,6 +637,22 @@ class DirectConnector:
             )
 
         self._submit_dump(keys, block_ids, req_ids, None, read=read, checksum=checksum)
+
+    def _read_dump_payload(
+        self, device: Device, block_ids: Sequence[int], event: Any, layer_names: Sequence[str] | None
+    ) -> tuple[Any, StagedRows | None]:
+        """The device copy of one dump, gathered straight into the store's rows when both sides can.
+
+        Data path only: which tasks and handles exist does not depend on it, so the protocol core's coverage
+        (conformance) leaves it out; tests/reference/stores/test_stores_staging.py and real vLLM drive it."""
+        staged = self._stage_dump(device, len(block_ids), layer_names)
+        if staged is None:
+            return device.read_blocks(block_ids, after=event, layer_names=layer_names), None
+        try:
+            return device.read_blocks(block_ids, after=event, layer_names=layer_names, into=staged), staged
+        except BaseException:
+            staged.release()  # no copy started: the rows go back to the store's pool
+            raise
 
     def _stage_dump(self, device: Device, num_blocks: int, layer_names: Sequence[str] | None) -> StagedRows | None:
         """The store's own rows for the device to gather this dump into (one copy per byte), when both can."""
@@ -875,6 +886,12 @@ class CPConnector(LayerWiseConnector):
             super().wait_for_save()
         else:
             super(LayerWiseConnector, self).wait_for_save()
+
+
+def _release_staging(staged: StagedRows | None) -> None:
+    """Give unused staging rows back to the store (a refused or failed submit)."""
+    if staged is not None:
+        staged.release()
 
 
 VARIANT_CLASSES: dict[str, type[DirectConnector]] = {
