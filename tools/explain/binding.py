@@ -618,6 +618,55 @@ def preempt_waits_only_preempted(steps: Sequence[Step], i: int) -> list[Offence]
     return offences
 
 
+def sched_tracks_unfinished(steps: Sequence[Step], i: int) -> list[Offence]:
+    """A tracked id that outlived its request: request_finished never untracked it."""
+    step = steps[i]
+    states = _fn(step, "reqState")
+    return [Offence(f"the scheduler still tracks {show(req)} although {show(req)} is {_get(states, req)}: "
+                    "request_finished did not untrack it, so nothing ever will",
+                    frozenset({lane_id(SCHEDULER, "tracked (_async_dump_req_ids)"), lane_id(REQUESTS, show(req))}))
+            for req in _set(step, "schedAsync") if _get(states, req) not in ("waiting", "running", "preempted")]
+
+
+def workers_track(steps: Sequence[Step], i: int) -> list[Offence]:
+    """Once no unexecuted step still dumps a request, every rank tracks what the scheduler tracks."""
+    step = steps[i]
+    inflight = list(step.values.get("inflight") or ())
+    dumping = {_get(slice_, "req") for meta in inflight[step.values.get("executed", 0):]
+               for slice_ in _get(meta, "dump", ())}
+    return [Offence(f"rank {show(rank)} does not track {show(req)}, which the scheduler tracks: it will never "
+                    f"report {show(req)}, so the delayed free never comes",
+                    frozenset({lane_id(CALLS, _rank_label(rank)), lane_id(REQUESTS, show(req))}))
+            for req in _set(step, "schedAsync") if req not in dumping
+            for rank, tracked in _fn(step, "workerAsync").items() if req not in tracked]
+
+
+def shutdown_drained(steps: Sequence[Step], i: int) -> list[Offence]:
+    """After shutdown no rank holds a pending task or a live event handle."""
+    step = steps[i]
+    if not step.values.get("down"):
+        return []
+    offences = []
+    for rank in _fn(step, "pending"):
+        tasks = [_get(task, "id") for task in _tasks(step, rank)]
+        live = _get(_fn(step, "live"), rank, ())
+        if tasks or live:
+            offences.append(Offence(f"rank {show(rank)} shut down holding pending task(s) {show_set(tasks)} and "
+                                    f"live event handle(s) {show_set(live)}",
+                                    frozenset({lane_id(TASKS, _rank_label(rank))})))
+    return offences
+
+
+def no_load_while_dumping(steps: Sequence[Step], i: int) -> list[Offence]:
+    """A load read a prompt whose dump was still running (the spec's history flag `dirtyLoads`)."""
+    when = _first_true(steps, i, "dirtyLoads")
+    if when is None:
+        return []
+    return [Offence(f"step {when}: a store hit was loaded while the dump writing that prompt was still running "
+                    "on the rank: the store showed a block it had not finished writing",
+                    frozenset({lane_id(TASKS, _rank_label(rank)) for rank in _fn(steps[when], "pending")}))]
+
+
 def delayed_eventually_freed(steps: Sequence[Step], loop: int) -> list[Offence]:
     last = len(steps) - 1
     offences = []
@@ -691,6 +740,10 @@ BINDING = LaneBinding(
         "NoEventLeakInv": no_event_leak,
         "NoWaitInWaitForSaveInv": no_wait_in_wait_for_save,
         "PreemptWaitsOnlyPreemptedInv": preempt_waits_only_preempted,
+        "SchedTracksUnfinishedInv": sched_tracks_unfinished,
+        "WorkersTrackInv": workers_track,
+        "ShutdownDrainedInv": shutdown_drained,
+        "NoLoadWhileDumpingInv": no_load_while_dumping,
     }.items()},
     liveness={name: merged_over_ranks(check) for name, check in {
         "DelayedEventuallyFreedProp": delayed_eventually_freed,
