@@ -37,10 +37,10 @@ SOURCES: dict[str, tuple[list[Path], dict[str, str]]] = {
 }
 
 
-@pytest.mark.parametrize("name", list(SOURCES))
 MAX_TLC_RUNS = 24  # nixl/ (the largest: 14 files, 3 connector classes) needs 18
 
 
+@pytest.mark.parametrize("name", list(SOURCES))
 def test_vllm_connector_sources_are_judged(name: str) -> None:
     files, expected = SOURCES[name]
     assert all(f.is_file() for f in files), files
