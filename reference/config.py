@@ -20,6 +20,9 @@ STORES = ("memory", "file", "redis")
 # block was freed (UCM's later, coarser fence); "none": #989 as merged, UNSAFE for sliding-window models.
 HYBRID_FENCES = ("freed", "all_on_free", "none")
 FAULT_KEYS = ("submit_fail", "check_fail", "wait_fail", "delay_s", "seed")
+# TEST-ONLY: "hold" swaps the worker's device for the adversarial `LateCopyDevice` in hold mode (every dump
+# copy reads its blocks only when the connector next blocks on dump tasks); "off" is the real device.
+TEST_LATE_COPY_MODES = ("off", "hold")
 DEFAULT_MEMORY_CAPACITY_BLOCKS = 4096
 
 
@@ -44,6 +47,8 @@ class ConnectorConfig:
     use_layerwise: bool = False  # variant "cp": dispatch to the layer-wise paths
     wait_timeout_s: float | None = None  # timeout passed to every store wait
     hybrid_fence: str = "freed"  # "freed" | "all_on_free" | "none" (unsafe for hybrid models), see HYBRID_FENCES
+    test_late_copy: str = "off"  # TEST-ONLY adversarial device, see TEST_LATE_COPY_MODES
+    test_late_copy_timeout_s: float | None = None  # "hold": release a copy held this long (default 60 s)
 
     def __post_init__(self) -> None:
         _check_choice("variant", self.variant, VARIANTS)
@@ -74,6 +79,17 @@ class ConnectorConfig:
             raise ConfigError("wait_timeout_s", f"must be a positive number, got {self.wait_timeout_s!r}")
         if self.faults is not None:
             _check_faults(self.faults)
+        self._check_test_late_copy()
+
+    def _check_test_late_copy(self) -> None:
+        _check_choice("test_late_copy", self.test_late_copy, TEST_LATE_COPY_MODES)
+        timeout = self.test_late_copy_timeout_s
+        if timeout is None:
+            return
+        if self.test_late_copy != "hold":
+            raise ConfigError("test_late_copy_timeout_s", f"is set but test_late_copy is {self.test_late_copy!r}, not 'hold'")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+            raise ConfigError("test_late_copy_timeout_s", f"must be a positive number of seconds, got {timeout!r}")
 
     def _check_redis(self) -> None:
         redis_store = importlib.import_module(f"{__package__}.stores.redis")

@@ -375,10 +375,7 @@ class DirectConnector:
         """Describe the KV tensors (finding each one's block dimension) and pick a device if none was given."""
         self._require(Role.WORKER, "register_kv_caches")
         if self._device is None:
-            on_cuda = any(t.device.type == "cuda" for t in kv_caches.values())
-            self._device = CudaDevice(next(iter(kv_caches.values())).device) if on_cuda else CpuDevice(
-                self.config.copy_threads
-            )
+            self._device = self._make_device(kv_caches)
             self._owns_device = True
         layout = self._device.register(kv_caches, num_blocks)
         if self.hybrid:  # one dump task holds rows of every group: their blocks must be the same size
@@ -390,6 +387,19 @@ class DirectConnector:
             len(layout.layers), layout.num_blocks, layout.block_nbytes,
             sorted({layer.block_dim for layer in layout.layers}),
         )
+
+    def _make_device(self, kv_caches: Mapping[str, torch.Tensor]) -> Device:
+        """The device the KV tensors need (CUDA copy stream or CPU thread pool), or, when the config asks
+        (`test_late_copy: "hold"`, TEST-ONLY), the adversarial late-copy test double on CPU tensors."""
+        if self.config.test_late_copy == "hold":
+            from deferdump.reference.testing.late_copy import DEFAULT_HOLD_TIMEOUT_S, LateCopyDevice
+
+            timeout = self.config.test_late_copy_timeout_s
+            logger.warning("test_late_copy=hold: every dump copy is held until the connector waits (TEST-ONLY)")
+            return LateCopyDevice(hold=True, hold_timeout_s=DEFAULT_HOLD_TIMEOUT_S if timeout is None else timeout)
+        if any(t.device.type == "cuda" for t in kv_caches.values()):
+            return CudaDevice(next(iter(kv_caches.values())).device)
+        return CpuDevice(self.config.copy_threads)
 
     def bind_connector_metadata(self, meta: DeferDumpMetadata) -> None:
         self._meta = meta
@@ -727,12 +737,17 @@ class DirectConnector:
         self._flush_matching(None if request_ids is None else (lambda p: p.overlaps(request_ids)))
 
     def _flush_matching(self, wanted: Callable[[PendingDumpTask], bool] | None) -> None:
-        """Wait (blocking) every pending task `wanted` selects (all when None); drop it even on error."""
+        """Wait (blocking) every pending task `wanted` selects (all when None); drop it even on error.
+
+        The one place the connector blocks on dump tasks (`get_finished`, `handle_preemptions` and its
+        fence, `shutdown`): the device hears of it first (`Device.before_dump_wait`)."""
+        selected: list[PendingDumpTask] = []
         remaining: list[PendingDumpTask] = []
-        for pending in list(self._pending_dump_tasks):
-            if wanted is not None and not wanted(pending):
-                remaining.append(pending)
-                continue
+        for pending in self._pending_dump_tasks:
+            (selected if wanted is None or wanted(pending) else remaining).append(pending)
+        if selected:
+            self._require_device().before_dump_wait()  # a pending task was submitted through the device
+        for pending in selected:
             try:
                 self._wait_pending_dump_task(pending)
             except Exception as exc:

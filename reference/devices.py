@@ -58,6 +58,12 @@ class Device(Protocol):
 
     def settle(self, payload: BlockPayload) -> None: ...
 
+    def before_dump_wait(self) -> None:
+        """The connector is about to block on pending dump tasks (`get_finished`, `handle_preemptions`,
+        `shutdown`). A hook for devices that schedule copies by the protocol's waits (the test double
+        `LateCopyDevice` in hold mode reads its held copies here); a no-op for real devices."""
+        ...
+
     def checksum_blocks(
         self, block_ids: Sequence[int], *, layer_names: Sequence[str] | None = None
     ) -> tuple[int, ...]: ...
@@ -217,6 +223,9 @@ class CpuDevice:
             return
         _drain(payload)
 
+    def before_dump_wait(self) -> None:
+        """Nothing to do: copies run on their own (see `Device.before_dump_wait`)."""
+
     def checksum_blocks(self, block_ids: Sequence[int], *, layer_names: Sequence[str] | None = None) -> tuple[int, ...]:
         ids = self._caches.checked_index(block_ids)
         return checksum_rows(self._gather(ids, self.layout.select(layer_names)))
@@ -343,6 +352,9 @@ class CudaDevice:
 
     def settle(self, payload: BlockPayload) -> None:
         _drain(payload)
+
+    def before_dump_wait(self) -> None:
+        """Nothing to do: copies run on the copy stream on their own (see `Device.before_dump_wait`)."""
 
     def checksum_blocks(self, block_ids: Sequence[int], *, layer_names: Sequence[str] | None = None) -> tuple[int, ...]:
         ids = self._caches.checked_index(block_ids)

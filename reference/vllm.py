@@ -60,6 +60,8 @@ if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
 
+    from deferdump.reference.testing.late_copy import LateCopyDevice
+
 logger = logging.getLogger(__name__)
 
 # Keys the adapter itself reads from `kv_connector_extra_config`; every other key is `ConnectorConfig`'s.
@@ -295,6 +297,15 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
     def closed(self) -> bool:
         """True once `shutdown` ran (vLLM calls it on engine and worker teardown)."""
         return self._closed
+
+    @property
+    def late_copy_device(self) -> "LateCopyDevice | None":
+        """The worker's adversarial test device (`test_late_copy: "hold"`, TEST-ONLY), whose `held` and
+        `timeouts` count the dump copies it held and those only its timeout released; None otherwise."""
+        from deferdump.reference.testing.late_copy import LateCopyDevice
+
+        device = self.core.inner.device
+        return device if isinstance(device, LateCopyDevice) else None
 
     @property
     def requires_kv_delivery(self) -> bool:

@@ -21,7 +21,7 @@ def test_every_key_round_trips(tmp_path) -> None:
         "variant": "cp", "store": "file", "store_path": str(tmp_path), "capacity_blocks": 8, "block_size": 16,
         "enable_event_sync": False, "copy_threads": 3, "verify_dumps": True,
         "faults": {"submit_fail": 0.5, "seed": 3}, "cp_world_size": 2, "is_mla": True, "use_layerwise": True,
-        "wait_timeout_s": 2.5,
+        "wait_timeout_s": 2.5, "test_late_copy": "hold", "test_late_copy_timeout_s": 1.5,
     }
     config = ConnectorConfig.from_extra_config(extra)
     assert {key: getattr(config, key) for key in extra} == extra
@@ -48,6 +48,8 @@ def test_every_key_round_trips(tmp_path) -> None:
         ({"faults": {"explode": 0.1}}, "faults.explode"),
         ({"faults": {"seed": -1}}, "faults.seed"),
         ({"faults": [0.1]}, "faults"),
+        ({"test_late_copy": "lag"}, "test_late_copy"),
+        ({"test_late_copy": "hold", "test_late_copy_timeout_s": -1}, "test_late_copy_timeout_s"),
     ],
 )
 def test_bad_key_or_value_is_a_value_error_naming_the_key(extra: dict, key: str) -> None:
