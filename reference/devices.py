@@ -11,6 +11,9 @@ exactly the window the deferred-dump protocol must keep them from being freed an
   `non_blocking` D2H copy into pinned host memory; completion is an event (`query`/`synchronize`).
   This is vLLM's offloading connector's design (a copy stream ordered after the compute stream by an
   event, into pinned host buffers), batched.
+
+The connector calls `before_dump_wait` whenever it is about to block on pending dump tasks: a no-op here,
+it lets the test double `LateCopyDevice` (reference/testing/late_copy.py) hold copies until that moment.
 """
 from __future__ import annotations
 

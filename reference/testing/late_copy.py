@@ -97,7 +97,7 @@ class LatePayload:
             return self._cancelled
 
 
-class _HeldCopies:
+class _CopyHold:
     """Hold mode's state: the copies not yet released, in submission order, and a timeout watchdog."""
 
     def __init__(self, timeout_s: float) -> None:
@@ -192,7 +192,7 @@ class LateCopyDevice(CpuDevice):
         self._late_pool: concurrent.futures.ThreadPoolExecutor | None = None
         if lag_s is not None:
             self._late_pool = concurrent.futures.ThreadPoolExecutor(copy_threads, thread_name_prefix="deferdump-late-copy")
-        self._hold = _HeldCopies(hold_timeout_s) if hold else None
+        self._hold = _CopyHold(hold_timeout_s) if hold else None
 
     @property
     def mode(self) -> str:

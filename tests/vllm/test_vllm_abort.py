@@ -9,11 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from vllm_harness import (
+    HOLD_COPIES,
     FreeGuard,
-    HeldCopies,
     assert_drained_worker,
     deferdump_connectors,
     deferdump_transfer_config,
@@ -21,6 +19,7 @@ from vllm_harness import (
     engine_core,
     free_block_count,
     greedy,
+    held_copies,
     record_request_finished,
     metric,
     running_llm,
@@ -35,12 +34,12 @@ CHUNK_TOKENS = 64  # max_num_batched_tokens: a 200-token prompt needs four prefi
 [BYSTANDER_PROMPT] = token_prompts(1, 30, seed=42)  # no full block: nothing to dump
 
 
-def test_abort_mid_prefill_frees_after_dump(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    held = HeldCopies().install(monkeypatch)  # the first chunk's dump is still unread when the abort arrives
-    extra = {"store": "memory", "verify_dumps": True}
+def test_abort_mid_prefill_frees_after_dump(tiny_model: Path) -> None:
+    extra = {"store": "memory", "verify_dumps": True, **HOLD_COPIES}  # the first chunk's dump is unread at the abort
     with running_llm(tiny_model, deferdump_transfer_config(extra), max_num_batched_tokens=CHUNK_TOKENS) as llm:
         [scheduler] = deferdump_connectors(scheduler_connector(llm))
         [worker] = deferdump_connectors(worker_connector())
+        held = held_copies(worker)
         guard = FreeGuard(llm, [worker])
         delayed = record_request_finished(scheduler)
         engine = llm.llm_engine

@@ -2,10 +2,10 @@
 requests' dump tasks (their blocks are freed at once and may be rewritten by this very step), every
 request completes, and shutdown leaves no pending task or live event handle.
 
-Dump copies are held until the connector first waits (`HeldCopies`), so a victim's dump is still unread
-when it is preempted. In the `rewrite` workload a running request is then given the victim's freed,
-dumped block and writes it: a connector that ignores `handle_preemptions` dumps rewritten bytes, and
-the `verify_dumps` guard counts them.
+Dump copies are held until the connector next waits for dumps (`HOLD_COPIES`: the hold-mode
+`LateCopyDevice`), so a victim's dump is still unread when it is preempted. In the `rewrite` workload a
+running request is then given the victim's freed, dumped block and writes it: a connector that ignores
+`handle_preemptions` dumps rewritten bytes, and the `verify_dumps` guard counts them.
 """
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ import pytest
 
 from deferdump.reference.vllm import DeferDumpConnector
 from vllm_harness import (
+    HOLD_COPIES,
     FreeGuard,
-    HeldCopies,
     assert_drained_worker,
     assert_shut_down,
     deferdump_connectors,
     deferdump_transfer_config,
     generate_and_drain,
+    held_copies,
     metric,
     running_llm,
     scheduler_connector,
@@ -63,15 +64,15 @@ def test_preempt_waits_only_preempted_tasks(
     tiny_model: Path, workload: str, variant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prompts, max_tokens = WORKLOADS[workload]
-    # Copies read their source only when the connector first waits: a victim's prefill dump is still in
+    # Copies read their source only when the connector next waits for dumps: a victim's prefill dump is still in
     # flight when the scheduler preempts it, so handle_preemptions has a real task to wait.
-    held = HeldCopies().install(monkeypatch)
-    extra = {"variant": variant, "store": "memory", "verify_dumps": True}
+    extra = {"variant": variant, "store": "memory", "verify_dumps": True, **HOLD_COPIES}
     with running_llm(
         tiny_model, deferdump_transfer_config(extra), num_gpu_blocks_override=NUM_BLOCKS, enable_prefix_caching=False
     ) as llm:
         [scheduler] = deferdump_connectors(scheduler_connector(llm))
         [worker] = deferdump_connectors(worker_connector())
+        held = held_copies(worker)
         guard = FreeGuard(llm, [worker])
         spy = PreemptionSpy(worker)
 
@@ -105,16 +106,16 @@ def test_preempt_ignored_lets_vllm_rewrite_blocks_under_a_dump(
     tiny_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The mutant: a connector that ignores `handle_preemptions` (the pre-#34805 hook, or none at all)."""
-    held = HeldCopies().install(monkeypatch)
     monkeypatch.setattr(DeferDumpConnector, "handle_preemptions", lambda self, kv_connector_metadata: None)
     prompts, max_tokens = WORKLOADS["rewrite"]
-    extra = {"store": "memory", "verify_dumps": True}
+    extra = {"store": "memory", "verify_dumps": True, **HOLD_COPIES}
     with running_llm(
         tiny_model, deferdump_transfer_config(extra), num_gpu_blocks_override=NUM_BLOCKS, enable_prefix_caching=False
     ) as llm:
         [worker] = deferdump_connectors(worker_connector())
+        held = held_copies(worker)
         outputs = generate_and_drain(llm, prompts, max_tokens)
         assert all(len(tokens) == max_tokens for tokens in outputs)
         assert metric(worker, "deferdump_handle_preemptions_wait_seconds_count") == 0
         assert metric(worker, "deferdump_verify_mismatches_total") > 0, "no dumped block was rewritten under its dump"
-    assert held.timeouts == 0
+    assert held.held > 0 and held.timeouts == 0

@@ -3,8 +3,8 @@
 With the connector's `SupportsHMA`, vLLM keeps its hybrid KV-cache manager on (two KV-cache groups) and
 frees a running request's sliding-window blocks once they leave the window, at the front of the free
 queue: the next allocation hands them out again and its forward rewrites them. Dump copies are held
-until the connector first waits for dumps (`HeldCopies`), so a dump that is not waited before that forward
-reads the new bytes. With the fence (`hybrid_fence` "freed", the default) every dump is byte-identical to
+until the connector next waits for dumps (`HOLD_COPIES`: the hold-mode `LateCopyDevice`), so a dump that
+is not waited before that forward reads the new bytes. With the fence (`hybrid_fence` "freed", the default) every dump is byte-identical to
 its blocks at submit and the outputs equal a run without the connector; with #989 as merged ("none") the
 `verify_dumps` guard counts the rewritten blocks — the sliding-window bug, in vLLM itself.
 """
@@ -18,11 +18,12 @@ import torch
 
 from deferdump.reference.connectors import DirectConnector
 from vllm_harness import (
-    HeldCopies,
+    HOLD_COPIES,
     deferdump_connectors,
     deferdump_transfer_config,
     engine_core,
     generate_and_drain,
+    held_copies,
     metric,
     running_llm,
     scheduler_connector,
@@ -80,12 +81,13 @@ def _assert_hybrid_manager_on(llm: Any) -> None:
 
 
 def _run(model: Path, fence: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    extra = {"store": "memory", "verify_dumps": True, "hybrid_fence": fence}
+    extra = {"store": "memory", "verify_dumps": True, "hybrid_fence": fence, **HOLD_COPIES}
     snapshots = SubmitSnapshots().install(monkeypatch)
     with running_llm(model, deferdump_transfer_config(extra), num_gpu_blocks_override=NUM_BLOCKS) as llm:
         _assert_hybrid_manager_on(llm)
         [worker] = deferdump_connectors(worker_connector())
         [scheduler] = deferdump_connectors(scheduler_connector(llm))
+        held = held_copies(worker)
         assert len(worker.core.inner.groups) == 2 and worker.core.inner.hybrid
         freed = _freed_sets(scheduler)
         outputs = generate_and_drain(llm, PROMPTS, MAX_TOKENS)
@@ -97,19 +99,19 @@ def _run(model: Path, fence: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, 
             "freed": freed,
             "differing": sorted(key.hex()[:8] for key, row in snapshots.rows.items() if not torch.equal(stored[key], row)),
             "snapshots": len(snapshots.rows),
+            "held": held,
         }
 
 
 @pytest.mark.trace_beyond_model("two KV-cache groups: TraceDeferDump instantiates DeferDump with Hybrid = FALSE")
 def test_sliding_window_fenced_dumps_are_exact(tiny_hybrid_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    held = HeldCopies().install(monkeypatch)
     run = _run(tiny_hybrid_model, "freed", monkeypatch)
     assert sum(len(f) for f in run["freed"]) > 0, "no block was freed while requests ran: nothing was tested"
     # 2 full prompt blocks x 2 groups each; a request resumed after a preemption dumps its outputs' full block too
     assert run["dumps"] > 0 and run["snapshots"] >= 2 * 2 * len(PROMPTS)
     assert run["mismatches"] == 0
     assert run["differing"] == []  # every stored block is byte for byte what it held at submit
-    assert held.held > 0 and held.timeouts == 0
+    assert run["held"].held > 0 and run["held"].timeouts == 0
     monkeypatch.undo()
     with running_llm(tiny_hybrid_model, None) as llm:  # the same model without a connector
         plain = generate_and_drain(llm, PROMPTS, MAX_TOKENS)
@@ -118,8 +120,8 @@ def test_sliding_window_fenced_dumps_are_exact(tiny_hybrid_model: Path, monkeypa
 
 @pytest.mark.trace_beyond_model("two KV-cache groups: TraceDeferDump instantiates DeferDump with Hybrid = FALSE")
 def test_sliding_window_as_merged_counts_rewritten_blocks(tiny_hybrid_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    HeldCopies().install(monkeypatch)
     run = _run(tiny_hybrid_model, "none", monkeypatch)
     assert sum(len(f) for f in run["freed"]) > 0
     assert run["mismatches"] > 0, "no freed block was rewritten under its pending dump"
     assert run["differing"], "the store holds only exact blocks"
+    assert run["held"].held > 0

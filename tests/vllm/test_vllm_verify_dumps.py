@@ -1,13 +1,13 @@
 """The `verify_dumps` guard under real vLLM: silent with the protocol, firing when the delayed free is broken.
 
 `verify_dumps` checksums each source block when its dump is submitted and compares the bytes the task
-stored. Dump copies are held (they read their source only when the connector first waits for dumps)
-and the KV cache is tiny, so freed blocks are reallocated and rewritten within a step. With the protocol intact,
-`request_finished` delays the free until the dump finished: zero mismatches. With the delay broken
-(`request_finished` answers False, as a wrapper that fails to forward it would), vLLM rewrites blocks
-the copy has not read yet: the guard counts mismatches, and the free guard sees frees of blocks whose
-dumps were in flight. Its event log fails trace validation at the first `request_finished` that answers
-False for a request the model delays.
+stored. Dump copies are held (`HOLD_COPIES`: they read their source only when the connector next waits
+for dumps) and the KV cache is tiny, so freed blocks are reallocated and rewritten within a step. With
+the protocol intact, `request_finished` delays the free until the dump finished: zero mismatches. With
+the delay broken (`request_finished` answers False, as a wrapper that fails to forward it would), vLLM
+rewrites blocks the copy has not read yet: the guard counts mismatches, and the free guard sees frees of
+blocks whose dumps were in flight. Its event log fails trace validation at the first `request_finished`
+that answers False for a request the model delays.
 """
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ import pytest
 
 from deferdump.reference.connectors import OuterConnector
 from vllm_harness import (
+    HOLD_COPIES,
     FreeGuard,
-    HeldCopies,
     deferdump_connectors,
     deferdump_transfer_config,
     generate_and_drain,
+    held_copies,
     metric,
     running_llm,
     scheduler_connector,
@@ -35,21 +36,22 @@ PROMPTS = token_prompts(12, 70, seed=51)  # 2 full blocks each, 3 blocks with th
 MAX_TOKENS = 4
 
 
-def _run(tiny_model: Path) -> tuple[float, FreeGuard]:
-    extra = {"store": "memory", "verify_dumps": True}
+def _run(tiny_model: Path) -> tuple[float, FreeGuard, Any]:
+    """The workload with held copies: (verify mismatches, the free guard, the held-copy device)."""
+    extra = {"store": "memory", "verify_dumps": True, **HOLD_COPIES}
     with running_llm(tiny_model, deferdump_transfer_config(extra), num_gpu_blocks_override=NUM_BLOCKS) as llm:
         [worker] = deferdump_connectors(worker_connector())
         [_scheduler] = deferdump_connectors(scheduler_connector(llm))
+        held = held_copies(worker)
         guard = FreeGuard(llm, [worker])
         outputs = generate_and_drain(llm, PROMPTS, MAX_TOKENS)
         assert all(len(tokens) == MAX_TOKENS for tokens in outputs)
         assert metric(worker, "deferdump_dumps_completed_total") > 0
-    return metric(worker, "deferdump_verify_mismatches_total"), guard
+    return metric(worker, "deferdump_verify_mismatches_total"), guard, held
 
 
-def test_verify_dumps_silent_when_free_is_delayed(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    held = HeldCopies().install(monkeypatch)
-    mismatches, guard = _run(tiny_model)
+def test_verify_dumps_silent_when_free_is_delayed(tiny_model: Path) -> None:
+    mismatches, guard, held = _run(tiny_model)
     assert mismatches == 0
     assert held.held > 0 and held.timeouts == 0
     guard.assert_each_freed_once(len(PROMPTS))
@@ -57,7 +59,6 @@ def test_verify_dumps_silent_when_free_is_delayed(tiny_model: Path, monkeypatch:
 
 @pytest.mark.trace_rejected("request_finished", "delayed: false")
 def test_verify_dumps_fires_when_free_is_not_delayed(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    HeldCopies().install(monkeypatch)
     real_request_finished = OuterConnector.request_finished
     real_get_finished = OuterConnector.get_finished
 
@@ -72,7 +73,8 @@ def test_verify_dumps_fires_when_free_is_not_delayed(tiny_model: Path, monkeypat
 
     monkeypatch.setattr(OuterConnector, "request_finished", request_finished_without_delay)
     monkeypatch.setattr(OuterConnector, "get_finished", get_finished_without_reports)
-    mismatches, guard = _run(tiny_model)
+    mismatches, guard, held = _run(tiny_model)
+    assert held.held > 0
     assert mismatches > 0, "the guard missed blocks rewritten under an in-flight dump"
     assert guard.violations, "no block was freed while its dump was in flight"
     assert len(guard.freed) == len(set(guard.freed)) == len(PROMPTS)

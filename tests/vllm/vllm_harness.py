@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import random
-import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -253,66 +252,21 @@ def assert_drained_worker(worker: Any) -> None:
 
 
 
-class HeldCopies:
-    """The adversarial device: every dump copy reads its source blocks as late as the protocol allows.
+# The adversarial device, selected through the connector's real config path (TEST-ONLY key): every dump
+# copy reads its source blocks only when the connector next blocks on dump tasks (`get_finished`,
+# `handle_preemptions` and its fence, `shutdown`), the latest moment the protocol admits it needs the bytes.
+# vLLM keeps stepping meanwhile, so a block freed or reallocated too early is really rewritten before it is
+# read, deterministically, whatever the machine's speed. Checksums taken at submit (`verify_dumps`) run on
+# the connector's thread and are never held.
+HOLD_COPIES: dict[str, Any] = {"test_late_copy": "hold"}
 
-    A copy (on a `deferdump-copy` thread) waits until the connector next blocks on dump tasks
-    (`_flush_matching`: `get_finished`, `handle_preemptions` and its fence, `shutdown`) — the earliest
-    moment the protocol admits it needs the bytes. vLLM keeps stepping meanwhile, so a block freed or
-    reallocated too early is really rewritten before it is read, deterministically, whatever the
-    machine's speed. `timeout_s` is only a safety net; `timeouts` counts copies it had to release.
-    Checksums taken at submit (`verify_dumps`) run on the connector's thread and are never held.
-    """
 
-    def __init__(self, timeout_s: float = 60.0) -> None:
-        self.timeout_s = timeout_s
-        self.timeouts = 0
-        self.held = 0
-        self._condition = threading.Condition()
-        self._generation = 0  # bumped whenever the connector starts waiting dump tasks
-        self._waiting = 0  # connector threads inside a wait right now
-
-    def hold(self) -> None:
-        with self._condition:
-            since = self._generation
-            self.held += 1
-            released = self._condition.wait_for(
-                lambda: self._generation > since or self._waiting > 0, timeout=self.timeout_s
-            )
-            if not released:
-                self.timeouts += 1
-
-    @contextlib.contextmanager
-    def connector_waiting(self) -> Iterator[None]:
-        with self._condition:
-            self._generation += 1
-            self._waiting += 1
-            self._condition.notify_all()
-        try:
-            yield
-        finally:
-            with self._condition:
-                self._waiting -= 1
-
-    def install(self, monkeypatch: Any) -> "HeldCopies":
-        from deferdump.reference.connectors import DirectConnector
-        from deferdump.reference.devices import CpuDevice
-
-        original_gather = CpuDevice._gather
-        original_flush = DirectConnector._flush_matching
-
-        def held_gather(device: Any, ids: list[int], layers: Any, *args: Any, **kwargs: Any) -> Any:
-            if threading.current_thread().name.startswith("deferdump-copy"):
-                self.hold()
-            return original_gather(device, ids, layers, *args, **kwargs)
-
-        def flush_releasing_copies(connector: Any, wanted: Any = None) -> None:
-            with self.connector_waiting():
-                original_flush(connector, wanted)
-
-        monkeypatch.setattr(CpuDevice, "_gather", held_gather)
-        monkeypatch.setattr(DirectConnector, "_flush_matching", flush_releasing_copies)
-        return self
+def held_copies(worker: Any) -> Any:
+    """The worker connector's hold-mode `LateCopyDevice`: `held` counts its held copies, `timeouts` those
+    only its safety timeout released (a protocol wait should release every one)."""
+    device = worker.late_copy_device
+    assert device is not None and device.mode == "hold", "the connector was not configured with HOLD_COPIES"
+    return device
 
 
 def record_request_finished(connector: Any) -> dict[str, bool]:
