@@ -47,7 +47,7 @@ class ConnectorConfig:
     use_layerwise: bool = False  # variant "cp": dispatch to the layer-wise paths
     wait_timeout_s: float | None = None  # timeout passed to every store wait
     hybrid_fence: str = "freed"  # "freed" | "all_on_free" | "none" (unsafe for hybrid models), see HYBRID_FENCES
-    test_late_copy: str = "off"  # TEST-ONLY adversarial device, see TEST_LATE_COPY_MODES
+    test_late_copy: str = "off"  # TEST-ONLY adversarial device when the connector picks its own (as in vLLM)
     test_late_copy_timeout_s: float | None = None  # "hold": release a copy held this long (default 60 s)
 
     def __post_init__(self) -> None:

@@ -8,7 +8,8 @@ import time
 import pytest
 import torch
 
-from deferdump.reference import ConfigError, ConnectorConfig, CpuDevice, DeviceError
+from deferdump.reference import ConfigError, ConnectorConfig, CpuDevice, DeviceError, DirectConnector
+from deferdump.reference.connectors import LayerWiseConnector
 from deferdump.reference.devices import Device
 from deferdump.reference.stores.memory import MemoryStore
 from deferdump.reference.testing.late_copy import LateCopyDevice, LatePayload
@@ -100,9 +101,12 @@ def test_hold_is_a_mode_of_its_own_and_the_real_devices_ignore_the_hook() -> Non
     held.close()
 
 
-def _hold_connector(store: MemoryStore, caches: dict[str, torch.Tensor], **config: object):
+def _hold_connector(store: MemoryStore, caches: dict[str, torch.Tensor], cls: type = DirectConnector, **config: object):
     conn = worker(
-        store, config=ConnectorConfig(block_size=BLOCK_SIZE, verify_dumps=True, test_late_copy="hold", **config),
+        store, cls=cls, config=ConnectorConfig(
+            block_size=BLOCK_SIZE, verify_dumps=True, test_late_copy="hold",
+            variant="layerwise" if cls is LayerWiseConnector else "direct", **config,
+        ),
         deferred=False, kv_caches=caches,
     )
     device = conn.device
@@ -110,21 +114,25 @@ def _hold_connector(store: MemoryStore, caches: dict[str, torch.Tensor], **confi
     return conn, device
 
 
-def test_config_selects_the_held_device_and_get_finished_releases_it() -> None:
-    """Real threaded store: the task cannot finish while its copy is held; only the connector's blocking
-    wait releases it, so a block rewritten in between is what the dump stores (verify_dumps counts it)."""
+@pytest.mark.parametrize("cls", [DirectConnector, LayerWiseConnector])
+def test_config_selects_the_held_device_and_get_finished_releases_it(cls: type) -> None:
+    """Real threaded store: a task cannot finish while its copy is held; only the connector's blocking
+    wait releases it, so a block rewritten in between is what the dump stores (verify_dumps counts it).
+    Layer-wise: one task per layer, the same one blocking wait."""
     store = MemoryStore(64)
     caches = cpu_kv_caches()
-    conn, device = _hold_connector(store, caches)
-    run_save_step(conn, dump_meta(("a", [1, 2])))
-    [pending] = conn._pending_dump_tasks
+    conn, device = _hold_connector(store, caches, cls)
+    run_save_step(conn, dump_meta(("a", [1, 2])), layers=tuple(caches))
+    pendings = list(conn._pending_dump_tasks)
+    assert len(pendings) == (len(caches) if cls is LayerWiseConnector else 1)
     time.sleep(0.05)
     run_save_step(conn, dump_meta())  # wait_for_save only polls: it never releases a held copy
-    assert conn._pending_dump_tasks == [pending] and not pending.payload.read and not store.check(pending.task)
+    assert conn._pending_dump_tasks == pendings
+    assert not any(p.payload.read or store.check(p.task) for p in pendings)
     caches["layer.0"][2].fill_(7.0)  # the hazard: rewritten before the dump read it
     assert conn.get_finished({"a"}) == ({"a"}, None)
     assert conn.verify_mismatches == 1
-    assert (device.held, device.timeouts) == (1, 0)
+    assert (device.held, device.timeouts) == (len(pendings), 0)
     conn.shutdown()
     store.close()
 
@@ -141,8 +149,8 @@ def test_handle_preemptions_and_shutdown_release_held_copies_only_when_they_bloc
     conn.handle_preemptions(dump_meta(preempted=["a"]))  # blocks on a's task: every held copy reads
     assert conn._pending_dump_tasks == [second] and first.payload.read and second.payload.read
     run_save_step(conn, dump_meta(("c", [3])))
-    [_, third] = conn._pending_dump_tasks
-    assert not third.payload.read
+    third = conn._pending_dump_tasks[-1]  # b's task may have finished and been reaped since its copy read
+    assert third.request_ids == {"c"} and not third.payload.read
     conn.shutdown()  # drains everything: the last copy reads before the wait
     assert third.payload.read and conn._pending_dump_tasks == []
     assert (device.held, device.timeouts, conn.verify_mismatches) == (3, 0, 0)
