@@ -39,6 +39,7 @@ class InvariantWatch:
         self._preemption_waits: list[list[tuple[frozenset[str], frozenset[str]]]] = [[] for _ in range(world_size)]
         self._freed_now: list[str] = []
         self.violation_count = 0
+        self.counts: collections.Counter[str] = collections.Counter()  # violations per check name
         self.messages: list[str] = []
         self.steps_checked = 0
 
@@ -46,6 +47,7 @@ class InvariantWatch:
     def record(self, violations: Iterable[str]) -> None:
         for line in violations:
             self.violation_count += 1
+            self.counts[line.split(":", 1)[0].removesuffix(" (Python-only)")] += 1
             if len(self.messages) < MAX_KEPT_MESSAGES:
                 self.messages.append(line)
 
