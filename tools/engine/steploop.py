@@ -26,6 +26,10 @@ per-rank Python-only checks (DumpAttempted, NoAsyncLoads, VerifyDumps). Every ph
 `PhaseTimer`; bench reads the timings, soak and the property tests read the watch. The environment's moves
 come from the scheduler's `Moves` (seeded, or scripted by a test) and from the store (`ManualStore`,
 `FaultyStore`); `abort` is a client abort between steps.
+
+With `WorkloadConfig.sliding_window` the model is hybrid: the connectors get two KV-cache groups (`kv_groups`,
+as the vLLM adapter builds them), the forward writes both groups' blocks into shared KV tensors, and the
+scheduler frees sliding-window blocks while requests run (docs/engine.md, "Hybrid models").
 """
 from __future__ import annotations
 
