@@ -108,7 +108,6 @@ class WorkloadConfig:
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be a probability, got {getattr(self, name)}")
 
-
     @property
     def hybrid(self) -> bool:
         """Two KV-cache groups (full attention + sliding window) instead of one."""
