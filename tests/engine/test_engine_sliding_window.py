@@ -114,18 +114,18 @@ def test_without_the_fence_the_engine_catches_the_overwrite_and_the_wrong_bytes(
 
 
 def test_the_coarse_fence_waits_tasks_that_read_no_freed_block() -> None:
-    """"all_on_free" waits every pending task whenever a block was freed: here the dump of a request whose
-    blocks all stay (window 3, its second block still inside) when the other one's leave the window: an
+    """"all_on_free" waits every pending task whenever a block was freed: here the second request's
+    one-block dump, still pending when the first request's second block leaves the window (window 3): an
     over-wait `PreemptWaitsOnlyPreemptedInv` reports (the spec's SlidingWindowDrainOverWaits). "freed"
-    waits only the task that reads a freed block."""
+    waits only the tasks that read a freed block."""
     for fence, expected in (("all_on_free", True), ("freed", False)):
         engine, _ = _engine(fence, window=3)
         engine.scheduler.add_request(prompt_of(0, 4), 3)  # 2 blocks; at 4 computed: (4 - 3 + 1) // 2 = 1 leaves
         engine.step()
-        engine.step()  # tokens 4 computed, block 0 of the first request leaves the window
+        engine.step()  # 4 tokens computed: block 0 of the first request leaves the window (its dump is waited)
         engine.scheduler.add_request(prompt_of(1, 2), 3)  # 1 block dumped now, read by a task of its own
         engine.step()
-        engine.step()
+        engine.step()  # 6 computed: the first request's block 1 leaves the window
         found = _violations(engine)
         assert any(line.startswith("PreemptWaitsOnlyPreemptedInv") for line in found) is expected, (fence, found)
         assert not any(line.startswith(("NoOverwrite", "StoredBytes", "NoFreeUnderRead")) for line in found)
