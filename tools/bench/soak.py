@@ -6,6 +6,13 @@ CPU KV tensors, `verify_dumps` on, and `InvariantWatch` at every step. At the en
 connectors shut down, and the cell reports what a leak would leave behind: pending tasks, live event
 handles, blocks not back in the pool, ids still tracked, a store whose files/bytes disagree with its
 index, and resident memory growth between the first and last tenth of the cell's steps.
+
+With `sliding_window` set, each store also gets a "hybrid" cell: the Direct connector (TP=2) on a hybrid
+model, a full-attention KV-cache group plus a sliding-window group of that many tokens, whose blocks
+leave the window and are freed while their request runs (docs/engine.md). Each cell counts its violations
+per check (`violation_counts`): under two KV-cache groups vLLM 0.32 raises on any block-level load error,
+which the connector reports for a failed or missed load (an injected fault, a key evicted from a bounded
+store), so a hybrid cell can fail on `HybridLoadErrors` alone while its fence holds.
 """
 from __future__ import annotations
 
@@ -22,7 +29,7 @@ from typing import Any
 
 import psutil
 
-from deferdump.reference.config import ConnectorConfig
+from deferdump.reference.config import HYBRID_FENCES, ConnectorConfig
 from deferdump.reference.stores.faults import FaultConfig, FaultyStore
 from deferdump.reference.stores.file import TMP_SUFFIX, FileStore
 from deferdump.reference.stores.memory import MemoryStore
@@ -39,7 +46,8 @@ from deferdump.tools.engine.steploop import LoopConfig, Mode, StepLoop
 STORES = ("memory", "file")  # the default cells
 KNOWN_STORES = (*STORES, "redis")  # "redis" needs a server: `--store redis --redis-url URL`
 VARIANTS = ("direct", "layerwise", "cp")
-WORLD_SIZES = {"direct": 2, "layerwise": 1, "cp": 2}  # direct runs as TP=2: per-rank keys, aggregated reports
+HYBRID = "hybrid"  # the cell of a hybrid model (variant direct), added per store by `sliding_window`
+WORLD_SIZES = {"direct": 2, "layerwise": 1, "cp": 2, HYBRID: 2}  # direct runs as TP=2: per-rank keys, aggregated reports
 RSS_TOLERANCE = 0.05
 
 
@@ -66,6 +74,8 @@ class SoakConfig:
     shape: ModelShape = ModelShape(
         layers=2, kv_heads=1, head_dim=8, block_size=4, dtype="float32", hidden_dim=16, matmuls_per_layer=1
     )
+    sliding_window: int | None = None  # tokens: add a "hybrid" cell per store (full attention + sliding window)
+    hybrid_fence: str = "freed"  # the hybrid cells' connector fence ("none": UCM #989 as merged, unsafe)
 
     def __post_init__(self) -> None:
         if isinstance(self.requests, bool) or not isinstance(self.requests, int) or self.requests < 1:
@@ -87,10 +97,42 @@ class SoakConfig:
                 check_redis_url(self.redis_url)
             except ValueError as exc:
                 raise SoakConfigError(f"--redis-url: {exc}") from None
-        if self.requests < len(self.stores) * len(self.variants):
+        self._check_hybrid()
+        if self.requests < len(self.cells()):
+            raise SoakConfigError(f"requests ({self.requests}) must be at least one per cell ({len(self.cells())})")
+
+    def _check_hybrid(self) -> None:
+        window = self.sliding_window
+        if self.hybrid_fence not in HYBRID_FENCES:
+            raise SoakConfigError(f"hybrid-fence must be one of {', '.join(HYBRID_FENCES)}, got {self.hybrid_fence!r}")
+        if window is None:
+            if self.hybrid_fence != "freed":
+                raise SoakConfigError("hybrid-fence applies only with --sliding-window (the hybrid cells)")
+            return
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise SoakConfigError(f"sliding-window must be a positive number of tokens, got {window!r}")
+        workload = self.workload
+        longest = workload.prompt_tokens[1] + workload.output_tokens[1]
+        if window > longest - workload.block_size:  # skipped blocks need computed - window + 1 >= block_size
             raise SoakConfigError(
-                f"requests ({self.requests}) must be at least one per cell ({len(self.stores) * len(self.variants)})"
+                f"sliding-window {window} never frees a block: requests have at most {longest} tokens and blocks "
+                f"{workload.block_size} (use at most {longest - workload.block_size})"
             )
+        try:
+            self.hybrid_workload()
+        except ValueError as exc:
+            raise SoakConfigError(f"sliding-window {window}: {exc}") from None
+
+    def cells(self) -> list[tuple[str, str]]:
+        """(store, variant) of every cell, the hybrid cells last."""
+        cells = [(store, variant) for store in self.stores for variant in self.variants]
+        if self.sliding_window is not None:
+            cells += [(store, HYBRID) for store in self.stores]
+        return cells
+
+    def hybrid_workload(self) -> WorkloadConfig:
+        """The hybrid cells' workload: the other cells' with the sliding window."""
+        return dataclasses.replace(self.workload, sliding_window=self.sliding_window)
 
 
 @dataclasses.dataclass
@@ -105,6 +147,7 @@ class CellResult:
     seconds: float
     violations: int
     violation_messages: list[str]
+    violation_counts: dict[str, int]  # per check name (the messages are capped, the counts are not)
     pending_tasks: int
     live_event_handles: int
     leaked_event_handles: int
@@ -120,6 +163,7 @@ class CellResult:
     rss_last_mib: float
     preemptions: int
     aborts: int
+    window_frees: int  # hybrid: sliding-window blocks freed while their request ran or at its finish
     submit_failures: int
     wait_failures: int
     store_errors: int  # failures the store itself reported (failed dumps/loads, unreachable lookups), not injected
@@ -165,6 +209,10 @@ class SoakReport:
             "slow_task_s": self.config.slow_task_s,
             "seed": self.config.seed,
             "store_errors": sum(cell.store_errors for cell in cells),
+            "sliding_window": self.config.sliding_window,
+            "hybrid_fence": self.config.hybrid_fence,
+            "window_frees": sum(cell.window_frees for cell in cells),
+            "violation_counts": _sum_counts(cell.violation_counts for cell in cells),
             "faults_injected": _sum_counts(cell.faults_injected for cell in cells),
             "cells": [dataclasses.asdict(cell) | {"ok": cell.ok} for cell in cells],
         }
@@ -262,11 +310,12 @@ def run_cell(
 ) -> CellResult:
     """Run `requests` requests through one (store, variant) step loop and audit everything it leaves."""
     world_size = WORLD_SIZES[variant]
-    cell_seed = config.seed * 1000 + KNOWN_STORES.index(store_kind) * 10 + VARIANTS.index(variant)
-    workload = dataclasses.replace(config.workload, seed=cell_seed)
+    hybrid = variant == HYBRID
+    cell_seed = config.seed * 1000 + KNOWN_STORES.index(store_kind) * 10 + (*VARIANTS, HYBRID).index(variant)
+    workload = dataclasses.replace(config.hybrid_workload() if hybrid else config.workload, seed=cell_seed)
     connector = ConnectorConfig(
-        variant=variant, block_size=workload.block_size, verify_dumps=True, copy_threads=1,
-        cp_world_size=world_size if variant == "cp" else 1,
+        variant="direct" if hybrid else variant, block_size=workload.block_size, verify_dumps=True, copy_threads=1,
+        cp_world_size=world_size if variant == "cp" else 1, hybrid_fence=config.hybrid_fence,
     )
     process = psutil.Process()
     rss: list[int] = []
@@ -301,12 +350,14 @@ def run_cell(
     return CellResult(
         store=store_kind, variant=variant, world_size=world_size, requests=sched.admitted_total, steps=shutdown.steps,
         seconds=round(seconds, 3), violations=loop.watch.violation_count,
-        violation_messages=list(loop.watch.messages), pending_tasks=shutdown.pending_tasks,
+        violation_messages=list(loop.watch.messages), violation_counts=dict(sorted(loop.watch.counts.items())),
+        pending_tasks=shutdown.pending_tasks,
         live_event_handles=shutdown.live_event_handles, leaked_event_handles=shutdown.leaked_event_handles,
         leaked_blocks=shutdown.leaked_blocks, held_requests=shutdown.held_requests, tracked_left=shutdown.tracked_left,
         verify_mismatches=shutdown.verify_mismatches, store_pending=store_pending, store_consistent=consistent,
         store_detail=detail, rss_growth=growth, rss_first_mib=first, rss_last_mib=last,
-        preemptions=sched.preempted_total, aborts=sched.aborted_total, submit_failures=shutdown.submit_failures,
+        preemptions=sched.preempted_total, aborts=sched.aborted_total,
+        window_frees=sched.window_freed_total + sched.finish_window_freed_total, submit_failures=shutdown.submit_failures,
         wait_failures=shutdown.wait_failures, store_errors=errors, faults_injected=injected,
     )
 
@@ -345,7 +396,7 @@ def _probe_redis(url: str) -> None:
 
 def run_soak(config: SoakConfig, *, on_progress: Callable[[int], None] | None = None) -> SoakReport:
     """Split `config.requests` over every (store, variant) cell and run them one after another."""
-    cells = [(store, variant) for store in config.stores for variant in config.variants]
+    cells = config.cells()
     if config.redis_url is not None and "redis" in config.stores:
         _probe_redis(config.redis_url)
     share, extra = divmod(config.requests, len(cells))

@@ -28,13 +28,18 @@ def soak(
                                                 "redis. Default: memory and file."),
     redis_url: Optional[str] = typer.Option(None, "--redis-url", help="Server of the redis cells, e.g. "
                                             "redis://127.0.0.1:6379/0 or redis+cluster://host:port."),
+    sliding_window: Optional[int] = typer.Option(None, "--sliding-window", help="Also soak a hybrid model per store "
+                                                 "(full attention + a sliding window of this many tokens)."),
+    hybrid_fence: str = typer.Option("freed", "--hybrid-fence", help="The hybrid cells' fence: freed, all_on_free, "
+                                     "none (UCM #989 as merged: unsafe, the soak should fail)."),
 ) -> None:
     """Soak the reference connector: faults, preemptions, aborts; report leaks and invariant violations."""
     from deferdump.tools.bench.soak import STORES, SoakConfig, run_soak  # torch loads only when a soak runs
 
     logging.getLogger("deferdump.reference").setLevel(logging.CRITICAL)  # injected faults log by design
     config = SoakConfig(requests=requests, fault_rate=faults, seed=seed, store_root=store_dir,
-                        stores=tuple(stores) if stores else STORES, redis_url=redis_url)
+                        stores=tuple(stores) if stores else STORES, redis_url=redis_url,
+                        sliding_window=sliding_window, hybrid_fence=hybrid_fence)
     err = Console(stderr=True)
     columns = (TextColumn("soak"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress:

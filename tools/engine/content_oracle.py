@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from deferdump.reference.config import ConnectorConfig
+from deferdump.reference.groups import NULL_BLOCK, group_key
 from deferdump.reference.hashing import layer_key, prefix_block_hashes, rank_key
 from deferdump.reference.metadata import DeferDumpMetadata
 from deferdump.reference.stores.base import BlockPayload
@@ -45,10 +46,13 @@ class RecordingPayload:
 class ContentOracle:
     """Expected store rows per key, the dump plan per request; violations collect in `violations`."""
 
-    def __init__(self, connector: ConnectorConfig, shape: ModelShape, world_size: int) -> None:
+    def __init__(self, connector: ConnectorConfig, shape: ModelShape, world_size: int, *, groups: int = 1) -> None:
+        """`groups`: KV-cache groups (2: a hybrid model, whose group `g` holds layers `g, g + groups, ...` and
+        stores its blocks under `group_key(key, g)`)."""
         self.connector = connector
         self.shape = shape
         self.world_size = world_size
+        self.groups = groups
         self.per_block = world_size if connector.variant == "cp" else 1  # cp: one hash per rank per block
         self.layerwise = connector.variant == "layerwise" or (connector.variant == "cp" and connector.use_layerwise)
         self.expected_rows: dict[bytes, torch.Tensor] = {}
@@ -96,14 +100,18 @@ class ContentOracle:
             parts.append(slots.expand(shape.kv_heads, bs, 2 * shape.head_dim).contiguous().view(torch.uint8).flatten())
         return torch.cat(parts)
 
+    def group_layers(self, group: int) -> list[int]:
+        """Layer indices of KV-cache group `group` (every layer with one group)."""
+        return list(range(group, self.shape.layers, self.groups))
+
     def _store_keys(self, hashes: Sequence[bytes], block: int, rank: int) -> list[tuple[bytes, list[int]]]:
-        """(key, layer indices) under which `rank` stores block `block`."""
+        """(key, layer indices) under which `rank` stores block `block` (of every group)."""
         key = hashes[block * self.per_block + (rank if self.per_block > 1 else 0)]
         if self.connector.variant != "cp" and not self.connector.is_mla and rank != 0:
             key = rank_key(key, rank)
         if self.layerwise:
             return [(layer_key(key, i), [i]) for i in range(self.shape.layers)]
-        return [(key, list(range(self.shape.layers)))]
+        return [(group_key(key, group), self.group_layers(group)) for group in range(self.groups)]
 
     def _expect_blocks_of(self, tokens: Sequence[int]) -> None:
         hashes = prefix_block_hashes(tokens, self.shape.block_size, self.per_block)
@@ -132,16 +140,20 @@ class ContentOracle:
         kv_caches: dict[str, torch.Tensor],
     ) -> None:
         """Loaded blocks hold exactly the stored prefix (blocks with a load error are the scheduler's)."""
+        names = list(kv_caches)
         for req_id, dispatch in meta.request_meta.items():
             if not dispatch.load_block_ids or req_id not in requests:
                 continue
             tokens = requests[req_id].tokens
-            for block, block_id in enumerate(dispatch.load_block_ids):
-                if block_id in errors:
-                    continue
-                expected = self.block_rows(tokens, block, rank, range(self.shape.layers))
-                actual = torch.cat([kv[block_id].contiguous().view(torch.uint8).flatten() for kv in kv_caches.values()])
-                if not torch.equal(actual, expected):
-                    self.violations.append(
-                        f"LoadedBytes (Python-only): rank {rank} block {block_id} of {req_id} differs from the store"
-                    )
+            tables = (dispatch.load_block_ids, *dispatch.load_group_block_ids)  # the load range starts at block 0
+            for group, table in enumerate(tables):
+                layers = self.group_layers(group)
+                for block, block_id in enumerate(table):
+                    if block_id in errors or (group > 0 and block_id == NULL_BLOCK):  # out of the window: not loaded
+                        continue
+                    expected = self.block_rows(tokens, block, rank, layers)
+                    actual = torch.cat([kv_caches[names[i]][block_id].contiguous().view(torch.uint8).flatten() for i in layers])
+                    if not torch.equal(actual, expected):
+                        self.violations.append(
+                            f"LoadedBytes (Python-only): rank {rank} block {block_id} of {req_id} differs from the store"
+                        )

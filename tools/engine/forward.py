@@ -7,6 +7,12 @@ vLLM's layout for the device (CUDA `[2, num_blocks, block_size, kv_heads, head_d
 rewritten by a later step holds different bytes: a dump that read it too late stores the wrong data and
 `verify_dumps` sees it.
 
+A hybrid model (`groups=2`: a full-attention and a sliding-window KV-cache group) alternates its layers
+between the groups (even layers full attention, odd layers sliding window) and, as vLLM's hybrid
+allocator does, layer `2j` and layer `2j + 1` share one KV tensor: a block id addresses the same memory
+in both groups, and the pool hands each block to one group at a time. Each layer writes its tokens into
+its own group's block table.
+
 With `content="tokens"` every element of a token's slot holds `slot_value(token, position, owner, layer)`
 instead (float32, exact): the bytes a block must hold are then known from the request's tokens alone, so
 a checker can compare what a dump stored or a load restored with what the block held (property tests).
@@ -18,6 +24,8 @@ import math
 from collections.abc import Sequence
 
 import torch
+
+from deferdump.reference.groups import NULL_BLOCK
 
 from deferdump.tools.engine.scheduler import ScheduledChunk
 
@@ -75,16 +83,30 @@ class ModelShape:
         return [f"model.layers.{i}.self_attn" for i in range(self.layers)]
 
 
-def make_kv_caches(shape: ModelShape, num_blocks: int, device: torch.device) -> dict[str, torch.Tensor]:
-    """Zeroed KV tensors in vLLM's layout for `device` (touched, so page faults stay out of the timings)."""
+def make_kv_caches(shape: ModelShape, num_blocks: int, device: torch.device, groups: int = 1) -> dict[str, torch.Tensor]:
+    """Zeroed KV tensors in vLLM's layout for `device` (touched, so page faults stay out of the timings).
+
+    With `groups` KV-cache groups, layer `i` belongs to group `i % groups` and the `groups` consecutive
+    layers `groups*j .. groups*j + groups - 1` share one tensor (vLLM's `KVCacheTensor.shared_by`)."""
+    if shape.layers % groups:
+        raise ValueError(f"{shape.layers} layers cannot be split evenly over {groups} KV-cache groups")
     caches: dict[str, torch.Tensor] = {}
-    for name in shape.layer_names():
+    for index, name in enumerate(shape.layer_names()):
+        if index % groups:
+            caches[name] = caches[shape.layer_names()[index - index % groups]]
+            continue
         if device.type == "cuda":
             size = (2, num_blocks, shape.block_size, shape.kv_heads, shape.head_dim)
         else:
             size = (num_blocks, shape.kv_heads, shape.block_size, 2 * shape.head_dim)
         caches[name] = torch.zeros(size, dtype=shape.torch_dtype, device=device)
     return caches
+
+
+def group_layer_names(shape: ModelShape, groups: int) -> list[tuple[str, ...]]:
+    """The layer names of each KV-cache group (group `g`: layers `g, g + groups, ...`)."""
+    names = shape.layer_names()
+    return [tuple(names[g::groups]) for g in range(groups)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +116,9 @@ class SlotBatch:
     block_index: torch.Tensor
     offset_index: torch.Tensor
     num_tokens: int
-    written_blocks: frozenset[int]
+    written_blocks: frozenset[int]  # every group's
     token_codes: torch.Tensor | None = None  # "tokens" content: token * 64 + position per slot
+    sw_block_index: torch.Tensor | None = None  # hybrid: each slot's block in the sliding-window group
 
 
 class ForwardPass:
@@ -103,13 +126,15 @@ class ForwardPass:
 
     def __init__(
         self, shape: ModelShape, num_blocks: int, device: torch.device, *, seed: int = 0, max_tokens: int = 8192,
-        owner: int = 0,
+        owner: int = 0, groups: int = 1,
     ) -> None:
-        """`owner`: whose KV this rank holds in "tokens" content (its rank; 0 on every rank for MLA)."""
+        """`owner`: whose KV this rank holds in "tokens" content (its rank; 0 on every rank for MLA).
+        `groups`: 2 for a hybrid model (full attention + sliding window)."""
         self.shape = shape
         self.owner = owner
         self.device = device
-        self.kv_caches = make_kv_caches(shape, num_blocks, device)
+        self.groups = groups
+        self.kv_caches = make_kv_caches(shape, num_blocks, device, groups)
         self._names = list(self.kv_caches)
         generator = torch.Generator().manual_seed(seed)
         scale = 1.0 / math.sqrt(shape.hidden_dim)
@@ -132,13 +157,20 @@ class ForwardPass:
         """Where each scheduled token's KV goes."""
         block_size = self.shape.block_size
         blocks: list[int] = []
+        sw_blocks: list[int] = []
         offsets: list[int] = []
         codes: list[int] = []
         by_tokens = self.shape.content == "tokens"
+        hybrid = self.groups > 1
         for chunk in chunks:
             ids = chunk.block_ids
             for position in range(chunk.start, chunk.start + chunk.num_tokens):
                 blocks.append(ids[position // block_size])
+                if hybrid:
+                    sw_block = chunk.sw_block_ids[position // block_size]
+                    if sw_block == NULL_BLOCK:
+                        raise RuntimeError(f"{chunk.req_id}: position {position} has no sliding-window block")
+                    sw_blocks.append(sw_block)
                 offsets.append(position % block_size)
                 if by_tokens:
                     codes.append(chunk.tokens[position - chunk.start] * 64 + position)
@@ -146,8 +178,9 @@ class ForwardPass:
             torch.tensor(blocks, dtype=torch.long, device=self.device),
             torch.tensor(offsets, dtype=torch.long, device=self.device),
             len(blocks),
-            frozenset(blocks),
+            frozenset(blocks) | frozenset(sw_blocks),
             torch.tensor(codes, dtype=torch.float32, device=self.device) if by_tokens else None,
+            torch.tensor(sw_blocks, dtype=torch.long, device=self.device) if hybrid else None,
         )
 
     def begin(self, batch: SlotBatch) -> None:
@@ -176,12 +209,16 @@ class ForwardPass:
             values = hidden.repeat(1, self._repeats)[:, : self._kv_width].to(self.shape.torch_dtype)
         kv = self.kv_caches[self._names[index]]
         shape = self.shape
+        block_index = batch.block_index
+        if index % self.groups:  # a sliding-window layer writes its group's blocks
+            assert batch.sw_block_index is not None
+            block_index = batch.sw_block_index
         if self.device.type == "cuda":
-            kv[:, batch.block_index, batch.offset_index] = values.view(
+            kv[:, block_index, batch.offset_index] = values.view(
                 batch.num_tokens, 2, shape.kv_heads, shape.head_dim
             ).transpose(0, 1)
         else:
-            kv[batch.block_index, :, batch.offset_index] = values.view(batch.num_tokens, shape.kv_heads, 2 * shape.head_dim)
+            kv[block_index, :, batch.offset_index] = values.view(batch.num_tokens, shape.kv_heads, 2 * shape.head_dim)
 
     def finish(self) -> None:
         """End the step; on CUDA wait for the compute stream (vLLM syncs at sampling)."""

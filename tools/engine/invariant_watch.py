@@ -39,6 +39,7 @@ class InvariantWatch:
         self._preemption_waits: list[list[tuple[frozenset[str], frozenset[str]]]] = [[] for _ in range(world_size)]
         self._freed_now: list[str] = []
         self.violation_count = 0
+        self.counts: collections.Counter[str] = collections.Counter()  # violations per check name
         self.messages: list[str] = []
         self.steps_checked = 0
 
@@ -46,6 +47,7 @@ class InvariantWatch:
     def record(self, violations: Iterable[str]) -> None:
         for line in violations:
             self.violation_count += 1
+            self.counts[line.split(":", 1)[0].removesuffix(" (Python-only)")] += 1
             if len(self.messages) < MAX_KEPT_MESSAGES:
                 self.messages.append(line)
 
@@ -63,12 +65,23 @@ class InvariantWatch:
         waits: Sequence[tuple[str, int, bool]],
         task_requests: Mapping[int, frozenset[str]],
         preempted: frozenset[str],
+        *,
+        task_blocks: Mapping[int, frozenset[int]] | None = None,
+        freed: frozenset[int] = frozenset(),
     ) -> None:
-        """Store waits of one step on `rank`: (phase, task id, whether `check` had said finished)."""
+        """Store waits of one step on `rank`: (phase, task id, whether `check` had said finished).
+
+        A hybrid model's fence also waits, in `handle_preemptions`, the tasks that read a block freed since
+        the last schedule (`freed`, the metadata's `freed_block_ids`): such a wait is no over-wait (the
+        spec's `handle_preemptions`: over == a waited task with no preempted request that reads no freed
+        block), so it is not handed to `PreemptWaitsOnlyPreemptedInv`."""
+        blocks = task_blocks or {}
         for phase, task_id, checked_finished in waits:
             if phase == "wait_for_save" and not checked_finished:
                 self._incomplete_waits[rank] += 1
             elif phase == "handle_preemptions" and task_id in task_requests:
+                if freed and not freed.isdisjoint(blocks.get(task_id, frozenset())):
+                    continue
                 self._preemption_waits[rank].append((task_requests[task_id], preempted))
 
     def on_get_finished(self, rank: int, passed: Iterable[str], reported: Iterable[str] | None) -> None:

@@ -16,6 +16,13 @@ between steps, as vLLM's `finish_requests` does when a client disconnects.
 
 No prefix caching inside the pool: every block belongs to exactly one request, so "blocks held by
 finished requests" is exact.
+
+`WorkloadConfig.sliding_window` makes the model hybrid, as vLLM's hybrid KV-cache manager runs one with a
+`SupportsHMA` connector: two KV-cache groups sharing one block pool, a full-attention group (the block
+list the connector keys its prompt blocks by) and a sliding-window group whose blocks that left the
+window are freed while the request runs (`remove_skipped_blocks` before every allocation and again at
+finish) and handed out again at once; block 0 is then vLLM's null block, never allocated. docs/engine.md
+lists the vLLM lines each rule rests on.
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from deferdump.reference.errors import UserError
+from deferdump.reference.groups import NULL_BLOCK, skipped_blocks
 from deferdump.reference.views import CachedRequestView, NewRequestView, RequestView, StepView
 
 if TYPE_CHECKING:
@@ -51,6 +59,10 @@ class SchedulerConnector(Protocol):
 
     def request_finished(self, request: RequestView, block_ids: Any) -> tuple[bool, dict[str, Any] | None]: ...
 
+    def request_finished_all_groups(
+        self, request: RequestView, block_ids: tuple[Sequence[int], ...]
+    ) -> tuple[bool, dict[str, Any] | None]: ...
+
 
 @dataclasses.dataclass(frozen=True)
 class WorkloadConfig:
@@ -69,7 +81,9 @@ class WorkloadConfig:
     waiting_target: int = 4  # keep this many requests waiting while the stream is open
     seed: int = 0
     kv_load_failure_policy: str = "fail"  # vLLM's default; "recompute" reschedules from the first bad block
-
+    # None: one full-attention KV-cache group. N: a hybrid model, a full-attention group plus a sliding-window
+    # group whose window is N tokens (its blocks that leave the window are freed while the request runs).
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.num_blocks < 1 or self.max_running < 1 or self.max_batched_tokens < 1:
@@ -78,8 +92,13 @@ class WorkloadConfig:
             low, high = getattr(self, name)
             if not 1 <= low <= high:
                 raise ValueError(f"{name} must be a range 1 <= low <= high, got {(low, high)}")
+        if self.sliding_window is not None and (
+            isinstance(self.sliding_window, bool) or not isinstance(self.sliding_window, int) or self.sliding_window < 1
+        ):
+            raise ValueError(f"sliding_window must be a positive number of tokens, got {self.sliding_window!r}")
         longest = self.prompt_tokens[1] + self.output_tokens[1]
-        if -(-longest // self.block_size) > self.num_blocks:
+        needed = -(-longest // self.block_size) * self.num_groups + (1 if self.hybrid else 0)
+        if needed > self.num_blocks:
             raise ValueError(f"num_blocks {self.num_blocks} cannot hold one request of {longest} tokens")
         if self.kv_load_failure_policy not in LOAD_FAILURE_POLICIES:
             raise ValueError(
@@ -88,6 +107,15 @@ class WorkloadConfig:
         for name in ("shared_prefix_prob", "abort_prob", "preempt_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be a probability, got {getattr(self, name)}")
+
+    @property
+    def hybrid(self) -> bool:
+        """Two KV-cache groups (full attention + sliding window) instead of one."""
+        return self.sliding_window is not None
+
+    @property
+    def num_groups(self) -> int:
+        return 2 if self.hybrid else 1
 
 
 class Status(enum.Enum):
@@ -104,7 +132,10 @@ class SimRequest:
     num_prompt: int
     max_output: int
     num_computed: int = 0
-    blocks: list[int] = dataclasses.field(default_factory=list)
+    blocks: list[int] = dataclasses.field(default_factory=list)  # the full-attention group's block table
+    # hybrid: the sliding-window group's block table, one entry per block position; a block that left the
+    # window is NULL_BLOCK (vLLM replaces it with its null block in place)
+    sw_blocks: list[int] = dataclasses.field(default_factory=list)
     status: Status = Status.WAITING
     admitted: bool = False  # scheduled at least once: later schedules are "cached" requests
     resumed: bool = False  # preempted since it was last scheduled
@@ -117,6 +148,10 @@ class SimRequest:
     def view(self) -> RequestView:
         return RequestView(self.req_id, tuple(self.tokens), self.num_prompt)
 
+    def held_blocks(self) -> list[int]:
+        """Every pool block the request holds, in both groups (the null block is nobody's)."""
+        return self.blocks + [block for block in self.sw_blocks if block != NULL_BLOCK]
+
 
 @dataclasses.dataclass(frozen=True)
 class ScheduledChunk:
@@ -128,6 +163,7 @@ class ScheduledChunk:
     num_tokens: int
     tokens: tuple[int, ...] = ()  # the token ids at those positions
     admitted: bool = False  # scheduled from the waiting queue this step (new or resumed)
+    sw_block_ids: tuple[int, ...] = ()  # hybrid: the sliding-window group's block table (null where freed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,13 +185,22 @@ class StepOutcome:
 
 
 class BlockPool:
-    """Free block ids, reused LIFO like vLLM's unhashed blocks (a freed block is the next one handed out)."""
+    """Free block ids, reused LIFO like vLLM's unhashed blocks (a freed block is the next one handed out).
 
-    def __init__(self, num_blocks: int) -> None:
+    `reserve_null`: block 0 is vLLM's null block (hybrid models: a sliding-window table shows a freed
+    position as 0), never handed out nor freed. `free` appends, so the last block of a call is the next
+    handed out: vLLM's `prepend_n` of the blocks in the reverse order (`v1/core/block_pool.py` 774-801).
+    """
+
+    def __init__(self, num_blocks: int, *, reserve_null: bool = False) -> None:
         self.num_blocks = num_blocks
-        self._free: list[int] = list(range(num_blocks - 1, -1, -1))
+        self.num_usable = num_blocks - 1 if reserve_null else num_blocks
+        first = 1 if reserve_null else 0
+        self._free: list[int] = list(range(num_blocks - 1, first - 1, -1))
         self._is_free = [True] * num_blocks
+        self._reserve_null = reserve_null
         self._freed_by_preemption: set[int] = set()
+        self._freed_by_window: set[int] = set()
 
     @property
     def num_free(self) -> int:
@@ -168,6 +213,11 @@ class BlockPool:
         """Free blocks whose last free was a preemption's (vLLM frees those at once, dumps or not)."""
         return frozenset(self._freed_by_preemption)
 
+    def freed_at_once(self) -> frozenset[int]:
+        """Free blocks vLLM freed without asking the connector: a preemption's, or sliding-window blocks
+        that left the window (while the request ran, or at its finish before `request_finished_all_groups`)."""
+        return frozenset(self._freed_by_preemption | self._freed_by_window)
+
     def allocate(self, count: int) -> list[int] | None:
         if count > len(self._free):
             return None
@@ -176,18 +226,24 @@ class BlockPool:
             self._is_free[block] = False
         if self._freed_by_preemption:
             self._freed_by_preemption.difference_update(taken)
+        if self._freed_by_window:
+            self._freed_by_window.difference_update(taken)
         return taken
 
-    def free(self, blocks: Iterable[int], *, by_preemption: bool = False) -> None:
+    def free(self, blocks: Iterable[int], *, by_preemption: bool = False, by_window: bool = False) -> None:
         for block in blocks:
-            if self._is_free[block]:
-                raise SimulationError(f"block {block} freed twice")
+            if self._is_free[block] or (self._reserve_null and block == NULL_BLOCK):
+                raise SimulationError(f"block {block} freed twice, or the null block freed")
             self._is_free[block] = True
             self._free.append(block)
             if by_preemption:
                 self._freed_by_preemption.add(block)
             elif self._freed_by_preemption:
                 self._freed_by_preemption.discard(block)
+            if by_window:
+                self._freed_by_window.add(block)
+            elif self._freed_by_window:
+                self._freed_by_window.discard(block)
 
 
 class RequestFactory:
@@ -231,7 +287,7 @@ class SimScheduler:
         self.config = config
         self.connector = connector
         self.world_size = world_size
-        self.pool = BlockPool(config.num_blocks)
+        self.pool = BlockPool(config.num_blocks, reserve_null=config.hybrid)
         self.moves: Moves = moves if moves is not None else SeededMoves(config)
         self._factory = RequestFactory(config, random.Random(config.seed + 1))
         self.requests: dict[str, SimRequest] = {}
@@ -244,6 +300,8 @@ class SimScheduler:
         self.freed_total = 0  # finished requests whose blocks are back in the pool
         self.preempted_total = 0
         self.aborted_total = 0
+        self.window_freed_total = 0  # hybrid: sliding-window blocks freed while their request ran
+        self.finish_window_freed_total = 0  # hybrid: ... freed by the finish path's remove_skipped_blocks
         self.stream_open = True
         self.request_limit: int | None = None
 
@@ -316,10 +374,15 @@ class SimScheduler:
                 new_blocks = self._allocate_for(request, request.num_computed + num_new)
             if new_blocks is None:
                 break
-            cached_views.append(CachedRequestView(request.req_id, tuple(new_blocks), False, request.num_computed, num_new))
+            new_full, new_sw = new_blocks
+            cached_views.append(CachedRequestView(
+                request.req_id, tuple(new_full), False, request.num_computed, num_new,
+                (tuple(new_sw),) if config.hybrid else (),
+            ))
             chunks.append(ScheduledChunk(
                 request.req_id, tuple(request.blocks), request.num_computed, num_new,
                 tuple(request.tokens[request.num_computed:request.num_computed + num_new]),
+                sw_block_ids=tuple(request.sw_blocks),
             ))
             budget -= num_new
             index += 1
@@ -333,25 +396,28 @@ class SimScheduler:
             num_new = min(len(request.tokens) - external, budget)
             if num_new <= 0:
                 raise SimulationError(f"{request.req_id}: connector claimed all {len(request.tokens)} tokens")
-            blocks = self.pool.allocate(self._blocks_needed(external + num_new))
-            if blocks is None:
+            admitted = self._allocate_admission(external, external + num_new)
+            if admitted is None:
                 break
+            blocks, sw_blocks = admitted
             self.waiting.popleft()
-            request.blocks = blocks
+            request.blocks, request.sw_blocks = blocks, sw_blocks
             request.num_computed = external
             if self.connector is not None:
                 with self._measure("sched_connector"):
                     self.connector.update_state_after_alloc(request.view(), tuple(blocks), external)
+            groups = (tuple(sw_blocks),) if config.hybrid else ()
             if request.resumed:
-                cached_views.append(CachedRequestView(request.req_id, tuple(blocks), True, external, num_new))
+                cached_views.append(CachedRequestView(request.req_id, tuple(blocks), True, external, num_new, groups))
             else:
-                new_views.append(
-                    NewRequestView(request.req_id, tuple(request.tokens), request.num_prompt, tuple(blocks), external, num_new)
-                )
+                new_views.append(NewRequestView(
+                    request.req_id, tuple(request.tokens), request.num_prompt, tuple(blocks), external, num_new, groups
+                ))
             request.admitted, request.resumed, request.status = True, False, Status.RUNNING
             self.running.append(request)
             chunks.append(ScheduledChunk(
-                request.req_id, tuple(blocks), external, num_new, tuple(request.tokens[external:external + num_new]), True
+                request.req_id, tuple(blocks), external, num_new, tuple(request.tokens[external:external + num_new]), True,
+                tuple(sw_blocks),
             ))
             budget -= num_new
 
@@ -369,26 +435,87 @@ class SimScheduler:
     def _blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.config.block_size)
 
-    def _allocate_for(self, request: SimRequest, num_tokens: int) -> list[int] | None:
-        missing = self._blocks_needed(num_tokens) - len(request.blocks)
-        if missing <= 0:
-            return []
-        blocks = self.pool.allocate(missing)
-        if blocks is not None:
+    def _allocate_for(self, request: SimRequest, num_tokens: int) -> tuple[list[int], list[int]] | None:
+        """`allocate_slots` for a running request: the (full, sliding-window) blocks it gained, or None when
+        the pool is short. A hybrid model first frees the window's skipped blocks, even when the
+        allocation then fails (`v1/core/kv_cache_manager.py` 546-559), and allocates all groups or none."""
+        if not self.config.hybrid:
+            missing = self._blocks_needed(num_tokens) - len(request.blocks)
+            if missing <= 0:
+                return [], []
+            blocks = self.pool.allocate(missing)
+            if blocks is None:
+                return None
             request.blocks.extend(blocks)
-        return blocks
+            return blocks, []
+        self.window_freed_total += self._remove_skipped_blocks(request)
+        needed = self._blocks_needed(num_tokens)
+        missing_full = max(0, needed - len(request.blocks))
+        missing_sw = max(0, needed - len(request.sw_blocks))  # the table counts null positions too
+        if missing_full + missing_sw > self.pool.num_free:
+            return None
+        new_sw = self.pool.allocate(missing_sw) or []  # vLLM's group order: the sliding-window group first
+        new_full = self.pool.allocate(missing_full) or []
+        request.sw_blocks.extend(new_sw)
+        request.blocks.extend(new_full)
+        return new_full, new_sw
+
+    def _allocate_admission(self, num_computed: int, num_tokens: int) -> tuple[list[int], list[int]] | None:
+        """Blocks of a request admitted with `num_computed` external tokens: (full, sliding-window) tables,
+        or None when the pool is short. The sliding-window table starts with null blocks for the positions
+        already out of the window (`single_type_kv_cache_manager.py` 290-311, `add_local_computed_blocks`)."""
+        needed = self._blocks_needed(num_tokens)
+        if not self.config.hybrid:
+            blocks = self.pool.allocate(needed)
+            return None if blocks is None else (blocks, [])
+        assert self.config.sliding_window is not None
+        nulls = skipped_blocks(num_computed, self.config.sliding_window, self.config.block_size)
+        if needed + (needed - nulls) > self.pool.num_free:
+            return None
+        sw_blocks = [NULL_BLOCK] * nulls + (self.pool.allocate(needed - nulls) or [])
+        blocks = self.pool.allocate(needed) or []
+        return blocks, sw_blocks
+
+    def _remove_skipped_blocks(self, request: SimRequest) -> int:
+        """vLLM's `remove_skipped_blocks` on the tokens computed so far: free the sliding-window blocks that
+        left the window and null their positions; returns how many were freed.
+
+        `_remove_blocks_in_range` (`single_type_kv_cache_manager.py` 645-670) walks back from the last
+        skipped position and stops at the first null; the freed blocks go to the front of the free queue,
+        the highest position first, so the next allocation (this request's own next block, often) reuses it.
+        """
+        window = self.config.sliding_window
+        if window is None:
+            return 0
+        table = request.sw_blocks
+        skipped = min(skipped_blocks(request.num_computed, window, self.config.block_size), len(table))
+        freed: list[int] = []
+        for position in range(skipped - 1, -1, -1):
+            if table[position] == NULL_BLOCK:
+                break
+            freed.append(table[position])
+            table[position] = NULL_BLOCK
+        self.pool.free(reversed(freed), by_window=True)  # the last appended is handed out first
+        return len(freed)
 
     def _preempt(self, request: SimRequest) -> list[int]:
         """Free at once, reset computed tokens, back to the front of the queue; no request_finished."""
-        freed = list(request.blocks)
-        self.pool.free(freed, by_preemption=True)
-        request.blocks = []
+        freed = request.held_blocks()
+        self._release(request, by_preemption=True)
         request.num_computed = 0
         request.status = Status.WAITING
         request.resumed = request.admitted
         self.waiting.appendleft(request)
         self.preempted_total += 1
         return freed
+
+    def _release(self, request: SimRequest, *, by_preemption: bool = False) -> None:
+        """Every block back to the pool, group by group in vLLM's order (`coordinator.free`: the
+        sliding-window group, then the full-attention group; each table tail first)."""
+        self.pool.free([block for block in request.sw_blocks if block != NULL_BLOCK], by_preemption=by_preemption)
+        self.pool.free(request.blocks, by_preemption=by_preemption)
+        request.blocks = []
+        request.sw_blocks = []
 
     # ----------------------------------------------------------------- update
     def update(
@@ -439,14 +566,23 @@ class SimScheduler:
         from the truncation point (`_handle_invalid_blocks` returns them to be skipped, line 3436).
         """
         bs = self.config.block_size
+        if self.config.hybrid:
+            # vLLM 0.32 raises here (`_handle_invalid_blocks`, scheduler.py 3365-3374: "block-level load
+            # failures ... not supported for models with multiple KV cache groups"): the engine core dies.
+            # The simulation records it and goes on as if the failed positions were one group's.
+            outcome.violations.append(
+                f"HybridLoadErrors (Python-only): a rank reported block-level load errors {sorted(failed)} under "
+                "two KV-cache groups, where vLLM 0.32 raises RuntimeError"
+            )
         affected: set[str] = set()
         for chunk in step.chunks:
             request = self.requests.get(chunk.req_id)
             if request is None or request.status is not Status.RUNNING:
                 continue
             computed_blocks = -(-chunk.start // bs)
-            for index, block in enumerate(request.blocks[:computed_blocks]):
-                if block in failed:
+            for index in range(min(computed_blocks, len(request.blocks))):
+                sw_block = request.sw_blocks[index] if index < len(request.sw_blocks) else NULL_BLOCK
+                if request.blocks[index] in failed or (sw_block != NULL_BLOCK and sw_block in failed):
                     request.num_computed = index * bs
                     affected.add(chunk.req_id)
                     break
@@ -467,7 +603,10 @@ class SimScheduler:
         delay = False
         if self.connector is not None:
             with self._measure("sched_connector"):
-                delay, params = self.connector.request_finished(request.view(), tuple(request.blocks))
+                if self.config.hybrid:
+                    delay, params = self._connector_finished_all_groups(request)
+                else:
+                    delay, params = self.connector.request_finished(request.view(), tuple(request.blocks))
             if params is not None:
                 outcome.violations.append(
                     f"RequestFinished (Python-only): {request.req_id} returned kv_transfer_params {params!r}"
@@ -480,9 +619,18 @@ class SimScheduler:
         else:
             self._free(request)
 
+    def _connector_finished_all_groups(self, request: SimRequest) -> tuple[bool, dict[str, Any] | None]:
+        """vLLM's finish path with a `SupportsHMA` connector (`scheduler.py` 3005-3058): free the window's
+        skipped blocks first, then `request_finished_all_groups` with one table per group, each clipped to
+        the computed tokens (`kv_cache_manager.py` 731-749, `get_block_ids_for_computed_tokens`)."""
+        assert self.connector is not None
+        self.finish_window_freed_total += self._remove_skipped_blocks(request)
+        valid = self._blocks_needed(request.num_computed)
+        tables = (tuple(request.blocks[:valid]), tuple(request.sw_blocks[:valid]))
+        return self.connector.request_finished_all_groups(request.view(), tables)
+
     def _free(self, request: SimRequest) -> None:
-        self.pool.free(request.blocks)
-        request.blocks = []
+        self._release(request)
         request.status = Status.DONE
         del self.requests[request.req_id]
         self.freed_total += 1

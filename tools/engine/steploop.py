@@ -26,6 +26,10 @@ per-rank Python-only checks (DumpAttempted, NoAsyncLoads, VerifyDumps). Every ph
 `PhaseTimer`; bench reads the timings, soak and the property tests read the watch. The environment's moves
 come from the scheduler's `Moves` (seeded, or scripted by a test) and from the store (`ManualStore`,
 `FaultyStore`); `abort` is a client abort between steps.
+
+With `WorkloadConfig.sliding_window` the model is hybrid: the connectors get two KV-cache groups (`kv_groups`,
+as the vLLM adapter builds them), the forward writes both groups' blocks into shared KV tensors, and the
+scheduler frees sliding-window blocks while requests run (docs/engine.md, "Hybrid models").
 """
 from __future__ import annotations
 
@@ -42,12 +46,13 @@ import torch
 from deferdump.reference.config import ConnectorConfig
 from deferdump.reference.connectors import OuterConnector, Role
 from deferdump.reference.devices import Device
+from deferdump.reference.groups import NULL_BLOCK, SINGLE_GROUP, KVGroup
 from deferdump.reference.invariants import InvariantViolation, check_snapshot
 from deferdump.reference.metadata import DeferDumpMetadata
 from deferdump.reference.stores.base import KVStore
 
 from deferdump.tools.engine.content_oracle import ContentOracle
-from deferdump.tools.engine.forward import ForwardPass, ModelShape
+from deferdump.tools.engine.forward import ForwardPass, ModelShape, group_layer_names
 from deferdump.tools.engine.invariant_watch import InvariantWatch
 from deferdump.tools.engine.moves import Moves
 from deferdump.tools.engine.phase_timer import PhaseTimer
@@ -90,6 +95,11 @@ class LoopConfig:
             raise ValueError("oracle needs check_invariants, a CPU device and shape content 'tokens'")
         if self.shape.block_size != self.workload.block_size:
             raise ValueError("shape.block_size and workload.block_size differ")
+        if self.workload.hybrid:
+            if self.shape.layers % 2:
+                raise ValueError(f"a hybrid model (sliding_window) needs an even number of layers, got {self.shape.layers}")
+            if self.connector is not None and self.connector.variant != "direct":
+                raise ValueError(f"a hybrid model (sliding_window) needs connector variant 'direct', got {self.connector.variant!r}")
         if self.connector is not None:
             if self.connector.block_size != self.workload.block_size:
                 raise ValueError("connector block_size must equal the workload's block_size")
@@ -97,6 +107,16 @@ class LoopConfig:
                 raise ValueError("variant cp needs world_size == cp_world_size")
         if self.world_size < 1:
             raise ValueError("world_size must be >= 1")
+
+
+def kv_groups(config: LoopConfig) -> tuple[KVGroup, ...]:
+    """The connector's KV-cache groups, as the vLLM adapter builds them (`reference/vllm.py` `kv_groups`):
+    one group, or for a hybrid model the full-attention group first and the sliding-window group after."""
+    window = config.workload.sliding_window
+    if window is None:
+        return SINGLE_GROUP
+    full, sliding = group_layer_names(config.shape, 2)
+    return (KVGroup(full), KVGroup(sliding, window))
 
 
 @dataclasses.dataclass
@@ -145,22 +165,24 @@ class StepLoop:
         device = torch.device(config.device)
         connector_config = config.connector if config.mode is not Mode.NO_SAVE else None
         self.scheduler_connector: OuterConnector | None = None
+        self.groups = kv_groups(config)
         if connector_config is not None:
             assert store is not None
-            self.scheduler_connector = OuterConnector(connector_config, Role.SCHEDULER, store=store)
+            self.scheduler_connector = OuterConnector(connector_config, Role.SCHEDULER, store=store, groups=self.groups)
         self.scheduler = SimScheduler(
             config.workload, self.scheduler_connector, world_size=config.world_size, timed=self.timer.measure,
             moves=moves,
         )
         self.oracle: ContentOracle | None = None
         if config.oracle and connector_config is not None:
-            self.oracle = ContentOracle(connector_config, config.shape, config.world_size)
+            self.oracle = ContentOracle(connector_config, config.shape, config.world_size, groups=len(self.groups))
         self.ranks: list[_Rank] = []
         self._devices: list[Device] = []
         for rank in range(config.world_size):
             owner = 0 if connector_config is not None and connector_config.is_mla else rank
             forward = ForwardPass(
-                config.shape, config.workload.num_blocks, device, seed=config.workload.seed + rank, owner=owner
+                config.shape, config.workload.num_blocks, device, seed=config.workload.seed + rank, owner=owner,
+                groups=len(self.groups),
             )
             connector = probe = None
             if connector_config is not None:
@@ -171,7 +193,7 @@ class StepLoop:
                     self._devices.append(copy_device)
                 connector = OuterConnector(
                     connector_config, Role.WORKER, store=probe, device=copy_device, rank=rank,
-                    world_size=config.world_size,
+                    world_size=config.world_size, groups=self.groups,
                 )
                 connector.register_kv_caches(forward.kv_caches, config.workload.num_blocks)
             self.ranks.append(_Rank(connector, probe, forward))
@@ -235,6 +257,8 @@ class StepLoop:
         if meta is not None:
             for request_meta in meta.request_meta.values():
                 written.update(request_meta.load_block_ids)
+                for group_ids in request_meta.load_group_block_ids:
+                    written.update(block for block in group_ids if block != NULL_BLOCK)
         finished_ids = set(scheduled.view.finished_req_ids)
         reports: collections.Counter[str] = collections.Counter()
         failed_blocks: set[int] = set()
@@ -252,7 +276,7 @@ class StepLoop:
             with timer.measure("invariants"):
                 self.watch.end_step(
                     self.scheduler_connector, self._connectors(), sched.pool.free_blocks(),
-                    freed_by_preemption=sched.pool.freed_by_preemption(),
+                    freed_by_preemption=sched.pool.freed_at_once(),
                 )
         timer.add("step", time.perf_counter() - started)
         timer.end_step()
@@ -274,8 +298,10 @@ class StepLoop:
             return set(), set()
         watch = self.watch
         task_requests = {}
+        task_blocks = {}
         if watch is not None:
             task_requests = {p.task.task_id: p.request_ids for p in connector._pending_dump_tasks}
+            task_blocks = {p.task.task_id: frozenset(p.block_ids) for p in connector._pending_dump_tasks}
         probe.phase = "handle_preemptions"
         with timer.measure("handle_preemptions"):
             connector.handle_preemptions(meta)
@@ -321,7 +347,10 @@ class StepLoop:
         probe.phase = ""
         waits = probe.take_waits()
         if watch is not None:
-            watch.on_waits(rank_index, waits, task_requests, scheduled.view.preempted_req_ids)
+            freed = meta.freed_block_ids if meta is not None else frozenset()
+            watch.on_waits(
+                rank_index, waits, task_requests, scheduled.view.preempted_req_ids, task_blocks=task_blocks, freed=freed
+            )
             watch.on_get_finished(rank_index, finished_ids, sending)
         return set(sending or ()), set(errors)
 
@@ -372,7 +401,7 @@ class StepLoop:
         self._take_oracle_violations()
         pool = self.scheduler.pool
         now = check_snapshot(self.watch.snapshot(
-            self.scheduler_connector, self._connectors(), pool.free_blocks(), pool.freed_by_preemption(), self.shut_down
+            self.scheduler_connector, self._connectors(), pool.free_blocks(), pool.freed_at_once(), self.shut_down
         ))
         if self.watch.violation_count or now:
             raise InvariantViolation(self.watch.messages + now)
@@ -421,10 +450,10 @@ class StepLoop:
             self._take_oracle_violations()
             self.watch.end_step(
                 self.scheduler_connector, connectors, self.scheduler.pool.free_blocks(),
-                freed_by_preemption=self.scheduler.pool.freed_by_preemption(), shut_down=True,
+                freed_by_preemption=self.scheduler.pool.freed_at_once(), shut_down=True,
             )
         sched = self.scheduler
-        alive = sum(len(r.blocks) for r in sched.requests.values())
+        alive = sum(len(r.held_blocks()) for r in sched.requests.values())
         tracked = sum(len(c._async_dump_req_ids) for c in connectors)
         if self.scheduler_connector is not None:
             tracked += len(self.scheduler_connector._async_dump_req_ids)
@@ -433,7 +462,7 @@ class StepLoop:
             pending_tasks=sum(len(c._pending_dump_tasks) for c in connectors),
             live_event_handles=sum(c.events.live() for c in connectors),
             leaked_event_handles=sum(c.events.leaked for c in connectors),
-            leaked_blocks=sched.pool.num_blocks - sched.pool.num_free - alive,
+            leaked_blocks=sched.pool.num_usable - sched.pool.num_free - alive,
             held_requests=sum(1 for r in sched.requests.values() if r.status is Status.HELD),
             tracked_left=tracked if sched.idle() else 0,
             verify_mismatches=sum(c.verify_mismatches for c in inner),
