@@ -127,6 +127,9 @@ class DirectConnector:
         self._pending_dump_tasks: list[PendingDumpTask] = []
         self._meta: DeferDumpMetadata | None = None
         self._load_error_block_ids: set[int] = set()
+        # blocks whose load failed in the bound step: kept until the next bind, because vLLM drains
+        # get_block_ids_with_load_errors before a deferred wait_for_save runs
+        self._step_load_error_block_ids: set[int] = set()
         self.reported_total = 0  # ids this rank reported in finished_sending
         self.submit_failures = 0
         self.wait_failures = 0
@@ -269,6 +272,15 @@ class DirectConnector:
             plan.token_processed += new_tokens
         return RequestDispatchMeta(load_hashes, load_block_ids, dump_hashes, dump_block_ids, load_groups, dump_groups)
 
+    def _rewind_rolled_back(self, plan: RequestPlan, num_computed_tokens: int) -> None:
+        """A running request whose prompt vLLM computed fewer tokens of than the plan processed was rolled
+        back after a failed load (kv_load_failure_policy "recompute" truncates num_computed_tokens at the
+        first failed block): the blocks it recomputes from there are dumped again, as new ones."""
+        if num_computed_tokens < min(plan.token_processed, plan.num_token_ids):
+            logger.info("request rolled back from %d to %d tokens: its recomputed blocks are dumped again",
+                        plan.token_processed, num_computed_tokens)
+            plan.token_processed = num_computed_tokens
+
     @staticmethod
     def _group_slices(plan: RequestPlan, start: int, end: int) -> tuple[tuple[int, ...], ...]:
         """The other groups' blocks of prompt blocks [start, end), parallel to the hashes (null where
@@ -320,6 +332,8 @@ class DirectConnector:
             plan = self._request_plans.get(cached.req_id)
             if plan is None:
                 continue
+            if not cached.resumed_from_preemption:
+                self._rewind_rolled_back(plan, cached.num_computed_tokens)
             dispatch[cached.req_id] = self._generate_dispatch_meta(
                 plan, cached.num_scheduled_tokens, cached.new_block_ids, cached.resumed_from_preemption,
                 cached.new_group_block_ids,
@@ -403,6 +417,7 @@ class DirectConnector:
 
     def bind_connector_metadata(self, meta: DeferDumpMetadata) -> None:
         self._meta = meta
+        self._step_load_error_block_ids = set()
 
     def clear_connector_metadata(self) -> None:
         self._meta = None
@@ -425,13 +440,34 @@ class DirectConnector:
             return list(hashes)
         return [rank_key(h, self.rank) for h in hashes]
 
+    def _failed_load_requests(self) -> frozenset[str]:
+        """Requests of the bound step with a block whose load failed in this step."""
+        errors = self._step_load_error_block_ids
+        if not errors:
+            return frozenset()
+        failed = set()
+        for req_id, meta in self.bound_metadata.request_meta.items():
+            loaded = set(meta.load_block_ids).union(*meta.load_group_block_ids)
+            if not errors.isdisjoint(loaded):
+                failed.add(req_id)
+        return frozenset(failed)
+
     def _dumping_requests(self) -> tuple[list[str], list[bytes], list[int]]:
-        """Request ids, hashes and vLLM block ids of every dump slice in the bound metadata."""
+        """Request ids, hashes and vLLM block ids of the dump slices to submit in the bound step.
+
+        A request whose load failed in this step is left out: its new blocks were computed over the failed
+        ones (wrong KV for their keys), and under kv_load_failure_policy "recompute" vLLM rolls it back to
+        the first failed block and rewrites them in place in the next step, while a dump would still read
+        them. It stays tracked (every slice is), so it is still reported; the recompute dumps the blocks.
+        """
+        skipped = self._failed_load_requests()
+        if skipped:
+            logger.info("no dump for %d request(s) whose load failed in this step", len(skipped))
         req_ids: list[str] = []
         hashes: list[bytes] = []
         block_ids: list[int] = []
         for req_id, meta in self.bound_metadata.request_meta.items():
-            if meta.has_dump():
+            if meta.has_dump() and req_id not in skipped:
                 req_ids.append(req_id)
                 hashes.extend(meta.dump_hashes)
                 block_ids.extend(meta.dump_block_ids)
@@ -514,6 +550,7 @@ class DirectConnector:
     def _record_load_error(self, block_ids: Sequence[int], exc: BaseException) -> None:
         logger.warning("load of %d block(s) failed, vLLM will recompute them: %s", len(block_ids), exc)
         self._load_error_block_ids.update(int(b) for b in block_ids)
+        self._step_load_error_block_ids.update(int(b) for b in block_ids)
         self.metrics.load_errors.inc(len(block_ids))
 
     def wait_for_layer_load(self, layer_name: str) -> None:

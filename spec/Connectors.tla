@@ -23,7 +23,7 @@ CONSTANTS
 Methods == {"build_connector_meta", "request_finished",
             "request_finished_all_groups", "handle_preemptions",
             "save_kv_layer", "wait_for_save", "get_finished",
-            "_wait_pending_dump_task"}
+            "_wait_pending_dump_task", "_dumping_requests"}
 
 (* The behaviour labels each method's definitions may carry (README).      *)
 (* Every method also accepts "super" (call the next definition along the   *)
@@ -61,6 +61,7 @@ LabelsOf(m) ==
                                                "sync_save"}
       [] m = "get_finished"                -> {"wait_finished", "report_before_wait"}
       [] m = "_wait_pending_dump_task"     -> {"release_finally", "release_on_success"}
+      [] m = "_dumping_requests"           -> {"all_slices", "skip_failed_loads"}
       [] OTHER                             -> {}
 
 -----------------------------------------------------------------------------

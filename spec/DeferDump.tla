@@ -49,8 +49,7 @@ ASSUME InnerClass \in Classes /\ (Wrapper => "UCMConnector" \in Classes)
 ASSUME Faults \subseteq {"submit", "wait", "check"}
 ASSUME Lockstep \in BOOLEAN /\ FusedStep \in BOOLEAN /\ (FusedStep => MaxInflight = 1)
 ASSUME Rank0 \in Rank /\ PromptBlocks \in Nat \ {0} /\ Layers \in Nat \ {0}
-\* A hit is of the whole prompt, which one allocated block holds (README "Abstractions").
-ASSUME StoreHits \in BOOLEAN /\ (StoreHits => PromptBlocks = 1) /\ ShortReqs \subseteq Req
+ASSUME StoreHits \in BOOLEAN /\ ShortReqs \subseteq Req
 ASSUME DeferFinalize \in BOOLEAN
 \* A hybrid model needs the HMA path (vLLM turns the hybrid manager off for a non-SupportsHMA
 \* connector); hits and short prompts are not combined with it.
@@ -64,9 +63,13 @@ ASSUME Hybrid \in BOOLEAN /\ (Hybrid => HMA /\ ~Multi /\ ~StoreHits /\ ShortReqs
 (* "load_failure": a store hit's load may fail, policy "recompute";        *)
 (* "shutdown": the engine may shut down, each rank's connector draining;   *)
 (* "store_visibility": a hit names the prompt it loads, and the store's    *)
-(*   lookup sees a prompt only once no dump of it is running.              *)
+(*   lookup sees a prompt only once no dump of it is running;              *)
+(* "partial_hits": a hit loads the first of two prompt blocks and the same *)
+(*   step computes (and dumps) the second; with "load_failure" the store   *)
+(*   decides during the step which loads fail, so the worker knows it      *)
+(*   before it submits the step's dumps.                                   *)
 MoveNames == {"several_victims", "split_reports", "some_delayed", "load_failure",
-              "shutdown", "store_visibility"}
+              "shutdown", "store_visibility", "partial_hits"}
 (* The bug switches (one per mutant that is not a class-table change):     *)
 (* "agg_first": the aggregator forwards a request after the first report;  *)
 (* "redo_untracked": a recompute after a failed load is dumped untracked;  *)
@@ -77,6 +80,13 @@ ASSUME Moves \subseteq MoveNames /\ Bugs \subseteq BugNames
 ASSUME ("some_delayed" \in Moves \/ "split_reports" \in Moves) => Multi
 ASSUME ("load_failure" \in Moves \/ "store_visibility" \in Moves) => StoreHits
 Mv(x) == x \in Moves
+\* A hit is of the whole prompt, which one allocated block holds, or under "partial_hits" of
+\* the first of two prompt blocks (README "Abstractions").
+ASSUME StoreHits => PromptBlocks = 1 \/ (Mv("partial_hits") /\ PromptBlocks = 2)
+ASSUME Mv("partial_hits") => StoreHits
+\* The store fails a step's loads while the step runs (the worker sees the error before it
+\* dumps) rather than in the scheduler's view of the step's output.
+EarlyFail == Mv("partial_hits") /\ Mv("load_failure")
 
 NumRanks == Cardinality(Rank)
 
@@ -115,6 +125,9 @@ VARIABLES
     down,         \* has the engine shut down ("shutdown"; else FALSE)?
     dirtyLoads,   \* has a load read a prompt whose dump was still running on the
                   \*   rank ("store_visibility"; history; else FALSE)?
+    dirtyDumps,   \* has a rank submitted a dump of a block its forward computed over a
+                  \*   load that failed in the same step (history; FALSE unless a failed
+                  \*   step dumps, i.e. "partial_hits" with "load_failure")?
     \* ---- history -------------------------------------------------------
     dumpOverwrites, \* has a forward rewritten a block that a still-running
                   \*   dump task was reading (freed and reused under the dump)?
@@ -131,7 +144,7 @@ schedVars  == <<reqState, blocksOf, finishedIds, preemptions, inflight, executed
 workerVars == <<workerAsync, pending, live, releaseErrors, workerExtra, sibPending,
                 reported>>
 historyVars == <<unexpectedReports, blockingWaits, preemptOverWaits, dumpOverwrites,
-                 dirtyLoads, down>>
+                 dirtyLoads, dirtyDumps, down>>
 vars == <<schedVars, workerVars, historyVars, tick, action>>
 
 (* The fingerprint view of the safety models: everything but `action` and  *)
@@ -162,6 +175,9 @@ WFSLabel  == Eff("wait_for_save")
 GFLabel   == Eff("get_finished")
 \* an internal helper: called on the inner connector itself, never through the wrapper
 WaitLabel == Effective(InnerClass, InnerClass, "_wait_pending_dump_task")
+\* the helper that lists a step's dump slices (inner connector): "skip_failed_loads" leaves
+\* out the requests whose load failed in the step; "all_slices" or none ("base") keeps them
+SliceLabel == Effective(InnerClass, InnerClass, "_dumping_requests")
 
 -----------------------------------------------------------------------------
 (* Value domains.                                                          *)
@@ -211,6 +227,7 @@ Init ==
     /\ recompute = {}
     /\ down = FALSE
     /\ dirtyLoads = FALSE
+    /\ dirtyDumps = FALSE
     /\ tick = 0
     /\ action = [name |-> "init"]
 
@@ -274,7 +291,8 @@ build_connector_meta(S, alloc, preempted, freed, redo) ==
                    sibNow    |-> FALSE,
                    sibFin    |-> S.sd,
                    extra     |-> S.ex,
-                   sending   |-> [w \in Rank |-> {}]],
+                   sending   |-> [w \in Rank |-> {}],
+                   failed    |-> {}],
          tracked |-> newly]
 
 (* Scheduler.has_requests: unfinished requests, or finished ids not yet   *)
@@ -300,7 +318,6 @@ ScheduleResults(S) ==
     LET running == {r \in Req : S.rs[r] = "running"}
         admit   == {r \in Req : S.rs[r] \in {"waiting", "preempted"}}
         prefill == {r \in running : Len(S.bo[r]) < NeedBlocks(r)}
-        Hits(adv) == IF StoreHits THEN SUBSET {r \in adv \cap admit : r \notin ShortReqs} ELSE {{}}
         Groups == IF Hybrid THEN {"full", "sw"} ELSE {"full"}
         Need(adv) == Cardinality(adv) * Cardinality(Groups)
         Slides(adv, p) == IF Hybrid
@@ -326,6 +343,18 @@ ScheduleResults(S) ==
                     OK(o[1], o[2])}
         Picks(adv, p) == {pk \in [adv \X Groups -> Free(adv, p)] :
                             \A x, y \in adv \X Groups : x # y => pk[x] # pk[y]}
+        \* "partial_hits": a hit takes a second block, for the prompt block the step computes
+        \* after the loaded one (a hit needs the free blocks for it).
+        HitSets(adv) == SUBSET {r \in adv \cap admit : r \notin ShortReqs}
+        Hits(adv, p) == IF ~StoreHits THEN {{}}
+                        ELSE IF Mv("partial_hits")
+                        THEN {h \in HitSets(adv) : Need(adv) + Cardinality(h) <= Cardinality(Free(adv, p))}
+                        ELSE HitSets(adv)
+        Xs(adv, p, pk, hits) ==
+            IF Mv("partial_hits")
+            THEN {xb \in [hits -> Free(adv, p) \ Range(pk)] :
+                    \A x, y \in hits : x # y => xb[x] # xb[y]}
+            ELSE {[r \in {} |-> r]}
         Idx(r) == IF r \in admit THEN 1 ELSE Len(S.bo[r]) + 1
         \* "store_visibility": a hit loads the prompt of some request `src`
         \* (this one's, dumped before a preemption, or an identical one); the
@@ -342,14 +371,23 @@ ScheduleResults(S) ==
             THEN [req |-> r, idx |-> Idx(r), block |-> pk[<<r, "full">>], hit |-> r \in hits,
                   src |-> IF r \in hits THEN src[r] ELSE r]
             ELSE [req |-> r, idx |-> Idx(r), block |-> pk[<<r, "full">>], hit |-> r \in hits]
-        \* "load_failure": a running request whose hit load failed recomputes its
-        \* (held) block in this schedule: the forward rewrites it, and it is dumped.
+        \* A computed prompt block i of r, written in block b (never a hit).
+        CompRec(r, i, b) == IF Mv("store_visibility")
+                            THEN [req |-> r, idx |-> i, block |-> b, hit |-> FALSE, src |-> r]
+                            ELSE [req |-> r, idx |-> i, block |-> b, hit |-> FALSE]
+        \* "load_failure": a running request whose hit load failed was rolled back to
+        \* its first failed block, the first one (_update_requests_with_invalid_blocks
+        \* truncates num_computed_tokens there, scheduler.py ~3315; the request keeps its
+        \* blocks, not even evicted from the prefix cache under "recompute", ~3412); this
+        \* schedule recomputes every block from there in place (the held blocks): the
+        \* forward rewrites them, and they are dumped.  In one step: a chunked recompute
+        \* rewrites the later block later, which only gives its dump more time.
         Redo(p) == {r \in S.rc : S.rs[r] = "running"} \ p
-        RedoRec(r) == IF Mv("store_visibility")
-                      THEN [req |-> r, idx |-> 1, block |-> S.bo[r][1], hit |-> FALSE, src |-> r]
-                      ELSE [req |-> r, idx |-> 1, block |-> S.bo[r][1], hit |-> FALSE]
-        Result(adv, p, pk, hits, src) ==
-            LET alloc == {AllocRec(r, pk, hits, src) : r \in adv} \cup {RedoRec(r) : r \in Redo(p)}
+        RedoRecs(r) == {CompRec(r, i, S.bo[r][i]) : i \in DOMAIN S.bo[r]}
+        Result(adv, p, pk, hits, src, xb) ==
+            LET alloc == {AllocRec(r, pk, hits, src) : r \in adv}
+                         \cup {CompRec(r, 2, xb[r]) : r \in DOMAIN xb}
+                         \cup UNION {RedoRecs(r) : r \in Redo(p)}
                 slides == Slides(adv, p)
                 freed == IF Hybrid THEN S.fs \cup SwFreed(adv, p) \cup Victims(p) ELSE {}
                 bcm == build_connector_meta(S, alloc, p, freed, Redo(p))
@@ -361,6 +399,7 @@ ScheduleResults(S) ==
                                                 ELSE IF r \in adv
                                                      THEN (IF r \in admit THEN <<>> ELSE S.bo[r])
                                                           \o <<pk[<<r, "full">>]>>
+                                                          \o (IF r \in DOMAIN xb THEN <<xb[r]>> ELSE <<>>)
                                                 ELSE S.bo[r]],
                           !.sw = [r \in Req |-> IF r \in p THEN <<>>
                                                 ELSE IF Hybrid /\ r \in adv
@@ -385,16 +424,17 @@ ScheduleResults(S) ==
                                         finished_req_ids |-> bcm.meta.finished,
                                         extra_async_saves |-> bcm.meta.extra,
                                         freed_blocks |-> bcm.meta.freed] >>]]
-    IN  UNION {UNION {{Result(o[1], o[2], pk, hits, src) :
-                         pk \in Picks(o[1], o[2]), src \in Srcs(hits)}
-                      : hits \in Hits(o[1])}
+    IN  UNION {UNION {UNION {{Result(o[1], o[2], pk, hits, src, xb) :
+                                src \in Srcs(hits), xb \in Xs(o[1], o[2], pk, hits)}
+                             : pk \in Picks(o[1], o[2])}
+                      : hits \in Hits(o[1], o[2])}
                : o \in Opts}
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
 (* Worker ranks.  A rank's connector state is a record                     *)
 (*   [async, pending, live, relErr, extra, sib, blocked, overWait,        *)
-(*    overwrote]                                                           *)
+(*    overwrote, dirty, dirtyDump]                                         *)
 (* threaded through the connector calls of one step in vLLM's runner       *)
 (* order: handle_preemptions -> forward (writes) -> save_kv_layer ->       *)
 (* wait_for_save -> get_finished.  Each call returns [s |-> new state,     *)
@@ -404,7 +444,7 @@ ScheduleResults(S) ==
 Local(w) == [async |-> workerAsync[w], pending |-> pending[w], live |-> live[w],
              relErr |-> releaseErrors[w], extra |-> workerExtra[w],
              sib |-> sibPending[w], blocked |-> FALSE, overWait |-> FALSE,
-             overwrote |-> FALSE, dirty |-> FALSE]
+             overwrote |-> FALSE, dirty |-> FALSE, dirtyDump |-> FALSE]
 
 WaitOutcome(t) == IF t.status = "failed" THEN "error" ELSE "ok"
 
@@ -476,17 +516,28 @@ forward(w, m, s) ==
 DumpReqs(m)   == {d.req : d \in m.dump}
 DumpBlocks(m) == {d.block : d \in m.dump} \cup (IF Hybrid THEN {d.sw : d \in m.dump} ELSE {})
 
+(* _dumping_requests: the slices a rank submits.  Every slice is tracked   *)
+(* (DumpReqs: the scheduler tracks them all, and a request whose slice is  *)
+(* skipped must still be reported), but "skip_failed_loads" submits none   *)
+(* for a request whose load failed in this step (m.failed): its blocks    *)
+(* hold KV computed over the failed load, and the scheduler rolls it back *)
+(* and recomputes them in place in the next step.                         *)
+SubSlices(m) == IF SliceLabel = "skip_failed_loads" THEN {d \in m.dump : d.req \notin m.failed}
+                ELSE m.dump
+SubReqs(m)   == {d.req : d \in SubSlices(m)}
+SubBlocks(m) == {d.block : d \in SubSlices(m)} \cup (IF Hybrid THEN {d.sw : d \in SubSlices(m)} ELSE {})
+
 (* UCMLayerWiseConnector.save_kv_layer, once per layer: one task per layer *)
 (* (layer l fails to submit iff l \in failed).                             *)
 RECURSIVE SubmitLayers(_, _, _, _, _)
 SubmitLayers(s, m, l, failed, recs) ==
     IF l > Layers THEN [s |-> s, calls |-> recs]
-    ELSE LET r == Submit(s, DumpReqs(m), DumpBlocks(m), l, l \in failed)
+    ELSE LET r == Submit(s, SubReqs(m), SubBlocks(m), l, l \in failed)
          IN  SubmitLayers(r.s, m, l + 1, failed,
                           Append(recs, [name |-> "save_kv_layer", layer |-> l,
                                         submitted |-> r.id, submit_error |-> l \in failed]))
 
-LayerSubmits(w, m) == SKLLabel = "submit_layer" /\ DumpReqs(m) # {} /\ Dumps(w)
+LayerSubmits(w, m) == SKLLabel = "submit_layer" /\ SubReqs(m) # {} /\ Dumps(w)
 
 (* "sync_save": the step's dump slices are copied out before the call      *)
 (* returns (vLLM's ExampleConnector.save_kv_layer: .cpu() then             *)
@@ -506,7 +557,7 @@ save_kv_layer(w, m, s, failed) ==
 (* Does wait_for_save submit a task on this rank in this step?             *)
 StepSubmits(w, m) ==
     /\ WFSLabel \in {"poll_track_submit", "blocking", "track_after_mla_return"}
-    /\ DumpReqs(m) # {} /\ Dumps(w)
+    /\ SubReqs(m) # {} /\ Dumps(w)
 
 DoneTasks(s) == {t \in s.pending : t.status # "running"}
 
@@ -530,7 +581,7 @@ wait_for_save(w, m, s, checkErr, submitFails) ==
         s1 == WaitTasks(s, reap)
         trk == IF WFSLabel = "track_after_mla_return" /\ ~Dumps(w) THEN {} ELSE DumpReqs(m)
         s2 == [s1 EXCEPT !.async = @ \cup trk]
-        sub == IF StepSubmits(w, m) THEN Submit(s2, DumpReqs(m), DumpBlocks(m), 0, submitFails)
+        sub == IF StepSubmits(w, m) THEN Submit(s2, SubReqs(m), SubBlocks(m), 0, submitFails)
                ELSE [s |-> s2, id |-> 0]
         blk == IF WFSLabel = "blocking" /\ sub.id # 0
                THEN {t \in sub.s.pending : t.id = sub.id} ELSE {}
@@ -588,18 +639,26 @@ Choices(w, m, s0) ==
 (* each rank decides on its own, so the aggregator holds partial counts.   *)
 SibNow(m, w) == IF Mv("split_reports") THEN m.sibNow[w] ELSE m.sibNow
 
+(* Does the rank dump (submit, or copy out) a slice of a request whose     *)
+(* load failed in this step?                                               *)
+DumpsFailed(w, m) ==
+    /\ StepSubmits(w, m) \/ LayerSubmits(w, m) \/ SyncSaves(w, m, SKLLabel)
+       \/ SyncSaves(w, m, WFSLabel)
+    /\ SubReqs(m) \cap m.failed # {}
+
 RankStep(w, m, c, s0) ==
     LET hp  == handle_preemptions(w, m, s0)
         fw  == forward(w, m, hp.s)
         skl == save_kv_layer(w, m, fw.s, c.layers)
+        dd  == DumpsFailed(w, m)
     IN  IF DeferFinalize
         THEN LET gf  == get_finished(w, m, skl.s, SibNow(m, w))
                  wfs == wait_for_save(w, m, gf.s, c.check, c.submit)
-             IN  [s |-> wfs.s, out |-> gf.out,
+             IN  [s |-> [wfs.s EXCEPT !.dirtyDump = dd], out |-> gf.out, failed |-> m.failed,
                   calls |-> <<hp.call, fw.call>> \o skl.calls \o <<gf.call, wfs.call>>]
         ELSE LET wfs == wait_for_save(w, m, skl.s, c.check, c.submit)
                  gf  == get_finished(w, m, wfs.s, SibNow(m, w))
-             IN  [s |-> gf.s, out |-> gf.out,
+             IN  [s |-> [gf.s EXCEPT !.dirtyDump = dd], out |-> gf.out, failed |-> m.failed,
                   calls |-> <<hp.call, fw.call>> \o skl.calls \o <<wfs.call, gf.call>>]
 
 (* Lockstep: one choice for all ranks, offered where some rank observes it.*)
@@ -624,13 +683,17 @@ Workers == [w \in Rank |-> Local(w)]
 (* GPUModelRunner.execute_model on every rank for SchedulerOutput m: the   *)
 (* set of per-rank result functions (ranks share nothing within a step, so *)
 (* running them in one action loses no behaviour; README "Abstractions"). *)
+(* Under EarlyFail the store also decides here which of the step's loads  *)
+(* fail (`lf`, on every rank: the aggregator unions the ranks'             *)
+(* invalid_block_ids, so a failure on any rank rolls the request back).    *)
 ExecResults(m, W) ==
-    UNION {LET mm == [m EXCEPT !.sibNow = sn]
+    UNION {LET mm == [m EXCEPT !.sibNow = sn, !.failed = lf]
            IN  IF Lockstep
                THEN {[w \in Rank |-> TLCEval(RankStep(w, mm, c, W[w]))] : c \in GlobalChoices(mm, W)}
                ELSE ResultFuns(mm, W, Rank)
            : sn \in IF Mv("split_reports") THEN [Rank -> BOOLEAN]
-                   ELSE IF Multi THEN BOOLEAN ELSE {FALSE}}
+                   ELSE IF Multi THEN BOOLEAN ELSE {FALSE},
+             lf \in IF EarlyFail THEN SUBSET {l.req : l \in m.load} ELSE {{}}}
 
 SetWorkers(post) ==
     /\ workerAsync' = [w \in Rank |-> post[w].s.async]
@@ -646,8 +709,13 @@ SetWorkers(post) ==
     /\ preemptOverWaits' = (preemptOverWaits \/ \E w \in Rank : post[w].s.overWait)
     /\ dumpOverwrites' = (dumpOverwrites \/ \E w \in Rank : post[w].s.overwrote)
     /\ dirtyLoads' = (dirtyLoads \/ \E w \in Rank : post[w].s.dirty)
+    /\ dirtyDumps' = (dirtyDumps \/ \E w \in Rank : post[w].s.dirtyDump)
 
-ExecRecord(post) == [name |-> "execute_model", ranks |-> [w \in Rank |-> post[w].calls]]
+Failed(post) == post[Rank0].failed
+ExecRecord(post) == IF EarlyFail
+                    THEN [name |-> "execute_model", ranks |-> [w \in Rank |-> post[w].calls],
+                          load_errors |-> Failed(post)]
+                    ELSE [name |-> "execute_model", ranks |-> [w \in Rank |-> post[w].calls]]
 Sending(post) == [w \in Rank |-> post[w].out]
 
 -----------------------------------------------------------------------------
@@ -716,8 +784,11 @@ UpdateResult(S, sending, fin, sibD, failed) ==
 (* kv_load_failure_policy "recompute", _update_requests_with_invalid_blocks *)
 (* (scheduler.py ~3237-3354) rolls the request back to its first failed    *)
 (* block; it keeps its blocks and recomputes them in the next schedule).   *)
-UpdateResults(S, sending, loads) ==
-    UNION {LET Fails == IF Mv("load_failure")
+(* Under EarlyFail the failed loads `lf` were decided in the step itself.  *)
+UpdateResults(S, sending, loads, lf) ==
+    UNION {LET Fails == IF EarlyFail
+                        THEN {(lf \cap {r \in Req : S.rs[r] = "running"}) \ fin}
+                        ELSE IF Mv("load_failure")
                         THEN SUBSET (({l.req : l \in loads} \cap {r \in Req : S.rs[r] = "running"}) \ fin)
                         ELSE {{}}
                SibDs == IF Mv("some_delayed") THEN SUBSET fin ELSE {fin}
@@ -738,14 +809,15 @@ schedule ==
          /\ inflight' = Append(inflight, x.meta)
          /\ action' = x.rec
     /\ UNCHANGED <<tick, executed, workerVars, blockingWaits, preemptOverWaits, dumpOverwrites,
-                   dirtyLoads, down>>
+                   dirtyLoads, dirtyDumps, down>>
 
 execute_model ==
     /\ ~FusedStep /\ ~down
     /\ executed < Len(inflight)
     /\ \E post \in ExecResults(inflight[executed + 1], Workers) :
          /\ SetWorkers(post)
-         /\ inflight' = [inflight EXCEPT ![executed + 1].sending = Sending(post)]
+         /\ inflight' = [inflight EXCEPT ![executed + 1].sending = Sending(post),
+                                         ![executed + 1].failed = Failed(post)]
          /\ executed' = executed + 1
          /\ action' = ExecRecord(post)
     /\ UNCHANGED <<tick, reqState, blocksOf, finishedIds, preemptions, agg, schedAsync, extraSaves,
@@ -756,13 +828,15 @@ update_from_output ==
     /\ ~FusedStep
     /\ executed >= 1
     /\ ~down
-    /\ \E z \in UpdateResults(SchedState, Head(inflight).sending, Head(inflight).load) :
+    /\ \E z \in UpdateResults(SchedState, Head(inflight).sending, Head(inflight).load,
+                              Head(inflight).failed) :
          /\ SetSched(z.S)
          /\ action' = z.rec
     /\ inflight' = Tail(inflight)
     /\ executed' = executed - 1
     /\ tick' = 1 - tick
-    /\ UNCHANGED <<workerVars, blockingWaits, preemptOverWaits, dumpOverwrites, dirtyLoads, down>>
+    /\ UNCHANGED <<workerVars, blockingWaits, preemptOverWaits, dumpOverwrites, dirtyLoads,
+                   dirtyDumps, down>>
 
 (* Sync scheduling in one action: schedule, every rank's execute_model,    *)
 (* update_from_output.  Sound for these properties because the scheduler   *)
@@ -774,7 +848,7 @@ engine_step ==
     /\ CanSchedule(SchedState)
     /\ \E x \in ScheduleResults(SchedState) :
        \E post \in ExecResults(x.meta, Workers) :
-       \E z \in UpdateResults(x.S, Sending(post), x.meta.load) :
+       \E z \in UpdateResults(x.S, Sending(post), x.meta.load, Failed(post)) :
          /\ SetSched(z.S)
          /\ SetWorkers(post)
          /\ action' = [name |-> "engine_step", phases |-> <<x.rec, ExecRecord(post), z.rec>>]
@@ -834,7 +908,7 @@ shutdown ==
                                ELSE [w \in Rank |-> post[w].relErr]
     /\ action' = [name |-> "shutdown", ranks |-> [w \in Rank |-> WaitRecords(pending[w])]]
     /\ UNCHANGED <<schedVars, workerAsync, workerExtra, sibPending, reported, unexpectedReports,
-                   blockingWaits, preemptOverWaits, dumpOverwrites, dirtyLoads, tick>>
+                   blockingWaits, preemptOverWaits, dumpOverwrites, dirtyLoads, dirtyDumps, tick>>
 
 (* Nothing left, or shut down: the engine idles (stuttering, so TLC sees   *)
 (* no deadlock).                                                           *)
@@ -871,7 +945,7 @@ TypeInv ==
     /\ workerExtra \in [Rank -> SUBSET Req] /\ sibPending \in [Rank -> SUBSET Req]
     /\ reported \in [Rank -> [Req -> 0..2]]
     /\ sibDelayed \subseteq Req /\ recompute \subseteq Req
-    /\ down \in BOOLEAN /\ dirtyLoads \in BOOLEAN
+    /\ down \in BOOLEAN /\ dirtyLoads \in BOOLEAN /\ dirtyDumps \in BOOLEAN
     /\ tick \in {0, 1}
     /\ action.name \in {"init", "schedule", "execute_model", "update_from_output",
                         "engine_step", "task_complete", "shutdown"}
@@ -933,6 +1007,13 @@ ShutdownDrainedInv == down => \A w \in Rank : pending[w] = {} /\ live[w] = {}
 (* The store contract ("store_visibility"): a load never reads a prompt    *)
 (* whose dump is still running on the rank.                                *)
 NoLoadWhileDumpingInv == ~dirtyLoads
+
+(* No dump reads a block computed over a failed load: with policy         *)
+(* "recompute" the step that loads a partial hit may also compute and dump *)
+(* the next block, whose KV then attends over whatever the failed load     *)
+(* left in the hit blocks; the store would keep wrong KV under that       *)
+(* block's key, which every later hit loads.                              *)
+NoDumpOfFailedLoadInv == ~dirtyDumps
 
 -----------------------------------------------------------------------------
 (* Liveness, under fairness stated as premises over state predicates      *)

@@ -35,6 +35,9 @@ RealBehaviour ==
     @@ <<Direct, "wait_for_save">>             :> "poll_track_submit"
     @@ <<Direct, "get_finished">>              :> "wait_finished"
     @@ <<Direct, "_wait_pending_dump_task">>   :> "release_finally"
+    \* the one entry beyond the merge: a rank submits no dump slice of a request whose load
+    \* failed in the step (the merged PR dumps every slice: MCDumpsFailedLoads)
+    @@ <<Direct, "_dumping_requests">>         :> "skip_failed_loads"
     @@ <<LayerWise, "save_kv_layer">>          :> "submit_layer"
     @@ <<LayerWise, "wait_for_save">>          :> "poll_track"
     @@ <<CP, "save_kv_layer">>                 :> "super"

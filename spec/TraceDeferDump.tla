@@ -68,6 +68,7 @@ DD == INSTANCE DeferDump WITH
     MLA <- FALSE, Faults <- {"submit", "wait", "check"}, Lockstep <- FALSE, FusedStep <- FALSE,
     StoreHits <- FALSE, ShortReqs <- {}, DeferFinalize <- FALSE, Hybrid <- FALSE,
     Moves <- {}, Bugs <- {}, sibDelayed <- {}, recompute <- {}, down <- FALSE, dirtyLoads <- FALSE,
+    dirtyDumps <- FALSE,
     swBlocksOf <- [r \in TraceReq |-> <<>>], freedSince <- {}, preemptions <- 0,
     inflight <- <<>>, executed <- 0, agg <- [r \in TraceReq |-> 0], extraSaves <- {},
     live <- [w \in TraceRank |-> {}], releaseErrors <- [w \in TraceRank |-> {}],
