@@ -56,23 +56,63 @@ def test_a_failed_load_fails_the_request_or_recomputes_it_as_vllm_does(policy: s
     engine.check()
 
 
-def test_under_recompute_a_block_dumped_in_the_failed_step_is_recomputed_while_its_dump_reads_it() -> None:
-    """A finding, pinned: with `kv_load_failure_policy="recompute"` a request whose hit failed to load still
-    computes (over the failed blocks) and dumps its next full block in that step; vLLM then rewinds it to
-    the first failed block and recomputes that block in place while the dump still reads it. The
-    connector does not drop the dump, so NoOverwriteWhileDumpingInv breaks (docs/engine.md)."""
+def _fail_a_resumed_hit(fails: int) -> tuple[StepLoop, ManualStore]:
+    """Two requests; the first is preempted in step 4 (out of blocks) and resumes with a hit of three blocks
+    whose load fails (`fails` load submits fail: one per rank) while the same step computes and would dump its
+    fourth block; vLLM then rolls it back to the first failed block and recomputes every block in place."""
     engine, store, _ = _engine("recompute", world_size=2)
     engine.scheduler.add_request(prompt_of(0, 6), 4)
     engine.scheduler.add_request(prompt_of(0, 7), 1)
-    for _ in range(4):  # the first request is preempted in step 4 (out of blocks) and resumes with a hit
+    for _ in range(4):
         engine.step()
-    store.submit_fail_next = 1  # its load fails
+    store.submit_fail_next = fails
     outcome = engine.step()
     assert outcome.recomputed_loads == ["req-1"]
     engine.check()
+    return engine, store
+
+
+def test_under_recompute_a_failed_loads_request_is_not_dumped_in_that_step_and_is_dumped_after_the_recompute() -> None:
+    """The connector submits no dump slice of a request whose load failed in the step (its block was computed
+    over the failed blocks and is rewritten by the recompute): NoOverwriteWhileDumpingInv holds, and the
+    oracle finds every stored byte right, the recomputed blocks' dumps included (docs/engine.md)."""
+    engine, store = _fail_a_resumed_hit(fails=2)
+    dumped_before = len(store.stored_hashes())
+    for _ in range(2):
+        engine.step()
+        engine.check()
+    engine.drain_and_shutdown()
+    engine.check()
+    assert len(store.stored_hashes()) > dumped_before  # the recompute dumped the rolled-back blocks
+
+
+def test_under_recompute_the_merged_connector_dumping_a_failed_loads_block_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PR #989 as merged dumps every slice: the block computed over the failed load is rewritten by the
+    recompute while its dump still reads it."""
+    engine, store, _ = _engine("recompute", world_size=2)
+    for rank in engine.ranks:
+        assert rank.connector is not None
+        monkeypatch.setattr(rank.connector.inner, "_failed_load_requests", frozenset)
+    engine.scheduler.add_request(prompt_of(0, 6), 4)
+    engine.scheduler.add_request(prompt_of(0, 7), 1)
+    for _ in range(4):
+        engine.step()
+    store.submit_fail_next = 1  # rank 0's load
+    engine.step()
     for _ in range(2):
         engine.step()
     with pytest.raises(InvariantViolation, match="NoOverwriteWhileDumpingInv: rank 0 writes block"):
+        engine.check()
+
+
+def test_under_recompute_a_load_failed_on_one_rank_still_races_on_the_rank_whose_load_succeeded() -> None:
+    """An open finding, pinned: the rank whose load succeeded cannot see the other rank's failure in the step,
+    so it dumps the next block; vLLM unions the ranks' invalid_block_ids and rolls the request back on every
+    rank, and the recompute rewrites that block under its dump (docs/engine.md)."""
+    engine, _ = _fail_a_resumed_hit(fails=1)
+    for _ in range(2):
+        engine.step()
+    with pytest.raises(InvariantViolation, match="NoOverwriteWhileDumpingInv: rank 1 writes block"):
         engine.check()
 
 

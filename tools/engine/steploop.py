@@ -358,7 +358,9 @@ class StepLoop:
         self, rank_index: int, probe: ProbeStore, connector: OuterConnector, meta: DeferDumpMetadata,
         tasks_before: set[int], failures_before: int,
     ) -> None:
-        """`wait_for_save`; under the oracle, check it submitted (or tried) every dump slice it was given."""
+        """`wait_for_save`; under the oracle, check it submitted (or tried) every dump slice it was given but
+        those of requests whose load failed on this rank in this step (computed over the failed blocks and
+        rolled back by vLLM: a correct connector leaves them out)."""
         probe.phase = "wait_for_save"
         with self.timer.measure("wait_for_save"):
             connector.wait_for_save()
@@ -371,7 +373,11 @@ class StepLoop:
         covered: frozenset[str] = frozenset().union(
             *(p.request_ids for p in inner._pending_dump_tasks if p.task.task_id not in tasks_before)
         )
-        missing = meta.dump_req_ids() - covered
+        load_errors = inner._load_error_block_ids  # this step's, not yet collected by the engine
+        failed_loads = {
+            req_id for req_id, m in meta.request_meta.items() if not load_errors.isdisjoint(m.load_block_ids)
+        }
+        missing = meta.dump_req_ids() - covered - failed_loads
         if missing:
             assert self.watch is not None
             self.watch.record([
