@@ -43,6 +43,8 @@ EXPECTED_CALLS: dict[str, set[str]] = {
     "RedoUntracked": {"_update_requests_with_invalid_blocks", "build_connector_meta", "forward"},
     "ShutdownKeepsHandles": {"shutdown", "wait_for_save"},
     "LookupSeesRunning": {"build_connector_meta", "forward", "wait_for_save"},
+    "DumpsFailedLoads": {"_update_requests_with_invalid_blocks", "build_connector_meta", "forward", "wait_for_save"},
+    "DumpsFailedLoadsContent": {"build_connector_meta", "forward", "wait_for_save"},
 }
 
 
@@ -260,3 +262,26 @@ def test_lookup_mutant_loads_a_running_dump(ci_results: dict[str, dict[str, Any]
     row = ci_results["LookupSeesRunning"]
     loads = [slice_ for m in _calls(row, "build_connector_meta") for slice_ in _set(m["load"])]
     assert loads and all("src" in slice_ for slice_ in loads)
+
+
+def test_dumps_failed_loads_rewrites_the_dumped_block_in_place(ci_results: dict[str, dict[str, Any]]) -> None:
+    """The merged PR dumps the block computed after a failed partial-hit load; the rollback's recompute
+    writes that same (held) block again in the next step while the dump still runs."""
+    row = ci_results["DumpsFailedLoads"]
+    steps = [step["state"]["action"]["phases"]["#tup"] for step in row["trace"][1:]]
+    failed_at = [i for i, (_, run, _) in enumerate(steps) if _set(run["load_errors"])]
+    assert failed_at, "no step with a failed load"
+    i = failed_at[0]
+    failed = set(_set(steps[i][1]["load_errors"]))
+    dumped = {(d["req"], d["block"]) for d in _set(steps[i][0]["calls"]["#tup"][0]["dump"]) if d["req"] in failed}
+    assert dumped, "the failed step dumps no block of the failed request"
+    rewritten = {(a["req"], a["block"]) for a in _set(steps[i + 1][0]["allocated"])}
+    assert dumped <= rewritten
+
+
+def test_the_recompute_models_pass_where_the_merged_table_fails(ci_results: dict[str, dict[str, Any]]) -> None:
+    """The fix (skip_failed_loads, the reference's table) keeps both invariants the merged table breaks."""
+    assert ci_results["DirectRecompute"]["status"] == "pass"
+    assert ci_results["LayerWiseRecompute"]["status"] == "pass"
+    assert ci_results["DumpsFailedLoads"]["property"] == "NoOverwriteWhileDumpingInv"
+    assert ci_results["DumpsFailedLoadsContent"]["property"] == "NoDumpOfFailedLoadInv"
