@@ -292,7 +292,7 @@ build_connector_meta(S, alloc, preempted, freed, redo) ==
                    sibFin    |-> S.sd,
                    extra     |-> S.ex,
                    sending   |-> [w \in Rank |-> {}],
-                   failed    |-> {}],
+                   failed    |-> {}],  \* the step's failed loads, set when it executes (EarlyFail)
          tracked |-> newly]
 
 (* Scheduler.has_requests: unfinished requests, or finished ids not yet   *)
