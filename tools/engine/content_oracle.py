@@ -72,7 +72,7 @@ class ContentOracle:
                 self._planned_tokens[chunk.req_id] = len(request.tokens)
                 self._expect_blocks_of(request.tokens)
             processed, tokens = self._processed[chunk.req_id], self._planned_tokens[chunk.req_id]
-            if chunk.start < min(processed, tokens):  # rolled back after a failed load: recomputed blocks dump again
+            if not chunk.admitted and chunk.start < min(processed, tokens):  # rolled back after a failed load
                 processed = chunk.start
             if processed < tokens:
                 first = processed // bs
