@@ -53,7 +53,7 @@ def test_cover_traces_take_every_edge_and_action(cover_traces: None, model: str)
 
 def test_shipped_covers_reach_the_protocol_core_target(cover_traces: None) -> None:
     """Conformance alone (the shipped models' edge covers, as `deferdump verify` replays them)
-    takes >= 95 % of the protocol core's branches; the one arc left is named in docs/conformance.md."""
+    takes >= 95 % of the protocol core's branches; the arcs left are named in docs/conformance.md."""
     from support.conformance import manifest_conformance_entries
     from deferdump.conformance.corecov import core_for_variants, measure_core_coverage
     from deferdump.conformance.verify import VARIANT_NAMES
@@ -63,4 +63,7 @@ def test_shipped_covers_reach_the_protocol_core_target(cover_traces: None) -> No
     report, measured = measure_core_coverage(lambda: replay_loaded(traces, shrink=False, coverage=False), core)
     assert report.ok
     assert measured.branch_coverage is not None and measured.branch_coverage >= 0.95, measured.missed
-    assert all("LayerWiseConnector.clear_connector_metadata" in line for line in measured.missed), measured.missed
+    # left (docs/conformance.md): leftover layer loads, and a load failure under policy "recompute" (no
+    # conformance model plays one; tests/reference/test_reference_failed_load_dumps.py drives those arcs)
+    left = ("LayerWiseConnector.clear_connector_metadata", "DirectConnector._dumping_requests")
+    assert all(any(name in line for name in left) for line in measured.missed), measured.missed
