@@ -31,8 +31,20 @@ CONSTANTS
     TraceRank,      \* worker ranks that wrote a log (integers)
     BlockSize       \* tokens per vLLM block
 
+(* The constants, through zero-arity definitions: TLC evaluates a         *)
+(* constant-level definition once, before the search, and keeps its value, *)
+(* but a CONSTANT bound in the cfg to a definition (TraceLog <- GenLog)    *)
+(* re-evaluates that definition's body at every reference: a 1,000-event  *)
+(* log literal rebuilt several times per state makes the search quadratic *)
+(* in the log's length.  Everything below reads these, never the          *)
+(* CONSTANTs.                                                              *)
+Log == TraceLog
+Reqs == TraceReq
+Blocks == TraceBlock
+Ranks == TraceRank
+
 VARIABLES
-    l,              \* events of TraceLog matched so far
+    l,              \* events of Log matched so far
     why,            \* "" while matching; else why the next event matches no behaviour
     reqState,       \* [live requests -> state]: running, preempted, delayed; a request out
                     \*   of the domain is waiting or done (sparse: a log has many requests)
@@ -41,10 +53,10 @@ VARIABLES
     schedAsync,     \* the scheduler connector's tracked requests (_async_dump_req_ids)
     schedStep,      \* the last step the scheduler built
     metas,          \* [steps -> metadata]: built steps some rank has not yet run
-    workerAsync,    \* [TraceRank -> SUBSET TraceReq]: the worker's tracked requests
-    pending,        \* [TraceRank -> set of [id, reqs, blocks, status]]: pending dump tasks
-    wStep,          \* [TraceRank -> step]: the step the rank runs (or last ran)
-    wPhase,         \* [TraceRank -> last call]: "hp", "wfs" or "gf" (a step's order)
+    workerAsync,    \* [Ranks -> SUBSET Reqs]: the worker's tracked requests
+    pending,        \* [Ranks -> set of [id, reqs, blocks, status]]: pending dump tasks
+    wStep,          \* [Ranks -> step]: the step the rank runs (or last ran)
+    wPhase,         \* [Ranks -> last call]: "hp", "wfs" or "gf" (a step's order)
     reports,        \* set of <<req, rank>>: a rank reported the request, not yet delivered
     reportedTwice,  \* has a rank reported a request it had reported, not yet delivered?
     unexpectedReports, \* finished_sending delivered for a request that was not delayed
@@ -62,17 +74,17 @@ vars == <<l, why, reqState, blocksOf, finishedIds, schedAsync, schedStep, metas,
 DD == INSTANCE DeferDump WITH
     Classes <- RealClasses, Bases <- RealBases, Behaviour <- RealBehaviour,
     Defines <- DefinesFrom(RealBehaviour),
-    Req <- TraceReq, Block <- TraceBlock, Rank <- TraceRank, Rank0 <- 0,
+    Req <- Reqs, Block <- Blocks, Rank <- Ranks, Rank0 <- 0,
     PromptBlocks <- 1, Layers <- 1, MaxPreempt <- 0, MaxInflight <- 2,
     InnerClass <- "UCMDirectConnector", Wrapper <- TRUE, HMA <- FALSE, Multi <- FALSE,
     MLA <- FALSE, Faults <- {"submit", "wait", "check"}, Lockstep <- FALSE, FusedStep <- FALSE,
     StoreHits <- FALSE, ShortReqs <- {}, DeferFinalize <- FALSE, Hybrid <- FALSE,
     Moves <- {}, Bugs <- {}, sibDelayed <- {}, recompute <- {}, down <- FALSE, dirtyLoads <- FALSE,
-    swBlocksOf <- [r \in TraceReq |-> <<>>], freedSince <- {}, preemptions <- 0,
-    inflight <- <<>>, executed <- 0, agg <- [r \in TraceReq |-> 0], extraSaves <- {},
-    live <- [w \in TraceRank |-> {}], releaseErrors <- [w \in TraceRank |-> {}],
-    workerExtra <- [w \in TraceRank |-> {}], sibPending <- [w \in TraceRank |-> {}],
-    reported <- [w \in TraceRank |-> [r \in TraceReq |-> 0]],
+    swBlocksOf <- [r \in Reqs |-> <<>>], freedSince <- {}, preemptions <- 0,
+    inflight <- <<>>, executed <- 0, agg <- [r \in Reqs |-> 0], extraSaves <- {},
+    live <- [w \in Ranks |-> {}], releaseErrors <- [w \in Ranks |-> {}],
+    workerExtra <- [w \in Ranks |-> {}], sibPending <- [w \in Ranks |-> {}],
+    reported <- [w \in Ranks |-> [r \in Reqs |-> 0]],
     tick <- 0, action <- [name |-> "init"]
 
 (* The class table's labels, evaluated once (constant-level definitions). *)
@@ -99,10 +111,10 @@ Init ==
     /\ schedAsync = {}
     /\ schedStep = 0
     /\ metas = <<>>
-    /\ workerAsync = [w \in TraceRank |-> {}]
-    /\ pending = [w \in TraceRank |-> {}]
-    /\ wStep = [w \in TraceRank |-> 0]
-    /\ wPhase = [w \in TraceRank |-> "gf"]
+    /\ workerAsync = [w \in Ranks |-> {}]
+    /\ pending = [w \in Ranks |-> {}]
+    /\ wStep = [w \in Ranks |-> 0]
+    /\ wPhase = [w \in Ranks |-> "gf"]
     /\ reports = {}
     /\ reportedTwice = FALSE
     /\ unexpectedReports = {}
@@ -120,7 +132,7 @@ WriteIdx(x) == IF x.scheduled = 0 THEN {}
                ELSE ((x.computed \div BlockSize) + 1)..(((x.computed + x.scheduled - 1) \div BlockSize) + 1)
 Writes(x) == {NewList(x)[i] : i \in WriteIdx(x) \cap DOMAIN NewList(x)}
 Sched(e) == {x.req : x \in Range(e.reqs)}
-Pre(e) == {r \in TraceReq : r \in e.preempted}
+Pre(e) == e.preempted \cap Reqs
 OthersHold(e, x) == UNION {Held(r) : r \in Live \ (Pre(e) \cup {x.req})}
 DumpReqs(m) == {d.req : d \in m.dump}
 DumpBlocks(m) == UNION {Range(d.blocks) : d \in m.dump}
@@ -175,7 +187,7 @@ request_finished(e) ==
                    unexpectedReports, dumpOverwrites, preemptOverWaits, blockingWaits>>
 
 (* update_connector_output: the aggregated finished_sending of a step.     *)
-Ready == {r \in {p[1] : p \in reports} : \A w \in TraceRank : <<r, w>> \in reports}
+Ready == {r \in {p[1] : p \in reports} : \A w \in Ranks : <<r, w>> \in reports}
 UpdateReason(e) ==
     CASE e.sending # Ready -> "finished_sending: not exactly the requests every rank reported"
       [] e.recving # {} -> "finished_recving: the model has no asynchronous load"
@@ -258,7 +270,7 @@ FinishedReason(e) ==
 
 get_finished(e) ==
     LET w == e.rank
-        doneSteps == {s \in DOMAIN metas : \A v \in TraceRank :
+        doneSteps == {s \in DOMAIN metas : \A v \in Ranks :
                         wStep'[v] > s \/ (wStep'[v] = s /\ wPhase'[v] = "gf")}
     IN
     /\ pending' = [pending EXCEPT ![w] = {t \in @ : t.id \notin e.waited}]
@@ -300,28 +312,28 @@ Apply(e) ==
       [] e.event = "get_finished" -> get_finished(e)
       [] e.event = "shutdown" -> shutdown(e)
 
-Next1 == TraceLog[l + 1]
+Next1 == Log[l + 1]
 
 (* The hidden store action: a dump task completes, only one the next       *)
 (* logged event reaps (the bound that keeps the search linear).            *)
 NeedsDone(t, w) == Next1.event = "wait_for_save" /\ Next1.rank = w /\ t.id \in Next1.reaped
 task_complete ==
-    /\ why = "" /\ l < Len(TraceLog)
-    /\ \E w \in TraceRank : \E t \in pending[w] :
+    /\ why = "" /\ l < Len(Log)
+    /\ \E w \in Ranks : \E t \in pending[w] :
          /\ t.status = "running" /\ NeedsDone(t, w)
          /\ pending' = [pending EXCEPT ![w] = (@ \ {t}) \cup {[t EXCEPT !.status = "done"]}]
     /\ UNCHANGED <<l, why, reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, workerAsync,
                    wStep, wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites,
                    preemptOverWaits, blockingWaits>>
 
-Hidden == \E w \in TraceRank : \E t \in pending[w] : t.status = "running" /\ NeedsDone(t, w)
+Hidden == \E w \in Ranks : \E t \in pending[w] : t.status = "running" /\ NeedsDone(t, w)
 
 (* The next logged event: taken when the model reproduces its fields;     *)
 (* otherwise `why` records the first field no behaviour reproduces (and    *)
 (* the search stops at TraceAcceptedInv).  One action, so that the checks  *)
 (* are evaluated once per state.                                           *)
 Logged ==
-    /\ why = "" /\ l < Len(TraceLog)
+    /\ why = "" /\ l < Len(Log)
     /\ ~Hidden
     /\ LET reason == Reason(Next1) IN
        IF reason = ""
@@ -337,16 +349,16 @@ Spec == Init /\ [][Next]_vars
 
 -----------------------------------------------------------------------------
 TraceTypeInv ==
-    /\ l \in 0..Len(TraceLog)
-    /\ DOMAIN reqState \subseteq TraceReq /\ \A r \in DOMAIN reqState : reqState[r] \in DD!ReqStates
-    /\ DOMAIN blocksOf \subseteq Live /\ \A r \in DOMAIN blocksOf : Range(blocksOf[r]) \subseteq TraceBlock
-    /\ finishedIds \subseteq TraceReq /\ schedAsync \subseteq TraceReq
-    /\ workerAsync \in [TraceRank -> SUBSET TraceReq]
-    /\ \A w \in TraceRank : \A t \in pending[w] :
-         t.reqs \subseteq TraceReq /\ t.blocks \subseteq TraceBlock /\ t.status \in {"running", "done"}
-    /\ reports \subseteq TraceReq \X TraceRank
+    /\ l \in 0..Len(Log)
+    /\ DOMAIN reqState \subseteq Reqs /\ \A r \in DOMAIN reqState : reqState[r] \in DD!ReqStates
+    /\ DOMAIN blocksOf \subseteq Live /\ \A r \in DOMAIN blocksOf : Range(blocksOf[r]) \subseteq Blocks
+    /\ finishedIds \subseteq Reqs /\ schedAsync \subseteq Reqs
+    /\ workerAsync \in [Ranks -> SUBSET Reqs]
+    /\ \A w \in Ranks : \A t \in pending[w] :
+         t.reqs \subseteq Reqs /\ t.blocks \subseteq Blocks /\ t.status \in {"running", "done"}
+    /\ reports \subseteq Reqs \X Ranks
     /\ reportedTwice \in BOOLEAN
-    /\ wStep \in [TraceRank -> Nat] /\ wPhase \in [TraceRank -> {"hp", "wfs", "gf"}]
+    /\ wStep \in [Ranks -> Nat] /\ wPhase \in [Ranks -> {"hp", "wfs", "gf"}]
     /\ schedStep \in Nat /\ DOMAIN metas \subseteq 1..schedStep
 
 (* DeferDump's safety invariants, evaluated by the model on this state.    *)
@@ -362,5 +374,5 @@ TraceReportOnceInv == ~reportedTwice
 TraceAcceptedInv == why = ""
 
 (* VIOLATED = the witness that the whole log matched (listed last).        *)
-TraceNotDoneInv == l < Len(TraceLog)
+TraceNotDoneInv == l < Len(Log)
 =============================================================================
