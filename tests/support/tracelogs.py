@@ -95,3 +95,20 @@ def preempt_run(*, hook: bool = True) -> tuple[list[dict[str, Any]], dict[int, l
     if not hook:
         worker[-1]["reaped"] = []
     return scheduler, {0: worker}
+
+
+def reap_run(tasks: int) -> tuple[list[dict[str, Any]], dict[int, list[dict[str, Any]]]]:
+    """`tasks` requests, each dumping its full block in its own task in step 1 (a layer-wise connector
+    submits one task per save); step 2's wait_for_save reaps them all, so the store completes `tasks` tasks,
+    unlogged, between two events."""
+    names = [f"r{i}" for i in range(tasks)]
+    scheduler = [
+        build(1, [req(name, [i + 1], 0, 4, new=True) for i, name in enumerate(names)],
+              dump=[{"req": name, "block_ids": [i + 1]} for i, name in enumerate(names)]),
+        build(2),
+    ]
+    worker = [
+        *step_worker(1, preempted=[], submitted=[task(i + 1, [name], [i + 1]) for i, name in enumerate(names)]),
+        *step_worker(2, preempted=[], reaped=[i + 1 for i in range(tasks)]),
+    ]
+    return scheduler, {0: worker}
