@@ -9,7 +9,7 @@ import pytest
 from deferdump.conformance.tracelog import TraceLogError
 from deferdump.conformance.tracevalidate import generate_module, model_constants, validate
 from deferdump.conformance.tracelog import load_events
-from support.tracelogs import finished_run, preempt_run, reap_run, write_run
+from support.tracelogs import finished_run, hybrid_run, preempt_run, reap_run, write_run
 
 
 def test_delayed_free_log_matches(tmp_path: Path) -> None:
@@ -61,6 +61,28 @@ def test_reaping_a_task_never_submitted_is_rejected(tmp_path: Path) -> None:
     result = validate([write_run(tmp_path, scheduler, workers)])
     assert not result.matched and result.first_unmatched is not None
     assert (result.first_unmatched.event, result.first_unmatched.reason[:7]) == ("wait_for_save", "reaped:")
+
+
+def test_hybrid_fenced_window_free_matches(tmp_path: Path) -> None:
+    result = validate([write_run(tmp_path, *hybrid_run())])
+    assert result.matched, result.first_unmatched
+    assert result.model_constants["sliding_window"] == 16 and result.model_constants["blocks"] == 7
+
+
+def test_hybrid_unfenced_window_free_is_rejected_at_the_overwriting_forward(tmp_path: Path) -> None:
+    result = validate([write_run(tmp_path, *hybrid_run(fence=False))])
+    assert not result.matched and result.first_unmatched is not None
+    assert (result.first_unmatched.event, result.first_unmatched.record["step"]) == ("wait_for_save", 2)
+    assert result.first_unmatched.reason.startswith("NoOverwriteWhileDumpingInv violated")
+
+
+def test_hybrid_block_reused_while_in_the_window_is_rejected(tmp_path: Path) -> None:
+    scheduler, workers = hybrid_run()
+    scheduler[1]["reqs"][0]["num_computed_tokens"] = 40  # 25 tokens skipped: block 11 is still in a's window
+    result = validate([write_run(tmp_path, scheduler, workers)])
+    assert not result.matched and result.first_unmatched is not None
+    assert result.first_unmatched.event == "build_connector_meta"
+    assert "held by another request" in result.first_unmatched.reason
 
 
 def test_a_field_no_behaviour_reproduces_is_named(tmp_path: Path) -> None:
