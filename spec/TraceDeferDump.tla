@@ -38,8 +38,8 @@ CONSTANTS
 (* but a CONSTANT bound in the cfg to a definition (TraceLog <- GenLog)    *)
 (* re-evaluates that definition's body at every reference: a 1,000-event  *)
 (* log literal rebuilt several times per state makes the search quadratic *)
-(* in the log's length.  Everything below reads these, never the          *)
-(* CONSTANTs.                                                              *)
+(* in the log's length.  Everything below reads these, never the four     *)
+(* CONSTANTs (BlockSize and Window are plain integers).                    *)
 Log == TraceLog
 Reqs == TraceReq
 Blocks == TraceBlock

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from deferdump.conformance.tracelog import TraceLogError
-from deferdump.conformance.tracevalidate import generate_module, model_constants, validate
+from deferdump.conformance.tracevalidate import BeyondModel, generate_module, model_constants, validate
 from deferdump.conformance.tracelog import load_events
 from support.tracelogs import finished_run, hybrid_run, preempt_run, reap_run, write_run
 
@@ -83,6 +83,13 @@ def test_hybrid_block_reused_while_in_the_window_is_rejected(tmp_path: Path) -> 
     assert not result.matched and result.first_unmatched is not None
     assert result.first_unmatched.event == "build_connector_meta"
     assert "held by another request" in result.first_unmatched.reason
+
+
+def test_more_kv_cache_groups_than_the_model_is_bad_input(tmp_path: Path) -> None:
+    scheduler, workers = hybrid_run()
+    scheduler[0]["sliding_window"] = [16, None]
+    with pytest.raises(BeyondModel, match="3 KV-cache groups"):
+        validate([write_run(tmp_path, scheduler, workers)])
 
 
 def test_a_field_no_behaviour_reproduces_is_named(tmp_path: Path) -> None:
