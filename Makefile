@@ -42,8 +42,12 @@ $(STAMP): pyproject.toml
 verify: setup
 	$(VENV)/bin/deferdump verify
 
+# The suite runs on TEST_JOBS pytest-xdist workers (default: one per CPU). `--dist loadfile` keeps each
+# test file on one worker, so a file's module-wide fixtures (the CI tier's TLC runs, a model's generated
+# traces) run once. TEST_JOBS=0 runs it in one process.
+TEST_JOBS ?= auto
 test: setup
-	$(VENV)/bin/pytest -q tests --ignore=tests/vllm -p no:cacheprovider
+	$(VENV)/bin/pytest -q tests --ignore=tests/vllm -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile
 
 # Full benchmark (docs/benchmarks.md records its figures); `deferdump bench --quick` for a 2-minute pass.
 bench: setup

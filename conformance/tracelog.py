@@ -20,10 +20,13 @@ from deferdump.reference.errors import UserError
 _IDS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
 _BLOCKS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
 _TASKS = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+# Two or more KV-cache groups (a hybrid model): the other groups' block lists, in the connector's group
+# order after the full-attention group's `block_ids` (0 is vLLM's null block: a position out of a window).
+_GROUPS = {"type": "array", "items": _BLOCKS}
 _SLICES = {
     "type": "array",
     "items": {"type": "object", "required": ["req", "block_ids"],
-              "properties": {"req": {"type": "string"}, "block_ids": _BLOCKS}},
+              "properties": {"req": {"type": "string"}, "block_ids": _BLOCKS, "group_block_ids": _GROUPS}},
 }
 _EVENTS: dict[str, dict[str, Any]] = {
     "build_connector_meta": {
@@ -31,6 +34,7 @@ _EVENTS: dict[str, dict[str, Any]] = {
         "properties": {
             "role": {"const": "scheduler"},
             "block_size": {"type": "integer", "minimum": 1},
+            "sliding_window": {"type": "array", "items": {"type": ["integer", "null"], "minimum": 1}},
             "reqs": {"type": "array", "items": {
                 "type": "object",
                 "required": ["req", "new", "resumed", "block_ids", "num_computed_tokens", "num_scheduled_tokens"],
@@ -38,6 +42,7 @@ _EVENTS: dict[str, dict[str, Any]] = {
                     "req": {"type": "string"}, "new": {"type": "boolean"}, "resumed": {"type": "boolean"},
                     "block_ids": _BLOCKS, "num_computed_tokens": {"type": "integer", "minimum": 0},
                     "num_scheduled_tokens": {"type": "integer", "minimum": 0},
+                    "group_block_ids": _GROUPS,
                 }}},
             "dump": _SLICES, "load": _SLICES, "preempted": _IDS, "finished": _IDS,
         },
@@ -45,7 +50,7 @@ _EVENTS: dict[str, dict[str, Any]] = {
     "request_finished": {
         "required": ["req", "block_ids", "delayed"],
         "properties": {"role": {"const": "scheduler"}, "req": {"type": "string"}, "block_ids": _BLOCKS,
-                       "delayed": {"type": "boolean"}},
+                       "group_block_ids": _GROUPS, "delayed": {"type": "boolean"}},
     },
     "update_connector_output": {
         "required": ["finished_sending", "finished_recving"],

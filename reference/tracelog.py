@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 logger = logging.getLogger(__name__)
@@ -79,29 +80,47 @@ def ids(values: Any) -> list[str]:
     return sorted(str(value) for value in (values or ()))
 
 
-def build_fields(step: Any, metadata: Any, block_size: int) -> dict[str, Any]:
+def build_fields(step: Any, metadata: Any, block_size: int,
+                 sliding_windows: Sequence[int | None] = ()) -> dict[str, Any]:
     """`build_connector_meta`'s line: every scheduled request, the dump and load slices, preempted, finished.
 
     `block_ids` of a request are the blocks vLLM passed this step: all of them for a new or resumed
     request, the added ones for a running request. `step` is a `StepView`, `metadata` the result.
+    With more than one KV-cache group (`sliding_windows`: the window of each group after the
+    full-attention one, None for full attention) the line also carries `sliding_window` and, per request
+    and per slice, `group_block_ids`: the other groups' lists, in the same order.
     """
+    hybrid = bool(sliding_windows)
+
+    def entry(req_id: str, new: bool, resumed: bool, blocks: Any, groups: Any, computed: int,
+              scheduled: int) -> dict[str, Any]:
+        fields: dict[str, Any] = {"req": req_id, "new": new, "resumed": resumed, "block_ids": list(blocks),
+                                  "num_computed_tokens": computed, "num_scheduled_tokens": scheduled}
+        if hybrid:
+            fields["group_block_ids"] = [list(g) for g in groups]
+        return fields
+
     reqs = [
-        {"req": new.req_id, "new": True, "resumed": False, "block_ids": list(new.block_ids),
-         "num_computed_tokens": new.num_computed_tokens, "num_scheduled_tokens": new.num_scheduled_tokens}
+        entry(new.req_id, True, False, new.block_ids, new.group_block_ids, new.num_computed_tokens,
+              new.num_scheduled_tokens)
         for new in step.new_requests
     ] + [
-        {"req": cached.req_id, "new": False, "resumed": cached.resumed_from_preemption,
-         "block_ids": list(cached.new_block_ids), "num_computed_tokens": cached.num_computed_tokens,
-         "num_scheduled_tokens": cached.num_scheduled_tokens}
+        entry(cached.req_id, False, cached.resumed_from_preemption, cached.new_block_ids,
+              cached.new_group_block_ids, cached.num_computed_tokens, cached.num_scheduled_tokens)
         for cached in step.cached_requests
     ]
     dump, load = [], []
     for req_id, meta in sorted(metadata.request_meta.items()):
         if meta.dump_block_ids:
-            dump.append({"req": req_id, "block_ids": list(meta.dump_block_ids)})
+            dump.append({"req": req_id, "block_ids": list(meta.dump_block_ids),
+                         **({"group_block_ids": [list(g) for g in meta.dump_group_block_ids]} if hybrid else {})})
         if meta.load_block_ids:
-            load.append({"req": req_id, "block_ids": list(meta.load_block_ids)})
-    return {"block_size": block_size, "reqs": reqs, "dump": dump, "load": load,
+            load.append({"req": req_id, "block_ids": list(meta.load_block_ids),
+                         **({"group_block_ids": [list(g) for g in meta.load_group_block_ids]} if hybrid else {})})
+    fields: dict[str, Any] = {"block_size": block_size}
+    if hybrid:
+        fields["sliding_window"] = list(sliding_windows)
+    return {**fields, "reqs": reqs, "dump": dump, "load": load,
             "preempted": ids(step.preempted_req_ids), "finished": ids(step.finished_req_ids)}
 
 

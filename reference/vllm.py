@@ -325,7 +325,8 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
         metadata = self.core.build_connector_meta(view)
         if self._trace is not None:
             self._trace.next_step()
-            self._trace.write("build_connector_meta", **build_fields(view, metadata, self.config.block_size))
+            windows = [group.sliding_window for group in self._groups[1:]]
+            self._trace.write("build_connector_meta", **build_fields(view, metadata, self.config.block_size, windows))
         self._export_metrics()
         return metadata
 
@@ -353,7 +354,11 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
         first, others = split_groups(block_ids, self._group_order, f"request {request.request_id}")
         if not others:
             return self.request_finished(request, list(first))
-        return self.core.request_finished_all_groups(request_view(request), (first, *others))
+        delayed, params = self.core.request_finished_all_groups(request_view(request), (first, *others))
+        if self._trace is not None:
+            self._trace.write("request_finished", req=request.request_id, block_ids=list(first),
+                              group_block_ids=[list(g) for g in others], delayed=delayed)
+        return delayed, params
 
     # --------------------------------------------------------------- worker side
     def register_kv_caches(self, kv_caches: dict[str, "torch.Tensor"]) -> None:

@@ -29,22 +29,42 @@ CONSTANTS
     TraceReq,       \* request ids in the log (strings)
     TraceBlock,     \* vLLM block ids in the log (integers)
     TraceRank,      \* worker ranks that wrote a log (integers)
-    BlockSize       \* tokens per vLLM block
+    BlockSize,      \* tokens per vLLM block
+    Window          \* tokens in the sliding window of the second KV-cache group (a hybrid
+                    \*   model); 0: one KV-cache group
+
+(* The constants, through zero-arity definitions: TLC evaluates a         *)
+(* constant-level definition once, before the search, and keeps its value, *)
+(* but a CONSTANT bound in the cfg to a definition (TraceLog <- GenLog)    *)
+(* re-evaluates that definition's body at every reference: a 1,000-event  *)
+(* log literal rebuilt several times per state makes the search quadratic *)
+(* in the log's length.  Everything below reads these, never the four     *)
+(* CONSTANTs (BlockSize and Window are plain integers).                    *)
+Log == TraceLog
+Reqs == TraceReq
+Blocks == TraceBlock
+Ranks == TraceRank
 
 VARIABLES
-    l,              \* events of TraceLog matched so far
+    l,              \* events of Log matched so far
     why,            \* "" while matching; else why the next event matches no behaviour
     reqState,       \* [live requests -> state]: running, preempted, delayed; a request out
                     \*   of the domain is waiting or done (sparse: a log has many requests)
     blocksOf,       \* [live requests -> Seq(block)]: the blocks vLLM holds for the request
+                    \*   (the full-attention group's under a hybrid model)
+    swOf,           \* [live requests -> Seq(block or 0)]: the sliding-window group's block of
+                    \*   each position, 0 (vLLM's null block) once it left the window and was
+                    \*   freed; <<>> everywhere with one group
+    freedSince,     \* blocks freed since the last schedule (hybrid only, else {}): window,
+                    \*   finish and preemption frees, which a fence may wait for
     finishedIds,    \* requests finished since the last schedule (Scheduler.finished_req_ids)
     schedAsync,     \* the scheduler connector's tracked requests (_async_dump_req_ids)
     schedStep,      \* the last step the scheduler built
     metas,          \* [steps -> metadata]: built steps some rank has not yet run
-    workerAsync,    \* [TraceRank -> SUBSET TraceReq]: the worker's tracked requests
-    pending,        \* [TraceRank -> set of [id, reqs, blocks, status]]: pending dump tasks
-    wStep,          \* [TraceRank -> step]: the step the rank runs (or last ran)
-    wPhase,         \* [TraceRank -> last call]: "hp", "wfs" or "gf" (a step's order)
+    workerAsync,    \* [Ranks -> SUBSET Reqs]: the worker's tracked requests
+    pending,        \* [Ranks -> set of [id, reqs, blocks, status]]: pending dump tasks
+    wStep,          \* [Ranks -> step]: the step the rank runs (or last ran)
+    wPhase,         \* [Ranks -> last call]: "hp", "wfs" or "gf" (a step's order)
     reports,        \* set of <<req, rank>>: a rank reported the request, not yet delivered
     reportedTwice,  \* has a rank reported a request it had reported, not yet delivered?
     unexpectedReports, \* finished_sending delivered for a request that was not delayed
@@ -52,9 +72,15 @@ VARIABLES
     preemptOverWaits, \* handle_preemptions waited a task of no preempted request
     blockingWaits   \* (never set: a log cannot show a wait_for_save block; kept for DD)
 
-vars == <<l, why, reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, workerAsync,
+vars == <<l, why, reqState, blocksOf, swOf, freedSince, finishedIds, schedAsync, schedStep, metas, workerAsync,
           pending, wStep, wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites,
           preemptOverWaits, blockingWaits>>
+
+(* A hybrid model: two KV-cache groups, full attention and a sliding window *)
+(* (DeferDump's Hybrid).  vLLM's null block id is 0.                       *)
+IsHybrid == Window > 0
+SwOf(r) == IF r \in DOMAIN swOf THEN swOf[r] ELSE <<>>
+SwHeld(seq) == {seq[i] : i \in {j \in DOMAIN seq : seq[j] # 0}}
 
 (* The model under check, on this module's variables; DeferDump's other    *)
 (* variables do not exist at the log's grain and are fixed.  The class    *)
@@ -62,18 +88,18 @@ vars == <<l, why, reqState, blocksOf, finishedIds, schedAsync, schedStep, metas,
 DD == INSTANCE DeferDump WITH
     Classes <- RealClasses, Bases <- RealBases, Behaviour <- RealBehaviour,
     Defines <- DefinesFrom(RealBehaviour),
-    Req <- TraceReq, Block <- TraceBlock, Rank <- TraceRank, Rank0 <- 0,
+    Req <- Reqs, Block <- Blocks, Rank <- Ranks, Rank0 <- 0,
     PromptBlocks <- 1, Layers <- 1, MaxPreempt <- 0, MaxInflight <- 2,
-    InnerClass <- "UCMDirectConnector", Wrapper <- TRUE, HMA <- FALSE, Multi <- FALSE,
+    InnerClass <- "UCMDirectConnector", Wrapper <- TRUE, HMA <- IsHybrid, Multi <- FALSE,
     MLA <- FALSE, Faults <- {"submit", "wait", "check"}, Lockstep <- FALSE, FusedStep <- FALSE,
-    StoreHits <- FALSE, ShortReqs <- {}, DeferFinalize <- FALSE, Hybrid <- FALSE,
+    StoreHits <- FALSE, ShortReqs <- {}, DeferFinalize <- FALSE, Hybrid <- IsHybrid,
     Moves <- {}, Bugs <- {}, sibDelayed <- {}, recompute <- {}, down <- FALSE, dirtyLoads <- FALSE,
     dirtyDumps <- FALSE,
-    swBlocksOf <- [r \in TraceReq |-> <<>>], freedSince <- {}, preemptions <- 0,
-    inflight <- <<>>, executed <- 0, agg <- [r \in TraceReq |-> 0], extraSaves <- {},
-    live <- [w \in TraceRank |-> {}], releaseErrors <- [w \in TraceRank |-> {}],
-    workerExtra <- [w \in TraceRank |-> {}], sibPending <- [w \in TraceRank |-> {}],
-    reported <- [w \in TraceRank |-> [r \in TraceReq |-> 0]],
+    swBlocksOf <- [r \in Reqs |-> SwOf(r)], freedSince <- freedSince, preemptions <- 0,
+    inflight <- <<>>, executed <- 0, agg <- [r \in Reqs |-> 0], extraSaves <- {},
+    live <- [w \in Ranks |-> {}], releaseErrors <- [w \in Ranks |-> {}],
+    workerExtra <- [w \in Ranks |-> {}], sibPending <- [w \in Ranks |-> {}],
+    reported <- [w \in Ranks |-> [r \in Reqs |-> 0]],
     tick <- 0, action <- [name |-> "init"]
 
 (* The class table's labels, evaluated once (constant-level definitions). *)
@@ -87,7 +113,7 @@ Range(f) == {f[i] : i \in DOMAIN f}
 Live == DOMAIN reqState
 State(r) == IF r \in Live THEN reqState[r] ELSE "idle"   \* idle: waiting or done
 BlocksOf(r) == IF r \in DOMAIN blocksOf THEN blocksOf[r] ELSE <<>>
-Held(r) == Range(BlocksOf(r))
+Held(r) == Range(BlocksOf(r)) \cup SwHeld(SwOf(r))
 (* f with the keys in D dropped and g's keys set to g's values.            *)
 Update(f, D, g) == [x \in (DOMAIN f \ D) \cup DOMAIN g |-> IF x \in DOMAIN g THEN g[x] ELSE f[x]]
 
@@ -96,14 +122,16 @@ Init ==
     /\ why = ""
     /\ reqState = <<>>
     /\ blocksOf = <<>>
+    /\ swOf = <<>>
+    /\ freedSince = {}
     /\ finishedIds = {}
     /\ schedAsync = {}
     /\ schedStep = 0
     /\ metas = <<>>
-    /\ workerAsync = [w \in TraceRank |-> {}]
-    /\ pending = [w \in TraceRank |-> {}]
-    /\ wStep = [w \in TraceRank |-> 0]
-    /\ wPhase = [w \in TraceRank |-> "gf"]
+    /\ workerAsync = [w \in Ranks |-> {}]
+    /\ pending = [w \in Ranks |-> {}]
+    /\ wStep = [w \in Ranks |-> 0]
+    /\ wPhase = [w \in Ranks |-> "gf"]
     /\ reports = {}
     /\ reportedTwice = FALSE
     /\ unexpectedReports = {}
@@ -119,12 +147,35 @@ Init ==
 NewList(x) == IF x.new \/ x.resumed THEN x.blocks ELSE BlocksOf(x.req) \o x.blocks
 WriteIdx(x) == IF x.scheduled = 0 THEN {}
                ELSE ((x.computed \div BlockSize) + 1)..(((x.computed + x.scheduled - 1) \div BlockSize) + 1)
+(* Sliding-window frees before the step's allocation (vLLM's allocate_slots *)
+(* -> remove_skipped_blocks, kv_cache_manager.py ~555): a running request's *)
+(* leading blocks whose tokens all left the window, SlidingWindowManager.  *)
+(* get_num_skipped_tokens = computed - window + 1, whole blocks.  vLLM     *)
+(* counts only processed tokens (computed - in flight), so it frees at most *)
+(* these: the model's frees are an upper bound, which only ever lets a     *)
+(* block's reuse pass the held-by-another check, never the overwrite check.*)
+Skipped(x) == IF IsHybrid /\ x.computed + 1 > Window THEN (x.computed - Window + 1) \div BlockSize ELSE 0
+Running(x) == ~x.new /\ ~x.resumed
+SwKept(x) == LET q == SwOf(x.req) IN [i \in DOMAIN q |-> IF i <= Skipped(x) THEN 0 ELSE q[i]]
+SwDropped(x) == IF Running(x) THEN SwHeld(SwOf(x.req)) \ SwHeld(SwKept(x)) ELSE {}
+NewSw(x) == IF Running(x) THEN SwKept(x) \o x.sw ELSE x.sw
+(* Both groups' blocks at the written positions are written.               *)
 Writes(x) == {NewList(x)[i] : i \in WriteIdx(x) \cap DOMAIN NewList(x)}
+             \cup {NewSw(x)[i] : i \in {j \in WriteIdx(x) \cap DOMAIN NewSw(x) : NewSw(x)[j] # 0}}
 Sched(e) == {x.req : x \in Range(e.reqs)}
-Pre(e) == {r \in TraceReq : r \in e.preempted}
-OthersHold(e, x) == UNION {Held(r) : r \in Live \ (Pre(e) \cup {x.req})}
+Pre(e) == e.preempted \cap Reqs
+SchedX(e, r) == CHOOSE x \in Range(e.reqs) : x.req = r
+(* What r holds once this schedule's window frees are done (in any order). *)
+HeldAfter(e, r) == IF r \in Sched(e) /\ Running(SchedX(e, r))
+                   THEN Range(BlocksOf(r)) \cup SwHeld(SwKept(SchedX(e, r))) ELSE Held(r)
+OthersHold(e, x) == UNION {HeldAfter(e, r) : r \in Live \ (Pre(e) \cup {x.req})}
 DumpReqs(m) == {d.req : d \in m.dump}
-DumpBlocks(m) == UNION {Range(d.blocks) : d \in m.dump}
+DumpBlocks(m) == UNION {Range(d.blocks) \cup SwHeld(d.sw) : d \in m.dump}
+(* The blocks this schedule frees (hybrid): finishes since the last one,   *)
+(* the preempted requests' blocks, the window frees.                      *)
+FreedAt(e) == IF IsHybrid
+              THEN freedSince \cup UNION {Held(r) : r \in Pre(e)} \cup UNION {SwDropped(x) : x \in Range(e.reqs)}
+              ELSE {}
 
 BuildReason(e) ==
     CASE e.step # schedStep + 1 -> "step: not the scheduler's next step"
@@ -138,21 +189,24 @@ BuildReason(e) ==
             -> "reqs: tokens scheduled beyond the request's blocks"
       [] \E x \in Range(e.reqs) : Writes(x) \cap OthersHold(e, x) # {}
             -> "reqs: a block written by this step is held by another request"
-      [] \E d \in e.dump : d.req \notin Sched(e) \/ ~(Range(d.blocks) \subseteq
-                                 Range(NewList(CHOOSE x \in Range(e.reqs) : x.req = d.req)))
+      [] \E d \in e.dump : d.req \notin Sched(e) \/ ~(Range(d.blocks) \subseteq Range(NewList(SchedX(e, d.req))))
+                            \/ ~(SwHeld(d.sw) \subseteq SwHeld(NewSw(SchedX(e, d.req))))
             -> "dump: a slice of a request not scheduled, or of blocks it does not hold"
       [] OTHER -> ""
 
 build_connector_meta(e) ==
     /\ reqState' = Update(reqState, {}, [r \in Pre(e) \cup Sched(e) |->
                                           IF r \in Pre(e) THEN "preempted" ELSE "running"])
-    /\ blocksOf' = Update(blocksOf, Pre(e), [r \in Sched(e) \ Pre(e) |->
-                                               NewList(CHOOSE x \in Range(e.reqs) : x.req = r)])
+    /\ blocksOf' = Update(blocksOf, Pre(e), [r \in Sched(e) \ Pre(e) |-> NewList(SchedX(e, r))])
+    /\ swOf' = IF IsHybrid THEN Update(swOf, Pre(e), [r \in Sched(e) \ Pre(e) |-> NewSw(SchedX(e, r))])
+              ELSE swOf
+    /\ freedSince' = {}
     /\ finishedIds' = {}
     /\ schedAsync' = IF Track THEN schedAsync \cup DumpReqs(e) ELSE schedAsync
     /\ schedStep' = e.step
     /\ metas' = (e.step :> [preempted |-> e.preempted, finished |-> e.finished, dump |-> e.dump,
-                            writes |-> UNION {Writes(x) : x \in Range(e.reqs)}]) @@ metas
+                            writes |-> UNION {Writes(x) : x \in Range(e.reqs)}, freed |-> FreedAt(e)])
+                @@ metas
     /\ UNCHANGED <<workerAsync, pending, wStep, wPhase, reports, reportedTwice, unexpectedReports,
                    dumpOverwrites, preemptOverWaits, blockingWaits>>
 
@@ -161,6 +215,8 @@ FinishReason(e) ==
     CASE State(e.req) \notin {"idle", "running", "preempted"}
             -> "req: finished while not waiting, running or preempted"
       [] e.blocks # BlocksOf(e.req) -> "block_ids: not the blocks vLLM holds for the request"
+      [] \E i \in DOMAIN e.sw : e.sw[i] # 0 /\ (i \notin DOMAIN SwOf(e.req) \/ SwOf(e.req)[i] \notin {e.sw[i], 0})
+            -> "group_block_ids: a sliding-window block vLLM does not hold for the request"
       [] e.delayed # Delays(e.req)
             -> IF e.delayed THEN "delayed: true, but the model does not delay (no dump slice)"
                ELSE "delayed: false, but the model delays the free (the request was given a dump slice)"
@@ -170,13 +226,20 @@ request_finished(e) ==
     /\ reqState' = IF e.delayed THEN Update(reqState, {}, e.req :> "delayed")
                    ELSE Update(reqState, {e.req}, <<>>)
     /\ blocksOf' = IF e.delayed THEN blocksOf ELSE Update(blocksOf, {e.req}, <<>>)
+    (* vLLM nulls the blocks that left the window before the call; without *)
+    (* a delay it frees every other block right after it.                  *)
+    /\ swOf' = IF e.delayed /\ e.req \in DOMAIN swOf THEN Update(swOf, {}, e.req :> e.sw)
+              ELSE Update(swOf, {e.req}, <<>>)
+    /\ freedSince' = IF ~IsHybrid THEN freedSince
+                     ELSE IF e.delayed THEN freedSince \cup (SwHeld(SwOf(e.req)) \ SwHeld(e.sw))
+                     ELSE freedSince \cup Held(e.req) \cup SwHeld(e.sw)
     /\ schedAsync' = IF DelayIfTracked THEN schedAsync \ {e.req} ELSE schedAsync
     /\ finishedIds' = finishedIds \cup {e.req}
     /\ UNCHANGED <<schedStep, metas, workerAsync, pending, wStep, wPhase, reports, reportedTwice,
                    unexpectedReports, dumpOverwrites, preemptOverWaits, blockingWaits>>
 
 (* update_connector_output: the aggregated finished_sending of a step.     *)
-Ready == {r \in {p[1] : p \in reports} : \A w \in TraceRank : <<r, w>> \in reports}
+Ready == {r \in {p[1] : p \in reports} : \A w \in Ranks : <<r, w>> \in reports}
 UpdateReason(e) ==
     CASE e.sending # Ready -> "finished_sending: not exactly the requests every rank reported"
       [] e.recving # {} -> "finished_recving: the model has no asynchronous load"
@@ -186,6 +249,8 @@ update_connector_output(e) ==
     /\ unexpectedReports' = unexpectedReports \cup {r \in e.sending : State(r) # "delayed"}
     /\ reqState' = Update(reqState, e.sending, <<>>)
     /\ blocksOf' = Update(blocksOf, e.sending, <<>>)
+    /\ swOf' = Update(swOf, e.sending, <<>>)
+    /\ freedSince' = IF IsHybrid THEN freedSince \cup UNION {Held(r) : r \in e.sending} ELSE freedSince
     /\ reports' = {p \in reports : p[1] \notin e.sending}
     /\ UNCHANGED <<finishedIds, schedAsync, schedStep, metas, workerAsync, pending, wStep, wPhase,
                    reportedTwice, dumpOverwrites, preemptOverWaits, blockingWaits>>
@@ -209,12 +274,16 @@ PreemptReason(e) ==
 
 handle_preemptions(e) ==
     LET w == e.rank IN
+    (* An over-wait: a task of no preempted request that reads no block freed *)
+    (* since the last schedule (DeferDump's handle_preemptions; the freed    *)
+    (* set is empty with one group).                                         *)
     /\ preemptOverWaits' = (preemptOverWaits \/
-                            \E t \in pending[w] : t.id \in e.waited /\ ~Overlaps(t, e.preempted))
+                            \E t \in pending[w] : t.id \in e.waited /\ ~Overlaps(t, e.preempted)
+                                                  /\ t.blocks \cap Meta(e).freed = {})
     /\ pending' = [pending EXCEPT ![w] = {t \in @ : t.id \notin e.waited}]
     /\ wStep' = [wStep EXCEPT ![w] = e.step]
     /\ wPhase' = [wPhase EXCEPT ![w] = "hp"]
-    /\ UNCHANGED <<reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, workerAsync,
+    /\ UNCHANGED <<reqState, blocksOf, swOf, freedSince, finishedIds, schedAsync, schedStep, metas, workerAsync,
                    reports, reportedTwice, unexpectedReports, dumpOverwrites, blockingWaits>>
 
 InStep(e) == StartsStep(e) \/ (e.step = wStep[e.rank] /\ wPhase[e.rank] = "hp")
@@ -243,7 +312,7 @@ wait_for_save(e) ==
     /\ workerAsync' = [workerAsync EXCEPT ![w] = @ \cup DumpReqs(Meta(e))]
     /\ wStep' = [wStep EXCEPT ![w] = e.step]
     /\ wPhase' = [wPhase EXCEPT ![w] = "wfs"]
-    /\ UNCHANGED <<reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, reports, reportedTwice,
+    /\ UNCHANGED <<reqState, blocksOf, swOf, freedSince, finishedIds, schedAsync, schedStep, metas, reports, reportedTwice,
                    unexpectedReports, preemptOverWaits, blockingWaits>>
 
 (* get_finished reports exactly finished ∩ tracked, after waiting every    *)
@@ -259,7 +328,7 @@ FinishedReason(e) ==
 
 get_finished(e) ==
     LET w == e.rank
-        doneSteps == {s \in DOMAIN metas : \A v \in TraceRank :
+        doneSteps == {s \in DOMAIN metas : \A v \in Ranks :
                         wStep'[v] > s \/ (wStep'[v] = s /\ wPhase'[v] = "gf")}
     IN
     /\ pending' = [pending EXCEPT ![w] = {t \in @ : t.id \notin e.waited}]
@@ -269,7 +338,7 @@ get_finished(e) ==
     /\ wPhase' = [wPhase EXCEPT ![w] = "gf"]
     /\ UNCHANGED wStep
     /\ metas' = [s \in DOMAIN metas \ doneSteps |-> metas[s]]
-    /\ UNCHANGED <<reqState, blocksOf, finishedIds, schedAsync, schedStep, unexpectedReports,
+    /\ UNCHANGED <<reqState, blocksOf, swOf, freedSince, finishedIds, schedAsync, schedStep, unexpectedReports,
                    dumpOverwrites, preemptOverWaits, blockingWaits>>
 
 ShutdownReason(e) ==
@@ -278,7 +347,7 @@ ShutdownReason(e) ==
 
 shutdown(e) ==
     /\ pending' = IF e.role = "worker" THEN [pending EXCEPT ![e.rank] = {}] ELSE pending
-    /\ UNCHANGED <<reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, workerAsync, wStep,
+    /\ UNCHANGED <<reqState, blocksOf, swOf, freedSince, finishedIds, schedAsync, schedStep, metas, workerAsync, wStep,
                    wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites, preemptOverWaits,
                    blockingWaits>>
 
@@ -301,34 +370,39 @@ Apply(e) ==
       [] e.event = "get_finished" -> get_finished(e)
       [] e.event = "shutdown" -> shutdown(e)
 
-Next1 == TraceLog[l + 1]
+Next1 == Log[l + 1]
 
 (* The hidden store action: a dump task completes, only one the next       *)
-(* logged event reaps (the bound that keeps the search linear).            *)
+(* logged event reaps (the bound that keeps the search linear), and those *)
+(* in task-id order: the order in which tasks complete between two events *)
+(* is invisible to every check (a completion only clears the hazards the  *)
+(* next event looks at, all of them done by then), so one order stands for *)
+(* all k! and the search visits k + 1 states for k completions, not 2^k.  *)
 NeedsDone(t, w) == Next1.event = "wait_for_save" /\ Next1.rank = w /\ t.id \in Next1.reaped
+NeedsRun(w) == {t \in pending[w] : t.status = "running" /\ NeedsDone(t, w)}
 task_complete ==
-    /\ why = "" /\ l < Len(TraceLog)
-    /\ \E w \in TraceRank : \E t \in pending[w] :
-         /\ t.status = "running" /\ NeedsDone(t, w)
+    /\ why = "" /\ l < Len(Log)
+    /\ \E w \in Ranks : \E t \in NeedsRun(w) :
+         /\ \A u \in NeedsRun(w) : t.id <= u.id
          /\ pending' = [pending EXCEPT ![w] = (@ \ {t}) \cup {[t EXCEPT !.status = "done"]}]
-    /\ UNCHANGED <<l, why, reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, workerAsync,
+    /\ UNCHANGED <<l, why, reqState, blocksOf, swOf, freedSince, finishedIds, schedAsync, schedStep, metas, workerAsync,
                    wStep, wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites,
                    preemptOverWaits, blockingWaits>>
 
-Hidden == \E w \in TraceRank : \E t \in pending[w] : t.status = "running" /\ NeedsDone(t, w)
+Hidden == \E w \in Ranks : NeedsRun(w) # {}
 
 (* The next logged event: taken when the model reproduces its fields;     *)
 (* otherwise `why` records the first field no behaviour reproduces (and    *)
 (* the search stops at TraceAcceptedInv).  One action, so that the checks  *)
 (* are evaluated once per state.                                           *)
 Logged ==
-    /\ why = "" /\ l < Len(TraceLog)
+    /\ why = "" /\ l < Len(Log)
     /\ ~Hidden
     /\ LET reason == Reason(Next1) IN
        IF reason = ""
        THEN Apply(Next1) /\ l' = l + 1 /\ UNCHANGED why
        ELSE /\ why' = reason
-            /\ UNCHANGED <<l, reqState, blocksOf, finishedIds, schedAsync, schedStep, metas, workerAsync,
+            /\ UNCHANGED <<l, reqState, blocksOf, swOf, freedSince, finishedIds, schedAsync, schedStep, metas, workerAsync,
                            pending, wStep, wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites,
                            preemptOverWaits, blockingWaits>>
 
@@ -338,16 +412,18 @@ Spec == Init /\ [][Next]_vars
 
 -----------------------------------------------------------------------------
 TraceTypeInv ==
-    /\ l \in 0..Len(TraceLog)
-    /\ DOMAIN reqState \subseteq TraceReq /\ \A r \in DOMAIN reqState : reqState[r] \in DD!ReqStates
-    /\ DOMAIN blocksOf \subseteq Live /\ \A r \in DOMAIN blocksOf : Range(blocksOf[r]) \subseteq TraceBlock
-    /\ finishedIds \subseteq TraceReq /\ schedAsync \subseteq TraceReq
-    /\ workerAsync \in [TraceRank -> SUBSET TraceReq]
-    /\ \A w \in TraceRank : \A t \in pending[w] :
-         t.reqs \subseteq TraceReq /\ t.blocks \subseteq TraceBlock /\ t.status \in {"running", "done"}
-    /\ reports \subseteq TraceReq \X TraceRank
+    /\ l \in 0..Len(Log)
+    /\ DOMAIN reqState \subseteq Reqs /\ \A r \in DOMAIN reqState : reqState[r] \in DD!ReqStates
+    /\ DOMAIN blocksOf \subseteq Live /\ \A r \in DOMAIN blocksOf : Range(blocksOf[r]) \subseteq Blocks
+    /\ DOMAIN swOf \subseteq Live /\ \A r \in DOMAIN swOf : SwHeld(swOf[r]) \subseteq Blocks
+    /\ (~IsHybrid => swOf = <<>>) /\ freedSince \subseteq Blocks /\ (~IsHybrid => freedSince = {})
+    /\ finishedIds \subseteq Reqs /\ schedAsync \subseteq Reqs
+    /\ workerAsync \in [Ranks -> SUBSET Reqs]
+    /\ \A w \in Ranks : \A t \in pending[w] :
+         t.reqs \subseteq Reqs /\ t.blocks \subseteq Blocks /\ t.status \in {"running", "done"}
+    /\ reports \subseteq Reqs \X Ranks
     /\ reportedTwice \in BOOLEAN
-    /\ wStep \in [TraceRank -> Nat] /\ wPhase \in [TraceRank -> {"hp", "wfs", "gf"}]
+    /\ wStep \in [Ranks -> Nat] /\ wPhase \in [Ranks -> {"hp", "wfs", "gf"}]
     /\ schedStep \in Nat /\ DOMAIN metas \subseteq 1..schedStep
 
 (* DeferDump's safety invariants, evaluated by the model on this state.    *)
@@ -363,5 +439,5 @@ TraceReportOnceInv == ~reportedTwice
 TraceAcceptedInv == why = ""
 
 (* VIOLATED = the witness that the whole log matched (listed last).        *)
-TraceNotDoneInv == l < Len(TraceLog)
+TraceNotDoneInv == l < Len(Log)
 =============================================================================

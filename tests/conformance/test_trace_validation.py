@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from deferdump.conformance.tracelog import TraceLogError
-from deferdump.conformance.tracevalidate import generate_module, model_constants, validate
+from deferdump.conformance.tracevalidate import BeyondModel, generate_module, model_constants, validate
 from deferdump.conformance.tracelog import load_events
-from support.tracelogs import finished_run, preempt_run, write_run
+from support.tracelogs import finished_run, hybrid_run, preempt_run, reap_run, write_run
 
 
 def test_delayed_free_log_matches(tmp_path: Path) -> None:
@@ -46,6 +46,52 @@ def test_ignored_preemption_hook_is_rejected_at_the_overwriting_forward(tmp_path
     assert unmatched.reason.startswith("NoOverwriteWhileDumpingInv violated")
 
 
+def test_hidden_completions_take_one_order(tmp_path: Path) -> None:
+    # 5 tasks complete, unlogged, before the wait_for_save that reaps them: one state per completion (task-id
+    # order), not one per subset of them (2^5), or the search grows exponentially with a step's tasks.
+    result = validate([write_run(tmp_path, *reap_run(5))])
+    assert result.matched, result.first_unmatched
+    assert result.events == 8
+    assert result.distinct_states == 1 + result.events + 5
+
+
+def test_reaping_a_task_never_submitted_is_rejected(tmp_path: Path) -> None:
+    scheduler, workers = reap_run(2)
+    workers[0][4]["reaped"] = [1, 2, 9]  # step 2's wait_for_save
+    result = validate([write_run(tmp_path, scheduler, workers)])
+    assert not result.matched and result.first_unmatched is not None
+    assert (result.first_unmatched.event, result.first_unmatched.reason[:7]) == ("wait_for_save", "reaped:")
+
+
+def test_hybrid_fenced_window_free_matches(tmp_path: Path) -> None:
+    result = validate([write_run(tmp_path, *hybrid_run())])
+    assert result.matched, result.first_unmatched
+    assert result.model_constants["sliding_window"] == 16 and result.model_constants["blocks"] == 7
+
+
+def test_hybrid_unfenced_window_free_is_rejected_at_the_overwriting_forward(tmp_path: Path) -> None:
+    result = validate([write_run(tmp_path, *hybrid_run(fence=False))])
+    assert not result.matched and result.first_unmatched is not None
+    assert (result.first_unmatched.event, result.first_unmatched.record["step"]) == ("wait_for_save", 2)
+    assert result.first_unmatched.reason.startswith("NoOverwriteWhileDumpingInv violated")
+
+
+def test_hybrid_block_reused_while_in_the_window_is_rejected(tmp_path: Path) -> None:
+    scheduler, workers = hybrid_run()
+    scheduler[1]["reqs"][0]["num_computed_tokens"] = 40  # 25 tokens skipped: block 11 is still in a's window
+    result = validate([write_run(tmp_path, scheduler, workers)])
+    assert not result.matched and result.first_unmatched is not None
+    assert result.first_unmatched.event == "build_connector_meta"
+    assert "held by another request" in result.first_unmatched.reason
+
+
+def test_more_kv_cache_groups_than_the_model_is_bad_input(tmp_path: Path) -> None:
+    scheduler, workers = hybrid_run()
+    scheduler[0]["sliding_window"] = [16, None]
+    with pytest.raises(BeyondModel, match="3 KV-cache groups"):
+        validate([write_run(tmp_path, scheduler, workers)])
+
+
 def test_a_field_no_behaviour_reproduces_is_named(tmp_path: Path) -> None:
     scheduler, workers = finished_run()
     workers[0][5]["reported"] = []  # step 2's get_finished: the finished, tracked request is not reported
@@ -72,3 +118,21 @@ def test_bad_input_raises_a_user_error(tmp_path: Path) -> None:
     (run / "scheduler-1.ndjson").write_text('{"seq": 0}\n')
     with pytest.raises(TraceLogError, match=r"scheduler-1.ndjson:1: field step"):
         validate([run])
+
+
+def test_the_speed_measures_still_apply() -> None:
+    # The trace module reads the cfg-bound constants only through its cached definitions (TLC re-evaluates a
+    # CONSTANT bound to a definition at every reference: the log literal, per state), and the JVM veto names
+    # a definition that exists (a renamed one would be evaluated again: minutes for a long log).
+    from deferdump.conformance.tracevalidate import JVM_ARGS
+    from deferdump.tools.tlc.specfiles import spec_dir
+
+    trace = (spec_dir() / "TraceDeferDump.tla").read_text()
+    body = trace.split("Ranks == TraceRank\n", 1)[1]
+    code = "\n".join(line.split("\\*")[0] for line in body.splitlines() if not line.lstrip().startswith("(*"))
+    for constant in ("TraceLog", "TraceReq", "TraceBlock", "TraceRank"):
+        assert constant not in code, constant
+    veto = next(a for a in JVM_ARGS if "vetoed=" in a).split("=", 1)[1]
+    instance, name = veto.split("!")
+    assert f"{instance} == INSTANCE DeferDump" in trace
+    assert f"\n{name} ==" in (spec_dir() / "DeferDump.tla").read_text()

@@ -23,6 +23,7 @@ def _line(**fields: object) -> dict[str, object]:
     ({"event": "bogus"}, "event"),
     ({"role": "worker"}, "role"),
     ({"seq": -1}, "seq"),
+    ({"group_block_ids": [[1, -2]]}, "group_block_ids[0][1]"),
 ])
 def test_a_bad_line_names_file_line_and_field(change: dict[str, object], field: str) -> None:
     with pytest.raises(TraceLogError) as caught:

@@ -61,6 +61,23 @@ def test_build_fields_log_the_step_and_the_slices(tmp_path: Path) -> None:
     check_line(record, "s.ndjson", 1)
 
 
+def test_build_fields_of_a_hybrid_model_log_the_window_group() -> None:
+    step = StepView(
+        new_requests=(NewRequestView("a", (1,) * 70, 70, (4, 5, 6), 0, 70, ((11, 12, 13),)),),
+        cached_requests=(CachedRequestView("b", (), False, 70, 1, ((),)),),
+        finished_req_ids=frozenset(), preempted_req_ids=frozenset(),
+    )
+    meta = DeferDumpMetadata({"a": RequestDispatchMeta(dump_hashes=(b"h", b"i"), dump_block_ids=(4, 5),
+                                                       dump_group_block_ids=((0, 12),))}, frozenset())
+    fields = build_fields(step, meta, 32, [16])
+    assert fields["sliding_window"] == [16]
+    assert [x["group_block_ids"] for x in fields["reqs"]] == [[[11, 12, 13]], [[]]]
+    assert fields["dump"] == [{"req": "a", "block_ids": [4, 5], "group_block_ids": [[0, 12]]}]
+    check_line({"seq": 0, "step": 1, "role": "scheduler", "rank": 0, "engine": "e", "event": "build_connector_meta",
+                **fields}, "s.ndjson", 1)
+    assert "sliding_window" not in build_fields(step, meta, 32)  # one group: the line is unchanged
+
+
 def test_trace_log_key_is_the_adapters_and_checked() -> None:
     config, adapter = split_extra_config({TRACE_LOG_KEY: "/tmp/x", "store": "memory"})
     assert adapter == {TRACE_LOG_KEY: "/tmp/x"} and config.store == "memory"

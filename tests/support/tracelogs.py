@@ -95,3 +95,45 @@ def preempt_run(*, hook: bool = True) -> tuple[list[dict[str, Any]], dict[int, l
     if not hook:
         worker[-1]["reaped"] = []
     return scheduler, {0: worker}
+
+
+def reap_run(tasks: int) -> tuple[list[dict[str, Any]], dict[int, list[dict[str, Any]]]]:
+    """`tasks` requests, each dumping its full block in its own task in step 1 (a layer-wise connector
+    submits one task per save); step 2's wait_for_save reaps them all, so the store completes `tasks` tasks,
+    unlogged, between two events."""
+    names = [f"r{i}" for i in range(tasks)]
+    scheduler = [
+        build(1, [req(name, [i + 1], 0, 4, new=True) for i, name in enumerate(names)],
+              dump=[{"req": name, "block_ids": [i + 1]} for i, name in enumerate(names)]),
+        build(2),
+    ]
+    worker = [
+        *step_worker(1, preempted=[], submitted=[task(i + 1, [name], [i + 1]) for i, name in enumerate(names)]),
+        *step_worker(2, preempted=[], reaped=[i + 1 for i in range(tasks)]),
+    ]
+    return scheduler, {0: worker}
+
+
+def hybrid_run(*, fence: bool = True) -> tuple[list[dict[str, Any]], dict[int, list[dict[str, Any]]]]:
+    """A hybrid model (full attention + a sliding window of 16 tokens, block size 32). Request a (70 tokens)
+    dumps its 2 full blocks of both groups (task 7: blocks 1, 2 and window blocks 11, 12). In step 2 its
+    window leaves block 11 (70 - 16 + 1 = 55 skipped tokens: one whole block), vLLM frees it and gives it to
+    the new request b, whose forward writes it. With the fence handle_preemptions waits task 7 first (it
+    reads a freed block); without it (#989 as merged) the forward rewrites block 11 under the running dump."""
+    def build_hybrid(step: int, reqs: list[dict[str, Any]], dump: list[dict[str, Any]]) -> dict[str, Any]:
+        return {**build(step, reqs, dump), "block_size": 32, "sliding_window": [16]}
+
+    def hybrid_req(name: str, blocks: list[int], window: list[int], computed: int, scheduled: int,
+                   new: bool = False) -> dict[str, Any]:
+        return {**req(name, blocks, computed, scheduled, new=new), "group_block_ids": [window]}
+
+    scheduler = [
+        build_hybrid(1, [hybrid_req("a", [1, 2, 3], [11, 12, 13], 0, 70, new=True)],
+                     [{"req": "a", "block_ids": [1, 2], "group_block_ids": [[11, 12]]}]),
+        build_hybrid(2, [hybrid_req("a", [], [], 70, 1), hybrid_req("b", [4], [11], 0, 10, new=True)], []),
+    ]
+    worker = [
+        *step_worker(1, preempted=[], submitted=[task(7, ["a"], [1, 2, 11, 12])]),
+        *step_worker(2, preempted=[], waited_pre=[7] if fence else []),
+    ]
+    return scheduler, {0: worker}

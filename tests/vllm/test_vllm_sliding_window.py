@@ -103,7 +103,6 @@ def _run(model: Path, fence: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, 
         }
 
 
-@pytest.mark.trace_beyond_model("two KV-cache groups: TraceDeferDump instantiates DeferDump with Hybrid = FALSE")
 def test_sliding_window_fenced_dumps_are_exact(tiny_hybrid_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = _run(tiny_hybrid_model, "freed", monkeypatch)
     assert sum(len(f) for f in run["freed"]) > 0, "no block was freed while requests ran: nothing was tested"
@@ -118,7 +117,7 @@ def test_sliding_window_fenced_dumps_are_exact(tiny_hybrid_model: Path, monkeypa
     assert run["outputs"] == plain
 
 
-@pytest.mark.trace_beyond_model("two KV-cache groups: TraceDeferDump instantiates DeferDump with Hybrid = FALSE")
+@pytest.mark.trace_rejected("wait_for_save", "NoOverwriteWhileDumpingInv violated")
 def test_sliding_window_as_merged_counts_rewritten_blocks(tiny_hybrid_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = _run(tiny_hybrid_model, "none", monkeypatch)
     assert sum(len(f) for f in run["freed"]) > 0

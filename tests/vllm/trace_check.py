@@ -10,7 +10,6 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from deferdump.conformance.tracelog import load_events
 from deferdump.conformance.tracevalidate import ValidationResult, render_state, validate
 
 
@@ -63,14 +62,3 @@ def assert_rejected_at(trace_dir: Path, event: str, reason: str) -> ValidationRe
     assert result.first_unmatched.event == event, describe(result)
     assert reason in result.first_unmatched.reason, describe(result)
     return result
-
-
-def assert_logs_well_formed(trace_dir: Path) -> int:
-    """Every run's logs pass the schema and merge into one engine order (no TLC: for a scenario the
-    trace model cannot express yet); returns the number of events."""
-    total = 0
-    for name, files in runs(trace_dir).items():
-        events = load_events(files)
-        assert events, f"{name}: empty logs"
-        total += len(events)
-    return total
