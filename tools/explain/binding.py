@@ -667,6 +667,18 @@ def no_load_while_dumping(steps: Sequence[Step], i: int) -> list[Offence]:
                     frozenset({lane_id(TASKS, _rank_label(rank)) for rank in _fn(steps[when], "pending")}))]
 
 
+def no_dump_of_failed_load(steps: Sequence[Step], i: int) -> list[Offence]:
+    """A rank dumped a block its forward computed over a load that failed in the same step (the spec's
+    history flag `dirtyDumps`): the store would keep wrong KV under that block's key."""
+    when = _first_true(steps, i, "dirtyDumps")
+    if when is None:
+        return []
+    ranks = [rank for rank in _fn(steps[when], "pending") if _tasks(steps[when], rank)] or list(_fn(steps[when], "pending"))
+    return [Offence(f"step {when}: a load of a store hit failed, and the same step dumped the block computed over it: "
+                    "the store keeps KV computed from whatever the failed load left in the hit blocks",
+                    frozenset({lane_id(TASKS, _rank_label(rank)) for rank in ranks}))]
+
+
 def delayed_eventually_freed(steps: Sequence[Step], loop: int) -> list[Offence]:
     last = len(steps) - 1
     offences = []
@@ -744,6 +756,7 @@ BINDING = LaneBinding(
         "WorkersTrackInv": workers_track,
         "ShutdownDrainedInv": shutdown_drained,
         "NoLoadWhileDumpingInv": no_load_while_dumping,
+        "NoDumpOfFailedLoadInv": no_dump_of_failed_load,
     }.items()},
     liveness={name: merged_over_ranks(check) for name, check in {
         "DelayedEventuallyFreedProp": delayed_eventually_freed,
