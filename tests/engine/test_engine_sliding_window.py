@@ -131,13 +131,19 @@ def test_the_coarse_fence_waits_tasks_that_read_no_freed_block() -> None:
         assert not any(line.startswith(("NoOverwrite", "StoredBytes", "NoFreeUnderRead")) for line in found)
 
 
-def test_a_store_hit_loads_both_groups_and_the_window_starts_with_null_blocks() -> None:
+def _engine_with_a_stored_prompt() -> tuple[Any, Any, Any]:
+    """A window-3 engine whose store holds a 9-token prompt (run to completion, every dump finished)."""
     engine, store = _engine(window=3)
     prompt = prompt_of(2, 9)
     engine.scheduler.add_request(prompt, 1)
     for _ in range(6):
         engine.step()
         _complete_all(store)
+    return engine, store, prompt
+
+
+def test_a_store_hit_loads_both_groups_and_the_window_starts_with_null_blocks() -> None:
+    engine, store, prompt = _engine_with_a_stored_prompt()
     assert not engine.scheduler.requests and _violations(engine) == []
     request = engine.scheduler.add_request(prompt, 2)
     metas: list[Any] = []
@@ -157,12 +163,7 @@ def test_a_failed_load_under_two_groups_is_the_engine_crash_vllm_has() -> None:
     """A finding, pinned: vLLM 0.32 refuses block-level load errors when the model has several KV-cache
     groups (`scheduler.py` 3365-3374 raises RuntimeError), but the connector reports its failed loads
     that way (`get_block_ids_with_load_errors`), so one failed store load kills a hybrid model's engine."""
-    engine, store = _engine(window=3)
-    prompt = prompt_of(2, 9)
-    engine.scheduler.add_request(prompt, 1)
-    for _ in range(6):
-        engine.step()
-        _complete_all(store)
+    engine, store, prompt = _engine_with_a_stored_prompt()
     engine.scheduler.add_request(prompt, 2)
     store.submit_fail_next = 1  # the step's first submit is the hit's load
     engine.step()
