@@ -68,6 +68,7 @@ _EVENTS: dict[str, dict[str, Any]] = {
                 "type": "object", "required": ["task", "reqs", "blocks"],
                 "properties": {"task": {"type": "integer"}, "reqs": _IDS, "blocks": _BLOCKS}}},
             "submit_error": {"type": ["string", "null"]},
+            "skipped_failed_loads": _IDS,
         },
     },
     "get_finished": {

@@ -130,7 +130,8 @@ def event_literal(record: Mapping[str, Any]) -> str:
         dump = _set(f"[req |-> {_s(d['req'])}, blocks |-> {_ints(d['block_ids'])}, sw |-> {_sw(d)}]"
                     for d in record["dump"])
         fields = [f"reqs |-> {reqs}", f"dump |-> {dump}", f"preempted |-> {_strs(record['preempted'])}",
-                  f"finished |-> {_strs(record['finished'])}"]
+                  f"finished |-> {_strs(record['finished'])}",
+                  f"loading |-> {_strs(sorted({d['req'] for d in record['load']}))}"]
     elif name == "request_finished":
         fields = [f"req |-> {_s(record['req'])}", f"blocks |-> {_ints(record['block_ids'])}",
                   f"sw |-> {_sw(record)}", f"delayed |-> {_b(record['delayed'])}"]
@@ -143,7 +144,8 @@ def event_literal(record: Mapping[str, Any]) -> str:
         submitted = _set(f"[id |-> {s['task']}, reqs |-> {_strs(s['reqs'])}, blocks |-> {_ints(s['blocks'])}]"
                          for s in record["submitted"])
         fields = [f"reaped |-> {_int_set(record['reaped'])}", f"submitted |-> {submitted}",
-                  f"error |-> {_b(record['submit_error'] is not None)}"]
+                  f"error |-> {_b(record['submit_error'] is not None)}",
+                  f"skipped |-> {_strs(record.get('skipped_failed_loads', []))}"]
     elif name == "get_finished":
         fields = [f"finished |-> {_strs(record['finished_req_ids'])}", f"waited |-> {_int_set(record['waited'])}",
                   f"reported |-> {_strs(record['reported'])}"]

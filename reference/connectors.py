@@ -130,6 +130,7 @@ class DirectConnector:
         # blocks whose load failed in the bound step: kept until the next bind, because vLLM drains
         # get_block_ids_with_load_errors before a deferred wait_for_save runs
         self._step_load_error_block_ids: set[int] = set()
+        self.skipped_failed_loads: frozenset[str] = frozenset()  # of the bound step (logs read it)
         self.reported_total = 0  # ids this rank reported in finished_sending
         self.submit_failures = 0
         self.wait_failures = 0
@@ -418,6 +419,7 @@ class DirectConnector:
     def bind_connector_metadata(self, meta: DeferDumpMetadata) -> None:
         self._meta = meta
         self._step_load_error_block_ids = set()
+        self.skipped_failed_loads = frozenset()
 
     def clear_connector_metadata(self) -> None:
         self._meta = None
@@ -461,6 +463,7 @@ class DirectConnector:
         them. It stays tracked (every slice is), so it is still reported; the recompute dumps the blocks.
         """
         skipped = self._failed_load_requests()
+        self.skipped_failed_loads = skipped
         if skipped:
             logger.info("no dump for %d request(s) whose load failed in this step", len(skipped))
         req_ids: list[str] = []

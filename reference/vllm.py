@@ -399,8 +399,10 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
             if self._trace is not None:
                 reaped, submitted = self._trace_delta()
                 failed = self.core.inner.submit_failures > failures
+                skipped = sorted(self.core.inner.skipped_failed_loads)
                 self._trace.write("wait_for_save", reaped=reaped, submitted=submitted,
-                                  submit_error="submit failed" if failed else None)
+                                  submit_error="submit failed" if failed else None,
+                                  **({"skipped_failed_loads": skipped} if skipped else {}))
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         finished = self.core.get_finished(set(finished_req_ids))

@@ -171,6 +171,11 @@ HeldAfter(e, r) == IF r \in Sched(e) /\ Running(SchedX(e, r))
 OthersHold(e, x) == UNION {HeldAfter(e, r) : r \in Live \ (Pre(e) \cup {x.req})}
 DumpReqs(m) == {d.req : d \in m.dump}
 DumpBlocks(m) == UNION {Range(d.blocks) \cup SwHeld(d.sw) : d \in m.dump}
+(* The slices a rank submits: all but those of the requests it skipped    *)
+(* because their load failed in the step (the connector's                 *)
+(* skip_failed_loads: KV computed over a failed load is never dumped).    *)
+KeptReqs(m, skipped) == DumpReqs(m) \ skipped
+KeptBlocks(m, skipped) == UNION {Range(d.blocks) \cup SwHeld(d.sw) : d \in {x \in m.dump : x.req \notin skipped}}
 (* The blocks this schedule frees (hybrid): finishes since the last one,   *)
 (* the preempted requests' blocks, the window frees.                      *)
 FreedAt(e) == IF IsHybrid
@@ -205,6 +210,7 @@ build_connector_meta(e) ==
     /\ schedAsync' = IF Track THEN schedAsync \cup DumpReqs(e) ELSE schedAsync
     /\ schedStep' = e.step
     /\ metas' = (e.step :> [preempted |-> e.preempted, finished |-> e.finished, dump |-> e.dump,
+                            loading |-> e.loading,
                             writes |-> UNION {Writes(x) : x \in Range(e.reqs)}, freed |-> FreedAt(e)])
                 @@ metas
     /\ UNCHANGED <<workerAsync, pending, wStep, wPhase, reports, reportedTwice, unexpectedReports,
@@ -294,9 +300,11 @@ SaveReason(e) ==
       [] ~(e.reaped \subseteq {t.id : t \in {u \in pending[e.rank] : u.status = "done"}} \cup Ids(Submitted(e)))
             -> "reaped: a task that is not pending and complete"
       [] Meta(e).dump = {} /\ e.submitted # {} -> "submitted: a task in a step without dump slices"
+      [] ~(e.skipped \subseteq Meta(e).loading)
+            -> "skipped_failed_loads: a request with no load slice in the step"
       [] Meta(e).dump # {} /\ ~e.error /\ DD!Dumps(e.rank) /\
-         (UNION {s.reqs : s \in e.submitted} # DumpReqs(Meta(e))
-          \/ UNION {Range(s.blocks) : s \in e.submitted} # DumpBlocks(Meta(e)))
+         (UNION {s.reqs : s \in e.submitted} # KeptReqs(Meta(e), e.skipped)
+          \/ UNION {Range(s.blocks) : s \in e.submitted} # KeptBlocks(Meta(e), e.skipped))
             -> "submitted: not the requests and blocks of the step's dump slices"
       [] OTHER -> ""
 

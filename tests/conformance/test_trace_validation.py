@@ -136,3 +136,28 @@ def test_the_speed_measures_still_apply() -> None:
     instance, name = veto.split("!")
     assert f"{instance} == INSTANCE DeferDump" in trace
     assert f"\n{name} ==" in (spec_dir() / "DeferDump.tla").read_text()
+
+
+def _skipped_dump_run(*, loading: bool) -> tuple[list[dict], dict[int, list[dict]]]:
+    """finished_run where the worker's load of `a` failed in step 1, so it submits no dump of `a` and logs the
+    skip (`skipped_failed_loads`); `a` stays tracked and is reported in step 2 with nothing to wait."""
+    scheduler, workers = finished_run()
+    if loading:
+        scheduler[0]["load"] = [{"req": "a", "block_ids": [1]}]
+    worker = workers[0]
+    assert (worker[1]["event"], worker[5]["event"]) == ("wait_for_save", "get_finished")
+    worker[1].update(submitted=[], skipped_failed_loads=["a"])  # step 1's wait_for_save
+    worker[5]["waited"] = []  # step 2's get_finished: no task of `a` is pending
+    return scheduler, workers
+
+
+def test_a_dump_skipped_after_a_failed_load_matches(tmp_path: Path) -> None:
+    result = validate([write_run(tmp_path, *_skipped_dump_run(loading=True))])
+    assert result.matched, result.first_unmatched
+
+
+def test_a_skip_of_a_request_without_a_load_is_rejected(tmp_path: Path) -> None:
+    result = validate([write_run(tmp_path, *_skipped_dump_run(loading=False))])
+    assert not result.matched and result.first_unmatched is not None
+    assert result.first_unmatched.event == "wait_for_save"
+    assert result.first_unmatched.reason.startswith("skipped_failed_loads:"), result.first_unmatched.reason

@@ -52,7 +52,10 @@ def _used_memory(server: LocalRedis) -> int:
 
 
 def _evict_to(server: LocalRedis, limit: int) -> None:
-    """Lower maxmemory (Redis evicts at once, by its allkeys-lru policy), then lift it again."""
+    """Lower maxmemory (Redis evicts at once, by its allkeys-lru policy), then lift it again. Redis's LRU is
+    approximate (it evicts the oldest of `maxmemory-samples` random keys); sampling 64 (its maximum, more than
+    the test's keys) makes it exact, so the last prompt dumped survives a partial eviction and is hit."""
+    server.cli("config", "set", "maxmemory-samples", "64")
     server.cli("config", "set", "maxmemory", str(limit))
     server.cli("ping")
     server.cli("config", "set", "maxmemory", "1gb")
