@@ -42,7 +42,10 @@ CONSTANTS
     Hybrid,         \* two KV-cache groups (full attention + sliding window), HMA path
     Moves,          \* SUBSET MoveNames: engine/store behaviours beyond the base model (README
                     \*   "Breadth moves"); {} keeps every earlier model's state graph
-    Bugs            \* SUBSET BugNames: small buggy-behaviour switches of mutants; {} in models
+    Bugs,           \* SUBSET BugNames: small buggy-behaviour switches of mutants; {} in models
+    Record          \* does `action` record every connector call of a step (TRUE: conformance
+                    \*   traces, counterexamples, explain) or only the step's name (FALSE: the
+                    \*   passing models, where nothing reads it; README "Checking speed")?
 
 ASSUME TableOK
 ASSUME InnerClass \in Classes /\ (Wrapper => "UCMConnector" \in Classes)
@@ -50,7 +53,7 @@ ASSUME Faults \subseteq {"submit", "wait", "check"}
 ASSUME Lockstep \in BOOLEAN /\ FusedStep \in BOOLEAN /\ (FusedStep => MaxInflight = 1)
 ASSUME Rank0 \in Rank /\ PromptBlocks \in Nat \ {0} /\ Layers \in Nat \ {0}
 ASSUME StoreHits \in BOOLEAN /\ ShortReqs \subseteq Req
-ASSUME DeferFinalize \in BOOLEAN
+ASSUME DeferFinalize \in BOOLEAN /\ Record \in BOOLEAN
 \* A hybrid model needs the HMA path (vLLM turns the hybrid manager off for a non-SupportsHMA
 \* connector); hits and short prompts are not combined with it.
 ASSUME Hybrid \in BOOLEAN /\ (Hybrid => HMA /\ ~Multi /\ ~StoreHits /\ ShortReqs = {})
@@ -258,6 +261,14 @@ SwHeld(seq) == {seq[i] : i \in {j \in DOMAIN seq : seq[j] # NullBlock}}
 SwOut(seq) == {seq[i] : i \in {j \in 1..(Len(seq) - 1) : seq[j] # NullBlock}}
 SwKeepLast(seq) == [i \in DOMAIN seq |-> IF i = Len(seq) THEN seq[i] ELSE NullBlock]
 
+(* The one-to-one maps from D into F (a pick of distinct free blocks),     *)
+(* built slot by slot: [D -> F] filtered would enumerate |F|^|D| maps.     *)
+RECURSIVE Injections(_, _)
+Injections(D, F) ==
+    IF D = {} THEN {[x \in {} |-> x]}
+    ELSE LET d == CHOOSE x \in D : TRUE
+         IN  UNION {{(d :> b) @@ f : f \in Injections(D \ {d}, F \ {b})} : b \in F}
+
 HeldIn(S) == UNION {Range(S.bo[r]) \cup SwHeld(S.sw[r]) : r \in Req}
 
 (* UCMDirectConnector.build_connector_meta: one dump slice per request     *)
@@ -343,8 +354,7 @@ ScheduleResults(S) ==
                       ELSE {{v} : v \in running}
         Opts == {o \in (SUBSET (admit \cup prefill)) \X ({{}} \cup VictimSets) :
                     OK(o[1], o[2])}
-        Picks(adv, p) == {pk \in [adv \X Groups -> Free(adv, p)] :
-                            \A x, y \in adv \X Groups : x # y => pk[x] # pk[y]}
+        Picks(adv, p) == Injections(adv \X Groups, Free(adv, p))
         \* "partial_hits": a hit takes a second block, for the prompt block the step computes
         \* after the loaded one (a hit needs the free blocks for it).
         HitSets(adv) == SUBSET {r \in adv \cap admit : r \notin ShortReqs}
@@ -416,7 +426,8 @@ ScheduleResults(S) ==
                           !.sd = {},
                           !.rc = {}],
                  meta |-> bcm.meta,
-                 rec |-> [name |-> "schedule", allocated |-> alloc, preempted |-> p,
+                 rec |-> IF ~Record THEN [name |-> "schedule"] ELSE
+                         [name |-> "schedule", allocated |-> alloc, preempted |-> p,
                           sw_freed |-> SwFreed(adv, p),
                           calls |-> << [name |-> "build_connector_meta",
                                         dump |-> bcm.meta.dump,
@@ -447,6 +458,9 @@ Local(w) == [async |-> workerAsync[w], pending |-> pending[w], live |-> live[w],
              relErr |-> releaseErrors[w], extra |-> workerExtra[w],
              sib |-> sibPending[w], blocked |-> FALSE, overWait |-> FALSE,
              overwrote |-> FALSE, dirty |-> FALSE, dirtyDump |-> FALSE]
+
+(* A call's record when `action` records no calls (Record = FALSE).        *)
+NoCall == <<>>
 
 WaitOutcome(t) == IF t.status = "failed" THEN "error" ELSE "ok"
 
@@ -495,7 +509,8 @@ handle_preemptions(w, m, s) ==
                [] OTHER -> {}
         over == \E t \in T : ~Preempted(t) /\ ~ReadsFreed(t)
     IN  [s |-> [WaitTasks(s, T) EXCEPT !.overWait = @ \/ over],
-         call |-> [name |-> "handle_preemptions", preempted_req_ids |-> m.preempted,
+         call |-> IF ~Record THEN NoCall ELSE
+                  [name |-> "handle_preemptions", preempted_req_ids |-> m.preempted,
                    freed_blocks |-> m.freed, waited |-> WaitRecords(T)]]
 
 (* The model's forward: each newly allocated block is written with its     *)
@@ -512,7 +527,8 @@ forward(w, m, s) ==
         dirty == Mv("store_visibility") /\
                  \E l \in m.load : \E t \in s.pending : t.status = "running" /\ l.src \in t.reqs
     IN  [s |-> [s EXCEPT !.overwrote = @ \/ hit, !.dirty = @ \/ dirty],
-         call |-> [name |-> "forward", writes |-> {<<a.block, a.req, a.idx>> : a \in m.writes},
+         call |-> IF ~Record THEN NoCall ELSE
+                  [name |-> "forward", writes |-> {<<a.block, a.req, a.idx>> : a \in m.writes},
                    sw_writes |-> SwWrites(m)]]
 
 DumpReqs(m)   == {d.req : d \in m.dump}
@@ -536,8 +552,9 @@ SubmitLayers(s, m, l, failed, recs) ==
     IF l > Layers THEN [s |-> s, calls |-> recs]
     ELSE LET r == Submit(s, SubReqs(m), SubBlocks(m), l, l \in failed)
          IN  SubmitLayers(r.s, m, l + 1, failed,
-                          Append(recs, [name |-> "save_kv_layer", layer |-> l,
-                                        submitted |-> r.id, submit_error |-> l \in failed]))
+                          IF ~Record THEN recs
+                          ELSE Append(recs, [name |-> "save_kv_layer", layer |-> l,
+                                             submitted |-> r.id, submit_error |-> l \in failed]))
 
 LayerSubmits(w, m) == SKLLabel = "submit_layer" /\ SubReqs(m) # {} /\ Dumps(w)
 
@@ -551,7 +568,7 @@ SyncSaved(w, m, label) == IF SyncSaves(w, m, label) THEN DumpBlocks(m) ELSE {}
 save_kv_layer(w, m, s, failed) ==
     IF LayerSubmits(w, m) THEN SubmitLayers(s, m, 1, failed, <<>>)
     ELSE IF SyncSaves(w, m, SKLLabel)
-    THEN [s |-> s, calls |-> [l \in 1..Layers |->
+    THEN [s |-> s, calls |-> IF ~Record THEN <<>> ELSE [l \in 1..Layers |->
                                  [name |-> "save_kv_layer", layer |-> l, submitted |-> 0,
                                   submit_error |-> FALSE, saved |-> DumpBlocks(m)]]]
     ELSE [s |-> s, calls |-> <<>>]
@@ -589,7 +606,8 @@ wait_for_save(w, m, s, checkErr, submitFails) ==
                THEN {t \in sub.s.pending : t.id = sub.id} ELSE {}
         s3 == [WaitTasks(sub.s, blk) EXCEPT !.blocked = @ \/ blk # {}]
     IN  [s |-> s3,
-         call |-> [name |-> "wait_for_save", reaped |-> WaitRecords(reap),
+         call |-> IF ~Record THEN NoCall ELSE
+                  [name |-> "wait_for_save", reaped |-> WaitRecords(reap),
                    check_error |-> chk, tracked |-> trk, submitted |-> sub.id,
                    submit_error |-> StepSubmits(w, m) /\ submitFails,
                    blocked |-> {t.id : t \in blk}]]
@@ -616,7 +634,8 @@ get_finished(w, m, s, sibNow) ==
         out  == emitU \cup emitS
     IN  [s |-> [s1 EXCEPT !.async = @ \ af, !.extra = ex2, !.sib = sibAll \ sib],
          out |-> out,
-         call |-> [name |-> "get_finished", finished_req_ids |-> m.finished,
+         call |-> IF ~Record THEN NoCall ELSE
+                  [name |-> "get_finished", finished_req_ids |-> m.finished,
                    waited |-> WaitRecords(T), ucm_sending |-> ucm,
                    sibling_sending |-> sib, finished_sending |-> out]]
 
@@ -657,11 +676,13 @@ RankStep(w, m, c, s0) ==
         THEN LET gf  == get_finished(w, m, skl.s, SibNow(m, w))
                  wfs == wait_for_save(w, m, gf.s, c.check, c.submit)
              IN  [s |-> [wfs.s EXCEPT !.dirtyDump = dd], out |-> gf.out, failed |-> m.failed,
-                  calls |-> <<hp.call, fw.call>> \o skl.calls \o <<gf.call, wfs.call>>]
+                  calls |-> IF ~Record THEN <<>>
+                            ELSE <<hp.call, fw.call>> \o skl.calls \o <<gf.call, wfs.call>>]
         ELSE LET wfs == wait_for_save(w, m, skl.s, c.check, c.submit)
                  gf  == get_finished(w, m, wfs.s, SibNow(m, w))
              IN  [s |-> [gf.s EXCEPT !.dirtyDump = dd], out |-> gf.out, failed |-> m.failed,
-                  calls |-> <<hp.call, fw.call>> \o skl.calls \o <<wfs.call, gf.call>>]
+                  calls |-> IF ~Record THEN <<>>
+                            ELSE <<hp.call, fw.call>> \o skl.calls \o <<wfs.call, gf.call>>]
 
 (* Lockstep: one choice for all ranks, offered where some rank observes it.*)
 GlobalChoices(m, W) ==
@@ -714,7 +735,8 @@ SetWorkers(post) ==
     /\ dirtyDumps' = (dirtyDumps \/ \E w \in Rank : post[w].s.dirtyDump)
 
 Failed(post) == post[Rank0].failed
-ExecRecord(post) == IF EarlyFail
+ExecRecord(post) == IF ~Record THEN [name |-> "execute_model"]
+                    ELSE IF EarlyFail
                     THEN [name |-> "execute_model", ranks |-> [w \in Rank |-> post[w].calls],
                           load_errors |-> Failed(post)]
                     ELSE [name |-> "execute_model", ranks |-> [w \in Rank |-> post[w].calls]]
@@ -767,7 +789,8 @@ UpdateResult(S, sending, fin, sibD, failed) ==
                   !.fin = @ \cup fin,
                   !.agg = [r \in Req |-> IF r \in emitted THEN 0 ELSE counts[r]],
                   !.unexp = @ \cup unexpected],
-         rec |-> [name |-> "update_from_output", finished |-> fin,
+         rec |-> IF ~Record THEN [name |-> "update_from_output"] ELSE
+                 [name |-> "update_from_output", finished |-> fin,
                   calls |-> << [name |-> "request_finished", reqs |-> fin,
                                 ucm_delayed |-> ucmDelays, delayed |-> delays,
                                 block_ids |-> IF Hybrid THEN [r \in fin |-> <<S.bo[r], sw1[r]>>]
@@ -850,10 +873,12 @@ engine_step ==
     /\ CanSchedule(SchedState)
     /\ \E x \in ScheduleResults(SchedState) :
        \E post \in ExecResults(x.meta, Workers) :
-       \E z \in UpdateResults(x.S, Sending(post), x.meta.load, Failed(post)) :
-         /\ SetSched(z.S)
+         \* the workers' variables first: once per rank result, not once per update result
          /\ SetWorkers(post)
-         /\ action' = [name |-> "engine_step", phases |-> <<x.rec, ExecRecord(post), z.rec>>]
+         /\ \E z \in UpdateResults(x.S, Sending(post), x.meta.load, Failed(post)) :
+              /\ SetSched(z.S)
+              /\ action' = IF ~Record THEN [name |-> "engine_step"]
+                            ELSE [name |-> "engine_step", phases |-> <<x.rec, ExecRecord(post), z.rec>>]
     /\ tick' = 1 - tick
     /\ UNCHANGED <<inflight, executed, down>>
 
@@ -879,12 +904,14 @@ task_complete ==
                 /\ \E outcome \in Outcomes :
                      /\ pending' = [w \in Rank |-> (pending[w] \ Running(w))
                                                    \cup {Finish(t, outcome) : t \in Running(w)}]
-                     /\ action' = [name |-> "task_complete", ranks |-> ranks,
+                     /\ action' = IF ~Record THEN [name |-> "task_complete"] ELSE
+                                  [name |-> "task_complete", ranks |-> ranks,
                                    tasks |-> [w \in ranks |-> {t.id : t \in Running(w)}],
                                    outcome |-> outcome]
        ELSE \E w \in Rank : \E t \in Running(w) : \E outcome \in Outcomes :
               /\ pending' = [pending EXCEPT ![w] = (@ \ {t}) \cup {Finish(t, outcome)}]
-              /\ action' = [name |-> "task_complete", rank |-> w, task |-> t.id,
+              /\ action' = IF ~Record THEN [name |-> "task_complete"] ELSE
+                            [name |-> "task_complete", rank |-> w, task |-> t.id,
                             outcome |-> outcome]
     /\ UNCHANGED <<schedVars, workerAsync, live, releaseErrors, workerExtra, sibPending,
                    reported, historyVars, tick>>
@@ -908,7 +935,8 @@ shutdown ==
            /\ live' = IF "shutdown_no_release" \in Bugs THEN live ELSE [w \in Rank |-> post[w].live]
            /\ releaseErrors' = IF "shutdown_no_release" \in Bugs THEN releaseErrors
                                ELSE [w \in Rank |-> post[w].relErr]
-    /\ action' = [name |-> "shutdown", ranks |-> [w \in Rank |-> WaitRecords(pending[w])]]
+    /\ action' = IF ~Record THEN [name |-> "shutdown"]
+                  ELSE [name |-> "shutdown", ranks |-> [w \in Rank |-> WaitRecords(pending[w])]]
     /\ UNCHANGED <<schedVars, workerAsync, workerExtra, sibPending, reported, unexpectedReports,
                    blockingWaits, preemptOverWaits, dumpOverwrites, dirtyLoads, dirtyDumps, tick>>
 

@@ -93,7 +93,7 @@ DD == INSTANCE DeferDump WITH
     InnerClass <- "UCMDirectConnector", Wrapper <- TRUE, HMA <- IsHybrid, Multi <- FALSE,
     MLA <- FALSE, Faults <- {"submit", "wait", "check"}, Lockstep <- FALSE, FusedStep <- FALSE,
     StoreHits <- FALSE, ShortReqs <- {}, DeferFinalize <- FALSE, Hybrid <- IsHybrid,
-    Moves <- {}, Bugs <- {}, sibDelayed <- {}, recompute <- {}, down <- FALSE, dirtyLoads <- FALSE,
+    Moves <- {}, Bugs <- {}, Record <- FALSE, sibDelayed <- {}, recompute <- {}, down <- FALSE, dirtyLoads <- FALSE,
     dirtyDumps <- FALSE,
     swBlocksOf <- [r \in Reqs |-> SwOf(r)], freedSince <- freedSince, preemptions <- 0,
     inflight <- <<>>, executed <- 0, agg <- [r \in Reqs |-> 0], extraSaves <- {},

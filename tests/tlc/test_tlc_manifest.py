@@ -125,6 +125,16 @@ def test_every_ci_mutant_checks_the_property_it_names() -> None:
             assert re.search(r"^\s*Bugs = \{\}\s*$", text, flags=re.MULTILINE), entry.name
 
 
+def test_models_whose_action_is_read_record_every_call() -> None:
+    """`action` carries each step's connector calls only where something reads them: a conformance model's
+    traces (replayed call by call) and a violation's counterexample (explain); a passing model records
+    step names only, which checks faster."""
+    for entry in load_manifest().models:
+        text = strip_comments(entry.config_path.read_text())
+        wanted = "TRUE" if entry.conformance or not entry.expect.passes else "FALSE"
+        assert re.search(rf"^\s*Record = {wanted}\s*$", text, flags=re.MULTILINE), entry.name
+
+
 def test_bug_switch_mutants_turn_their_bug_on() -> None:
     models = {e.name: e for e in load_manifest().models}
     for name, switch in MUTANT_SWITCHES.items():
@@ -134,3 +144,11 @@ def test_bug_switch_mutants_turn_their_bug_on() -> None:
     bugs = set(re.findall(r'"(\w+)"', re.search(r"BugNames == \{([^}]*)\}",
                                                 (models["DirectSafety"].spec_dir / "DeferDump.tla").read_text()).group(1)))
     assert bugs == {re.search(r'"(\w+)"', s).group(1) for s in MUTANT_SWITCHES.values()}
+
+
+def test_ci_models_run_on_the_quick_jit_and_deep_models_on_the_default() -> None:
+    from deferdump.tools.tlc.manifest import QUICK_JIT, jvm_args_for
+
+    models = load_manifest().models
+    assert {jvm_args_for(e) for e in models if e.tier == "ci"} == {QUICK_JIT}
+    assert {jvm_args_for(e) for e in models if e.tier == "deep"} == {()}
