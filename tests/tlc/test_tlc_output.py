@@ -9,6 +9,7 @@ from deferdump.tools.tlc.output import (
     interpret,
     parse_progress,
     sany_message,
+    search_seconds,
 )
 
 
@@ -107,3 +108,24 @@ def test_semantic_error_message() -> None:
         "spec/V.tla:5:136: Could not find declaration or definition of symbol '-.'. (and 1 more errors)")
     missing = "Unknown location\n\nCannot find source file for module Naturalz imported in module V.\n"
     assert sany_message(missing, _module_path) == "Cannot find source file for module Naturalz imported in module V."
+
+
+def test_search_time_ends_at_the_violation_not_after_the_counterexample() -> None:
+    """A violation stops the search: the counterexample TLC prints afterwards is not search time."""
+    stream = MessageStream()
+    arrivals = iter([10.0, 12.5, 20.0, 21.0])
+    for text in (_msg(2190, 0, "Finished computing initial states: 1 distinct state generated."),
+                 _msg(2110, 1, "Invariant XInv is violated."),
+                 _msg(2217, 4, "1: <Initial predicate>"),
+                 _msg(2186, 0, "Finished in 11s")):
+        for line in text.splitlines(keepends=True):
+            stream.feed(line)
+        stream.messages[-1].received = next(arrivals)
+    assert search_seconds(stream) == 2.5
+    passing = MessageStream()
+    for text, at in ((_msg(2190, 0, "Finished computing initial states"), 1.0),
+                     (_msg(2199, 0, "7 states generated"), 3.0), (_msg(2186, 0, "Finished in 3s"), 4.0)):
+        for line in text.splitlines(keepends=True):
+            passing.feed(line)
+        passing.messages[-1].received = at
+    assert search_seconds(passing) == 3.0

@@ -429,15 +429,22 @@ _SEARCH_END = (Code.STATS, Code.SUCCESS, Code.SEARCH_DEPTH, Code.FINISHED)
 def search_seconds(stream: MessageStream) -> float | None:
     """Seconds of TLC's state-space search, JVM start and parsing excluded.
 
-    Measured between the arrival of "Finished computing initial states" (2190) and the last of the
-    end-of-search messages (statistics, success, depth, "Finished in"), or the last message of a killed
-    run. TLC prints its own timestamps at one-second resolution only, too coarse for small models.
+    Measured from the arrival of "Finished computing initial states" (2190) to the end of the search:
+    the first violation message, where the search stops (what follows is TLC re-deriving and printing
+    the counterexample, whose cost grows with the trace, not with the states searched); else the last
+    of the end-of-search messages (statistics, success, depth, "Finished in"), which for a liveness
+    model includes its liveness check; else the last message of a killed run. TLC prints its own
+    timestamps at one-second resolution only, too coarse for small models.
     """
     start = next((m.received for m in stream.messages if m.code == Code.INIT_GENERATED), None)
     if start is None:
         return None
+    found = [m.received for m in stream.messages if m.code in _VIOLATION_CODES and m.received is not None]
     ends = [m.received for m in stream.messages if m.code in _SEARCH_END and m.received is not None]
-    end = max(ends) if ends else max(m.received or start for m in stream.messages)
+    if found:
+        end = min(found)
+    else:
+        end = max(ends) if ends else max(m.received or start for m in stream.messages)
     return max(0.0, end - start)
 
 
