@@ -642,15 +642,15 @@ get_finished(w, m, s, sibNow) ==
 (* The nondeterministic choices of one rank's step, offered only where     *)
 (* they are observable: which submits fail, whether check raises in the    *)
 (* poll, whether the second child reports now.                             *)
-ChoiceSets(w, m, s0) ==
-    LET hp == handle_preemptions(w, m, s0)
+ChoiceSets(w, m, pf) ==
+    LET hp == pf.hp
         subF == IF "submit" \in Faults /\ StepSubmits(w, m) THEN BOOLEAN ELSE {FALSE}
         layF == IF "submit" \in Faults /\ LayerSubmits(w, m) THEN {{}, 1..Layers} ELSE {{}}
         chkF == IF "check" \in Faults /\ WFSLabel \notin {"base", "sync_save"} /\ DoneTasks(hp.s) # {}
                 THEN BOOLEAN ELSE {FALSE}
     IN  [submit |-> subF, layers |-> layF, check |-> chkF]
-Choices(w, m, s0) ==
-    LET cs == ChoiceSets(w, m, s0) IN [submit: cs.submit, layers: cs.layers, check: cs.check]
+Choices(w, m, pf) ==
+    LET cs == ChoiceSets(w, m, pf) IN [submit: cs.submit, layers: cs.layers, check: cs.check]
 
 (* vLLM's order within a rank's step; with DeferFinalize (a speculative-   *)
 (* decoding drafter, `defer_finalize`) the runner collects get_finished    *)
@@ -667,9 +667,16 @@ DumpsFailed(w, m) ==
        \/ SyncSaves(w, m, WFSLabel)
     /\ SubReqs(m) \cap m.failed # {}
 
-RankStep(w, m, c, s0) ==
-    LET hp  == handle_preemptions(w, m, s0)
-        fw  == forward(w, m, hp.s)
+(* The part of a rank's step that no choice of the step changes: the      *)
+(* pre-forward hook and the forward (they read neither the sibling's report *)
+(* timing nor the step's failed loads), computed once per rank and step.   *)
+RankPrefix(w, m, s0) ==
+    LET hp == handle_preemptions(w, m, s0)
+    IN  [hp |-> hp, fw |-> forward(w, m, hp.s)]
+
+RankStep(w, m, c, pf) ==
+    LET hp  == pf.hp
+        fw  == pf.fw
         skl == save_kv_layer(w, m, fw.s, c.layers)
         dd  == DumpsFailed(w, m)
     IN  IF DeferFinalize
@@ -685,21 +692,21 @@ RankStep(w, m, c, s0) ==
                             ELSE <<hp.call, fw.call>> \o skl.calls \o <<wfs.call, gf.call>>]
 
 (* Lockstep: one choice for all ranks, offered where some rank observes it.*)
-GlobalChoices(m, W) ==
-    LET cs == [w \in Rank |-> ChoiceSets(w, m, W[w])]
+GlobalChoices(m, P) ==
+    LET cs == [w \in Rank |-> ChoiceSets(w, m, P[w])]
     IN  [submit: UNION {cs[w].submit : w \in Rank},
          layers: UNION {cs[w].layers : w \in Rank},
          check:  UNION {cs[w].check : w \in Rank}]
 
 (* A rank's possible step results (each computed once, TLCEval-forced).   *)
-RankResults(w, m, s0) == {TLCEval(RankStep(w, m, c, s0)) : c \in Choices(w, m, s0)}
+RankResults(w, m, pf) == {TLCEval(RankStep(w, m, c, pf)) : c \in Choices(w, m, pf)}
 
 (* Every combination of the ranks' results, as functions on ranks.         *)
 RECURSIVE ResultFuns(_, _, _)
-ResultFuns(m, W, S) ==
+ResultFuns(m, P, S) ==
     IF S = {} THEN {<<>>}
     ELSE LET w == CHOOSE x \in S : TRUE
-         IN  {(w :> x) @@ f : x \in RankResults(w, m, W[w]), f \in ResultFuns(m, W, S \ {w})}
+         IN  {(w :> x) @@ f : x \in RankResults(w, m, P[w]), f \in ResultFuns(m, P, S \ {w})}
 
 Workers == [w \in Rank |-> Local(w)]
 
@@ -710,10 +717,12 @@ Workers == [w \in Rank |-> Local(w)]
 (* fail (`lf`, on every rank: the aggregator unions the ranks'             *)
 (* invalid_block_ids, so a failure on any rank rolls the request back).    *)
 ExecResults(m, W) ==
+    LET P == TLCEval([w \in Rank |-> RankPrefix(w, m, W[w])])
+    IN
     UNION {LET mm == [m EXCEPT !.sibNow = sn, !.failed = lf]
            IN  IF Lockstep
-               THEN {[w \in Rank |-> TLCEval(RankStep(w, mm, c, W[w]))] : c \in GlobalChoices(mm, W)}
-               ELSE ResultFuns(mm, W, Rank)
+               THEN {[w \in Rank |-> TLCEval(RankStep(w, mm, c, P[w]))] : c \in GlobalChoices(mm, P)}
+               ELSE ResultFuns(mm, P, Rank)
            : sn \in IF Mv("split_reports") THEN [Rank -> BOOLEAN]
                    ELSE IF Multi THEN BOOLEAN ELSE {FALSE},
              lf \in IF EarlyFail THEN SUBSET {l.req : l \in m.load} ELSE {{}}}
