@@ -674,22 +674,27 @@ RankPrefix(w, m, s0) ==
     LET hp == handle_preemptions(w, m, s0)
     IN  [hp |-> hp, fw |-> forward(w, m, hp.s)]
 
-RankStep(w, m, c, pf) ==
-    LET hp  == pf.hp
-        fw  == pf.fw
-        skl == save_kv_layer(w, m, fw.s, c.layers)
-        dd  == DumpsFailed(w, m)
+(* The rest of the step in two parts, so that the part before the second  *)
+(* child's report (which the report timing `m.sibNow` does not change) is  *)
+(* computed once for both timings: RankMid runs save_kv_layer (and, in the *)
+(* usual order, wait_for_save), RankEnd the calls after it.                *)
+RankMid(w, m, c, pf) ==
+    LET skl == save_kv_layer(w, m, pf.fw.s, c.layers)
+    IN  IF DeferFinalize THEN [s |-> skl.s, calls |-> skl.calls]
+        ELSE LET wfs == wait_for_save(w, m, skl.s, c.check, c.submit)
+             IN  [s |-> wfs.s, calls |-> IF ~Record THEN <<>> ELSE skl.calls \o <<wfs.call>>]
+RankEnd(w, m, c, pf, mid) ==
+    LET dd == DumpsFailed(w, m)
+        head == IF ~Record THEN <<>> ELSE <<pf.hp.call, pf.fw.call>> \o mid.calls
     IN  IF DeferFinalize
-        THEN LET gf  == get_finished(w, m, skl.s, SibNow(m, w))
+        THEN LET gf  == get_finished(w, m, mid.s, SibNow(m, w))
                  wfs == wait_for_save(w, m, gf.s, c.check, c.submit)
              IN  [s |-> [wfs.s EXCEPT !.dirtyDump = dd], out |-> gf.out, failed |-> m.failed,
-                  calls |-> IF ~Record THEN <<>>
-                            ELSE <<hp.call, fw.call>> \o skl.calls \o <<gf.call, wfs.call>>]
-        ELSE LET wfs == wait_for_save(w, m, skl.s, c.check, c.submit)
-                 gf  == get_finished(w, m, wfs.s, SibNow(m, w))
+                  calls |-> IF ~Record THEN <<>> ELSE head \o <<gf.call, wfs.call>>]
+        ELSE LET gf  == get_finished(w, m, mid.s, SibNow(m, w))
              IN  [s |-> [gf.s EXCEPT !.dirtyDump = dd], out |-> gf.out, failed |-> m.failed,
-                  calls |-> IF ~Record THEN <<>>
-                            ELSE <<hp.call, fw.call>> \o skl.calls \o <<wfs.call, gf.call>>]
+                  calls |-> IF ~Record THEN <<>> ELSE head \o <<gf.call>>]
+RankStep(w, m, c, pf) == RankEnd(w, m, c, pf, RankMid(w, m, c, pf))
 
 (* Lockstep: one choice for all ranks, offered where some rank observes it.*)
 GlobalChoices(m, P) ==
@@ -716,16 +721,19 @@ Workers == [w \in Rank |-> Local(w)]
 (* Under EarlyFail the store also decides here which of the step's loads  *)
 (* fail (`lf`, on every rank: the aggregator unions the ranks'             *)
 (* invalid_block_ids, so a failure on any rank rolls the request back).    *)
+SibNows == IF Mv("split_reports") THEN [Rank -> BOOLEAN] ELSE IF Multi THEN BOOLEAN ELSE {FALSE}
 ExecResults(m, W) ==
     LET P == TLCEval([w \in Rank |-> RankPrefix(w, m, W[w])])
-    IN
-    UNION {LET mm == [m EXCEPT !.sibNow = sn, !.failed = lf]
-           IN  IF Lockstep
-               THEN {[w \in Rank |-> TLCEval(RankStep(w, mm, c, P[w]))] : c \in GlobalChoices(mm, P)}
-               ELSE ResultFuns(mm, P, Rank)
-           : sn \in IF Mv("split_reports") THEN [Rank -> BOOLEAN]
-                   ELSE IF Multi THEN BOOLEAN ELSE {FALSE},
-             lf \in IF EarlyFail THEN SUBSET {l.req : l \in m.load} ELSE {{}}}
+        Lfs == IF EarlyFail THEN SUBSET {l.req : l \in m.load} ELSE {{}}
+    IN  IF Lockstep
+        THEN UNION {LET ml == [m EXCEPT !.failed = lf]
+                    IN  UNION {LET mid == TLCEval([w \in Rank |-> RankMid(w, ml, c, P[w])])
+                               IN  {LET mm == [ml EXCEPT !.sibNow = sn]
+                                    IN  [w \in Rank |-> TLCEval(RankEnd(w, mm, c, P[w], mid[w]))]
+                                    : sn \in SibNows}
+                               : c \in GlobalChoices(ml, P)}
+                    : lf \in Lfs}
+        ELSE UNION {ResultFuns([m EXCEPT !.sibNow = sn, !.failed = lf], P, Rank) : sn \in SibNows, lf \in Lfs}
 
 SetWorkers(post) ==
     /\ workerAsync' = [w \in Rank |-> post[w].s.async]
