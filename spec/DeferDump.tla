@@ -45,7 +45,8 @@ CONSTANTS
     Bugs,           \* SUBSET BugNames: small buggy-behaviour switches of mutants; {} in models
     Record          \* does `action` record every connector call of a step (TRUE: conformance
                     \*   traces, counterexamples, explain) or only the step's name (FALSE: the
-                    \*   passing models, where nothing reads it; README "Checking speed")?
+                    \*   passing models, where nothing reads it)?  README, "The `action`
+                    \*   history variable"
 
 ASSUME TableOK
 ASSUME InnerClass \in Classes /\ (Wrapper => "UCMConnector" \in Classes)
