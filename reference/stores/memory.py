@@ -10,6 +10,7 @@ store then keeps, one copy per byte into reused memory; a payload from elsewhere
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 import torch
 
@@ -60,6 +61,14 @@ class MemoryStore(ThreadedStore):
             row = self._blocks.pop(block_hash, None)
             if row is not None:
                 self._dropped.append(row)
+
+    def _drop_blocks(self, block_hashes: Sequence[bytes]) -> None:
+        """`_drop_block` of a dump's evicted blocks under one acquisition of the lock."""
+        with self._blocks_lock:
+            for block_hash in block_hashes:
+                row = self._blocks.pop(block_hash, None)
+                if row is not None:
+                    self._dropped.append(row)
 
     def _reclaim(self) -> None:
         with self._blocks_lock:
