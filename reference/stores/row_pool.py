@@ -94,10 +94,11 @@ class RowPool:
         address = row.data_ptr()
         with self._lock:
             found = self._where.get(address)
-            if found is not None and address in self._staged and row.dim() == 1 and row.numel() == found[0]:
+            if (found is not None and address in self._staged and row.dim() == 1 and row.numel() == found[0]
+                    and row.dtype == torch.uint8 and row.is_contiguous()):  # exactly the staged row: kept as it is
                 self._staged.discard(address)
                 self._kept.add(address)
-                return self._view(found[0], found[1])[0]
+                return row
             slot = self._take(1, row.numel())[0]
             kept = self._view(row.numel(), slot)[0]
             self._kept.add(kept.data_ptr())
