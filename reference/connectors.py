@@ -642,7 +642,6 @@ class DirectConnector:
                 self.events.release(handle)
             self._update_gauges()
             return None
-        layers = device.layout.select(layer_names)
         pending = PendingDumpTask(
             task=task,
             request_ids=frozenset(req_ids),
@@ -651,7 +650,7 @@ class DirectConnector:
             layer_name=layer_name,
             payload=payload,
             checksums=checksums,
-            nbytes=len(block_ids) * sum(layer.block_nbytes for layer in layers),
+            nbytes=len(block_ids) * device.layout.row_nbytes(layer_names),
             submitted_at=time.monotonic(),
         )
         self._pending_dump_tasks.append(pending)
@@ -708,8 +707,7 @@ class DirectConnector:
         """The store's own rows for the device to gather this dump into (one copy per byte), when both can."""
         if self.config.verify_dumps or not getattr(device, "gathers_into_staging", False):
             return None  # verify_dumps re-reads the payload after the task; a store row may be reused by then
-        row_nbytes = sum(layer.block_nbytes for layer in device.layout.select(layer_names))
-        return self._store.staging(num_blocks, row_nbytes)
+        return self._store.staging(num_blocks, device.layout.row_nbytes(layer_names))
 
     def _release_dump_event_handle(self, pending: PendingDumpTask) -> None:
         if pending.event_handle:

@@ -102,10 +102,11 @@ class _RegisteredCaches:
         return self._caches[layer.name]
 
     def checked_index(self, block_ids: Sequence[int]) -> list[int]:
-        ids = [int(b) for b in block_ids]
-        bad = [b for b in ids if not 0 <= b < self.layout.num_blocks]
-        if bad:
-            raise DeviceError(f"block ids {bad[:8]} outside [0, {self.layout.num_blocks})")
+        ids = list(map(int, block_ids))
+        num_blocks = self.layout.num_blocks
+        if ids and (min(ids) < 0 or max(ids) >= num_blocks):  # C-level scans; the list only on a failure
+            bad = [b for b in ids if not 0 <= b < num_blocks]
+            raise DeviceError(f"block ids {bad[:8]} outside [0, {num_blocks})")
         return ids
 
 
@@ -179,7 +180,7 @@ class CpuDevice:
         ids = self._caches.checked_index(block_ids)
         layers = self.layout.select(layer_names)
         if into is not None:
-            _check_staged(into, len(ids), layers)
+            _check_staged(into, len(ids), self.layout.row_nbytes(layer_names))
             return FuturePayload(self._pool.submit(self._gather_staged, ids, layers, into), into)
         # Allocated here, not on the copy thread: a payload larger than a glibc per-thread arena (64 MiB)
         # would be mmap'd fresh and page-faulted on every dump there; the caller's arena can reuse it.
@@ -378,8 +379,7 @@ def _drain(payload: BlockPayload) -> None:
         logger.debug("settled a failed device copy: %s", exc)
 
 
-def _check_staged(into: StagedRows, n: int, layers: tuple[LayerLayout, ...]) -> None:
-    nbytes = sum(layer.block_nbytes for layer in layers)
+def _check_staged(into: StagedRows, n: int, nbytes: int) -> None:
     if into.num_rows != n or into.row_nbytes != nbytes:
         raise DeviceError(f"staged rows are [{into.num_rows}, {into.row_nbytes}], the copy needs [{n}, {nbytes}]")
 

@@ -7,6 +7,7 @@ The block dimension is found from the tensor's shape and the number of blocks, n
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -110,9 +111,16 @@ class KVCacheLayout:
     layers: tuple[LayerLayout, ...]
     num_blocks: int
 
-    @property
+    @functools.cached_property
     def block_nbytes(self) -> int:
+        """Bytes of one block over every layer (cached: every dump asks, and the layers never change)."""
         return sum(layer.block_nbytes for layer in self.layers)
+
+    def row_nbytes(self, layer_names: Sequence[str] | None) -> int:
+        """Bytes of one block over the named layers (all when `layer_names` is None)."""
+        if layer_names is None:
+            return self.block_nbytes
+        return sum(layer.block_nbytes for layer in self.select(layer_names))
 
     def layer(self, name: str) -> LayerLayout:
         for layer in self.layers:

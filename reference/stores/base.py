@@ -62,16 +62,49 @@ class StagedRows:
     """
 
     def __init__(self, segments: Sequence[torch.Tensor], release: Callable[["StagedRows"], None] | None = None) -> None:
-        if not segments or any(s.dtype != torch.uint8 or s.dim() != 2 for s in segments):
-            raise ValueError("staged rows need at least one 2-D uint8 segment")
-        widths = {int(s.shape[1]) for s in segments}
-        if len(widths) != 1:
-            raise ValueError(f"staged segments differ in row width: {sorted(widths)}")
-        self.segments: tuple[torch.Tensor, ...] = tuple(segments)
-        self.row_nbytes = widths.pop()
-        self.num_rows = sum(int(s.shape[0]) for s in segments)
+        self._segments: tuple[torch.Tensor, ...] | None = _checked_segments(segments)
+        self.row_nbytes = int(self._segments[0].shape[1])
+        self.num_rows = sum(int(s.shape[0]) for s in self._segments)
+        self._make: Callable[[], Sequence[torch.Tensor]] | None = None
         self._release = release
         self._lock = threading.Lock()
+
+    @classmethod
+    def deferred(
+        cls, num_rows: int, row_nbytes: int, make_segments: Callable[[], Sequence[torch.Tensor]],
+        release: Callable[["StagedRows"], None] | None = None,
+    ) -> "StagedRows":
+        """Rows whose segment views `make_segments` builds on first use of `segments` (or `rows`).
+
+        Why: a dump stages its rows on the forward's thread, where each tensor view costs microseconds of
+        dispatch; the device's copy thread, which gathers into the segments, builds them instead. The views
+        must cover `num_rows` rows of `row_nbytes` bytes, as for the constructor (checked when built)."""
+        if num_rows < 1 or row_nbytes < 1:
+            raise ValueError(f"staged rows need a positive row count and width, got {num_rows} x {row_nbytes}")
+        staged = cls.__new__(cls)
+        staged._segments = None
+        staged.row_nbytes = row_nbytes
+        staged.num_rows = num_rows
+        staged._make = make_segments
+        staged._release = release
+        staged._lock = threading.Lock()
+        return staged
+
+    @property
+    def segments(self) -> tuple[torch.Tensor, ...]:
+        """The 2-D uint8 views [k_i, row_nbytes] covering rows 0..n-1 in order."""
+        segments = self._segments
+        if segments is None:
+            with self._lock:
+                if self._segments is None:
+                    assert self._make is not None
+                    built = _checked_segments(self._make())
+                    shape = (sum(int(s.shape[0]) for s in built), int(built[0].shape[1]))
+                    if shape != (self.num_rows, self.row_nbytes):
+                        raise ValueError(f"staged segments cover {shape}, expected {(self.num_rows, self.row_nbytes)}")
+                    self._segments = built
+                segments = self._segments
+        return segments
 
     def rows(self) -> list[torch.Tensor]:
         """One 1-D view per block, in order."""
@@ -82,6 +115,16 @@ class StagedRows:
             release, self._release = self._release, None
         if release is not None:
             release(self)
+
+
+def _checked_segments(segments: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """`segments` as a tuple, refused unless they are 2-D uint8 tensors of one row width."""
+    if not segments or any(s.dtype != torch.uint8 or s.dim() != 2 for s in segments):
+        raise ValueError("staged rows need at least one 2-D uint8 segment")
+    widths = {int(s.shape[1]) for s in segments}
+    if len(widths) != 1:
+        raise ValueError(f"staged segments differ in row width: {sorted(widths)}")
+    return tuple(segments)
 
 
 @runtime_checkable

@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import itertools
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from deferdump.reference.stores.base import StoreFull
 
@@ -23,7 +23,7 @@ from deferdump.reference.stores.base import StoreFull
 class _Hold:
     """What one running task holds: pins per hash and slots not yet used."""
 
-    pins: list[bytes]
+    pins: Collection[bytes]  # each hash once; `release` unpins them
     reserved: int
 
 
@@ -84,27 +84,29 @@ class BlockLedger:
     def reserve_dump(self, task_id: int, block_hashes: Sequence[bytes]) -> list[bytes]:
         """Pin the dump's hashes and reserve slots for those not stored; returns the hashes evicted for room.
 
-        Raises `StoreFull` (and changes nothing) when the slots cannot be found.
+        Raises `StoreFull` (and changes nothing) when the slots cannot be found. The victims are the least
+        recently used completed blocks that no task pins and the dump does not name, found in one scan that
+        stops at the last one needed (this runs inside `dump`, on the forward's thread).
         """
         wanted = set(block_hashes)
-        new = [h for h in wanted if h not in self._completed]
+        completed = self._completed
+        new = len(wanted) - len(completed.keys() & wanted)  # C-level: probes the dict once per wanted hash
         evicted: list[bytes] = []
         if self.capacity_blocks is not None:
-            free = self.capacity_blocks - len(self._completed) - self._reserved_total
-            if len(new) > free:
-                evictable = sum(1 for h in self._completed if h not in self._pins and h not in wanted)
-                if len(new) > free + evictable:
+            free = self.capacity_blocks - len(completed) - self._reserved_total
+            needed = new - free
+            if needed > 0:
+                unpinned = itertools.filterfalse(self._pins.__contains__, completed)
+                evicted = list(itertools.islice(itertools.filterfalse(wanted.__contains__, unpinned), needed))
+                if len(evicted) < needed:  # the scan ran out: `evicted` holds every evictable block
                     raise StoreFull(
-                        f"store full: dump needs {len(new)} new block slot(s), {max(free, 0)} free and "
-                        f"{evictable} evictable of capacity {self.capacity_blocks}"
+                        f"store full: dump needs {new} new block slot(s), {max(free, 0)} free and "
+                        f"{len(evicted)} evictable of capacity {self.capacity_blocks}"
                     )
-                self._pin(task_id, wanted, 0)
-                evicted = self._evict(len(new) - free)
-                self._holds[task_id].reserved = len(new)
-                self._reserved_total += len(new)
-                return evicted
-        self._pin(task_id, wanted, len(new))
-        self._reserved_total += len(new)
+                for block_hash in evicted:
+                    self.bytes -= completed.pop(block_hash)
+        self._pin(task_id, wanted, new)
+        self._reserved_total += new
         return evicted
 
     def pin_load(self, task_id: int, block_hashes: Iterable[bytes]) -> None:
@@ -149,9 +151,8 @@ class BlockLedger:
 
     # --------------------------------------------------------------- helpers
     def _pin(self, task_id: int, hashes: set[bytes], reserved: int) -> None:
-        self._holds[task_id] = _Hold(sorted(hashes), reserved)
-        for block_hash in hashes:
-            self._pins[block_hash] += 1
+        self._holds[task_id] = _Hold(hashes, reserved)
+        self._pins.update(hashes)  # one C-level count per hash (a `+=` per key runs Counter.__missing__)
 
     def _evict(self, count: int) -> list[bytes]:
         # `h not in pins`, not `pins[h] == 0`: a Counter miss calls Python-level __missing__, and this scan

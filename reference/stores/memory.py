@@ -10,6 +10,7 @@ store then keeps, one copy per byte into reused memory; a payload from elsewhere
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 import torch
 
@@ -56,10 +57,15 @@ class MemoryStore(ThreadedStore):
     def _drop_block(self, block_hash: bytes) -> None:
         """Unindex now (by key, under the lock, so a later re-dump of the hash keeps its new bytes); free later:
         freeing ~28 evicted 2 MiB rows cost `dump`'s caller (the forward's `wait_for_save`) ~1.5-4.7 ms."""
+        self._drop_blocks((block_hash,))
+
+    def _drop_blocks(self, block_hashes: Sequence[bytes]) -> None:
+        """`_drop_block` of a dump's evicted blocks under one acquisition of the lock."""
         with self._blocks_lock:
-            row = self._blocks.pop(block_hash, None)
-            if row is not None:
-                self._dropped.append(row)
+            for block_hash in block_hashes:
+                row = self._blocks.pop(block_hash, None)
+                if row is not None:
+                    self._dropped.append(row)
 
     def _reclaim(self) -> None:
         with self._blocks_lock:

@@ -31,6 +31,7 @@ class RowPool:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._chunks: dict[int, list[torch.Tensor]] = {}  # row width -> chunks [rows, width]
+        self._bases: dict[int, list[int]] = {}  # row width -> data_ptr of each chunk's row 0
         self._free: dict[int, set[_Slot]] = {}  # row width -> free slots
         self._where: dict[int, tuple[int, _Slot]] = {}  # data_ptr of every row -> (width, slot)
         self._staged: set[int] = set()  # data_ptrs of rows handed to a staging and not yet kept or released
@@ -50,32 +51,42 @@ class RowPool:
             with torch.inference_mode(False):
                 chunk = torch.empty((missing, width), dtype=torch.uint8)
             chunks.append(chunk)
+            self._bases.setdefault(width, []).append(chunk.data_ptr())
             index = len(chunks) - 1
             for row in range(missing):
-                self._where[chunk[row].data_ptr()] = (width, (index, row))
+                self._where[self._address(width, (index, row))] = (width, (index, row))
             slots.extend((index, row) for row in range(missing))
         return slots
+
+    def _address(self, width: int, slot: _Slot) -> int:
+        """The data_ptr of a slot's row, without making a view: chunks are contiguous uint8 [rows, width]."""
+        return self._bases[width][slot[0]] + slot[1] * width
 
     def _view(self, width: int, slot: _Slot, rows: int = 1) -> torch.Tensor:
         chunk_index, row = slot
         return self._chunks[width][chunk_index][row : row + rows]
 
     def stage(self, count: int, width: int) -> StagedRows:
-        """`count` rows for a device to gather into, as runs of adjacent rows."""
+        """`count` rows for a device to gather into, as runs of adjacent rows.
+
+        Only bookkeeping happens here (the caller is the forward's thread): the rows' tensor views are made
+        where they are first used, on the device's copy thread (`StagedRows.deferred`)."""
         if count < 1 or width < 1:
             raise ValueError(f"staging needs a positive row count and width, got {count} x {width}")
         with self._lock:
             slots = self._take(count, width)
-            segments: list[torch.Tensor] = []
+            chunks = self._chunks[width]
+            runs: list[tuple[torch.Tensor, int, int]] = []  # (chunk, first row, rows) per run of adjacent slots
             start = 0
             for position in range(1, count + 1):
                 if position == count or slots[position] != (slots[position - 1][0], slots[position - 1][1] + 1):
-                    with torch.inference_mode(False):
-                        segments.append(self._view(width, slots[start], position - start))
+                    chunk_index, row = slots[start]
+                    runs.append((chunks[chunk_index], row, position - start))
                     start = position
-            for slot in slots:
-                self._staged.add(self._view(width, slot).data_ptr())
-        return StagedRows(segments, self._release_staged)
+            bases = self._bases[width]
+            addresses = [bases[chunk] + row * width for chunk, row in slots]
+            self._staged.update(addresses)
+        return StagedRows.deferred(count, width, lambda: _segments(runs), lambda _staged: self._release_staged(addresses))
 
     def keep(self, row: torch.Tensor) -> torch.Tensor:
         """The pool row a store keeps for `row`: `row` itself when it is a staged row of this pool (no
@@ -83,10 +94,11 @@ class RowPool:
         address = row.data_ptr()
         with self._lock:
             found = self._where.get(address)
-            if found is not None and address in self._staged and row.dim() == 1 and row.numel() == found[0]:
+            if (found is not None and address in self._staged and row.dim() == 1 and row.numel() == found[0]
+                    and row.dtype == torch.uint8 and row.is_contiguous()):  # exactly the staged row: kept as it is
                 self._staged.discard(address)
                 self._kept.add(address)
-                return self._view(found[0], found[1])[0]
+                return row
             slot = self._take(1, row.numel())[0]
             kept = self._view(row.numel(), slot)[0]
             self._kept.add(kept.data_ptr())
@@ -103,10 +115,10 @@ class RowPool:
             width, slot = self._where[address]
             self._free[width].add(slot)
 
-    def _release_staged(self, staged: StagedRows) -> None:
+    def _release_staged(self, addresses: list[int]) -> None:
+        """Free the rows of one staging (by their data_ptrs) that no store kept."""
         with self._lock:
-            for row in staged.rows():
-                address = row.data_ptr()
+            for address in addresses:
                 if address in self._staged:
                     self._staged.discard(address)
                     width, slot = self._where[address]
@@ -122,3 +134,10 @@ class RowPool:
         """Bytes of every chunk (the pool's resident memory)."""
         with self._lock:
             return sum(chunk.numel() for chunks in self._chunks.values() for chunk in chunks)
+
+
+def _segments(runs: list[tuple[torch.Tensor, int, int]]) -> list[torch.Tensor]:
+    """The views of a staging's runs. Never inference tensors (vLLM dumps inside torch.inference_mode()):
+    a copy thread outside inference mode writes these rows."""
+    with torch.inference_mode(False):
+        return [chunk[row : row + rows] for chunk, row, rows in runs]

@@ -93,6 +93,8 @@ class _Outstanding:
 
 def _check_hashes(block_hashes: Sequence[bytes]) -> tuple[bytes, ...]:
     hashes = tuple(block_hashes)
+    if set(map(type, hashes)) <= {bytes} and b"" not in hashes:  # the common case, in C-level scans
+        return hashes
     for block_hash in hashes:
         if not isinstance(block_hash, bytes) or not block_hash:
             raise ValueError(f"block hashes must be non-empty bytes, got {block_hash!r}")
@@ -127,6 +129,11 @@ class ThreadedStore(KVStore):
     def _drop_block(self, block_hash: bytes) -> None:
         """Delete a block's bytes after the ledger forgot it (eviction, corruption); called under the lock."""
 
+    def _drop_blocks(self, block_hashes: Sequence[bytes]) -> None:
+        """`_drop_block` for each of a dump's evicted blocks, in order; a store may do it in one batch."""
+        for block_hash in block_hashes:
+            self._drop_block(block_hash)
+
     def _reclaim(self) -> None:
         """Release what `_drop_block` only unlinked (worker thread, no lock held), so a dump's caller never pays
         for freeing the blocks its dump evicted. Every eviction happens in `dump`, which then starts a job,
@@ -160,8 +167,7 @@ class ThreadedStore(KVStore):
             except StoreFull:
                 self._stats.refused_full += 1
                 raise
-            for block_hash in evicted:
-                self._drop_block(block_hash)
+            self._drop_blocks(evicted)
             self._stats.evicted += len(evicted)
             self._start(task, lambda cancel: self._run_dump(task, payload, cancel), payload)
             self._stats.dumps_submitted += 1

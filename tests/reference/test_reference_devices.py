@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 
@@ -214,3 +215,16 @@ def test_cpu_device_dumps_submitted_inside_inference_mode() -> None:
         assert torch.equal(rows, caches["l0"][[1, 6]].reshape(2, -1).view(torch.uint8))
     finally:
         device.close()
+
+
+def test_block_ids_outside_the_caches_are_refused_naming_them() -> None:
+    dev = CpuDevice(1)
+    dev.register({"l0": torch.zeros(2, 4, 2, 3)}, 4)
+    try:
+        for ids, named in (([1, 4, 0, 7], "[4, 7]"), ([-1], "[-1]")):
+            with pytest.raises(DeviceError, match=re.escape(f"block ids {named} outside [0, 4)")):
+                dev.read_blocks(ids)
+        both = dev.read_blocks([3, 0]).result()
+        assert torch.equal(both, torch.cat([dev.read_blocks([3]).result(), dev.read_blocks([0]).result()]))
+    finally:
+        dev.close()

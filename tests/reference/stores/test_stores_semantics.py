@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from deferdump.reference.testing.manual_store import ManualStore
-from deferdump.reference.stores.base import LoadError, StoreError, StoreTask, TaskNotFound
+from deferdump.reference.stores.base import LoadError, ReadyPayload, StoreError, StoreTask, TaskNotFound
+from deferdump.reference.stores.memory import MemoryStore
 from support.stores import STORE_KINDS, StoreHarness, make_harness, rows, settle
 
 
@@ -195,3 +196,20 @@ def test_closed_store_refuses_new_tasks_after_draining(blocking_harness: StoreHa
     harness.store.wait(task)
     with pytest.raises(StoreError, match="closed"):
         harness.store.dump([b"b"], rows(1))
+
+
+@pytest.mark.parametrize("bad", [b"", "text", 7, bytearray(b"x")])
+def test_a_dump_naming_a_bad_hash_is_refused_before_anything_starts(bad: object) -> None:
+    with MemoryStore(4) as store:
+        with pytest.raises(ValueError, match="non-empty bytes"):
+            store.dump([b"ok", bad], ReadyPayload(torch.zeros((2, 4), dtype=torch.uint8)))  # type: ignore[list-item]
+        assert store.stats().pending == 0 and store.stats().dumps_submitted == 0
+
+
+def test_a_hash_of_a_bytes_subclass_is_accepted() -> None:
+    class Key(bytes):
+        pass
+
+    with MemoryStore(4) as store:
+        store.wait(store.dump([Key(b"k1"), b"k2"], ReadyPayload(torch.ones((2, 4), dtype=torch.uint8))))
+        assert store.lookup_prefix([b"k1", b"k2"]) == 2

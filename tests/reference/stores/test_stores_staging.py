@@ -157,3 +157,50 @@ def test_many_concurrent_staged_dumps_keep_every_block_exact(device: CpuDevice) 
             round_, k = divmod(rest, 10)
             assert torch.equal(row, expected[(offset + round_ + k) % NUM_BLOCKS])
         _leak_free(store)
+
+
+def test_a_staging_builds_its_views_where_they_are_first_used_one_per_run_of_adjacent_rows() -> None:
+    """The pool stages by bookkeeping only; the views of non-adjacent rows, built on first use, cover
+    exactly the staged rows, in order, and the rows' addresses are the ones the pool tracks."""
+    pool = RowPool()
+    rows = [pool.keep(row) for row in pool.stage(6, ROW).rows()]  # one chunk of six rows, all kept
+    for i in (4, 1, 2):
+        pool.give_back(rows[i])
+    staged = pool.stage(5, ROW)  # free rows 1, 2, 4, then two of a new chunk
+    assert staged._segments is None, "no view was made while staging"
+    assert (staged.num_rows, staged.row_nbytes) == (5, ROW)
+    segments: list[tuple[torch.Tensor, ...]] = []
+    thread = threading.Thread(target=lambda: segments.append(staged.segments))  # as a copy thread does
+    thread.start()
+    thread.join()
+    assert [int(s.shape[0]) for s in segments[0]] == [2, 1, 2]
+    assert [row.data_ptr() for row in staged.rows()[:3]] == [rows[i].data_ptr() for i in (1, 2, 4)]
+    assert staged.segments is segments[0], "built once"
+    assert {row.data_ptr() for row in staged.rows()} == pool._staged
+    assert pool.counts() == (5, 3, 0)
+    staged.release()
+    assert pool.counts() == (0, 3, 5)
+
+
+def test_a_staging_released_before_any_view_was_built_frees_its_rows() -> None:
+    """A refused or failed submit releases rows the copy never touched: no view is needed for that."""
+    pool = RowPool()
+    staged = pool.stage(3, ROW)
+    staged.release()
+    assert staged._segments is None
+    assert pool.counts() == (0, 0, 3)
+    staged.release()  # idempotent
+    again = pool.stage(3, ROW)
+    assert pool.counts() == (3, 0, 0) and pool.nbytes() == 3 * ROW, "the same rows, no new chunk"
+    again.release()
+
+
+def test_deferred_staged_rows_check_the_views_they_build() -> None:
+    chunk = torch.zeros((4, ROW), dtype=torch.uint8)
+    with pytest.raises(ValueError, match="cover"):
+        _ = StagedRows.deferred(3, ROW, lambda: [chunk[0:2]]).segments
+    with pytest.raises(ValueError, match="2-D uint8"):
+        _ = StagedRows.deferred(2, ROW, lambda: [chunk[0:2].view(torch.int16)]).segments
+    with pytest.raises(ValueError, match="positive"):
+        StagedRows.deferred(0, ROW, lambda: [chunk])
+    assert StagedRows.deferred(4, ROW, lambda: [chunk[0:1], chunk[1:4]]).rows()[3].data_ptr() == chunk[3].data_ptr()
