@@ -288,7 +288,8 @@ def check_model(entry: ModelEntry, *, workers: int | None = None, timeout: float
                 cancel: threading.Event | None = None) -> CheckOutcome:
     """Run TLC on a manifest model and compare with its expectations (``workers``/``timeout`` override)."""
     result = run_tlc(entry.module_path, entry.config_path, workers=workers or entry.workers,
-                     timeout=timeout if timeout is not None else entry.timeout, progress=progress, cancel=cancel)
+                     timeout=timeout if timeout is not None else entry.timeout, progress=progress, cancel=cancel,
+                     expected_states=entry.distinct_states)
     mismatches = compare(entry.expect, entry.distinct_states, result)
     return CheckOutcome(model=entry.name, result=result, expected_ok=not mismatches,
                         mismatches=tuple(mismatches), entry=entry, expectation=entry.expect)
