@@ -25,11 +25,14 @@ from support.conformance import (
     generated,
     graph_summary,
     loaded_traces,
+    manifest_conformance_entries,
     prefetch_covers,
     rank_calls,
     shipped_loaded_traces,
 )
-from deferdump.conformance.replay import replay_loaded
+from deferdump.conformance.corecov import CoreCoverage, core_for_variants, measure_core_coverage
+from deferdump.conformance.replay import ReplayReport, replay_loaded
+from deferdump.conformance.verify import VARIANT_NAMES
 from deferdump.reference.connectors import DirectConnector, OuterConnector
 from deferdump.tools.tlc.values import load_itf
 
@@ -42,10 +45,21 @@ def cover_traces() -> None:
     prefetch_covers(MODELS)
 
 
+@pytest.fixture(scope="module")
+def shipped_replays(cover_traces: None) -> tuple[dict[str, ReplayReport], CoreCoverage]:
+    """Each shipped model's traces replayed once, under coverage.py: the per-model test reads its report, the
+    core-coverage test the coverage (one replay of the shipped traces instead of two)."""
+    entries = manifest_conformance_entries()
+    shipped_loaded_traces()  # decoded before coverage starts: only the replay is measured
+    core = core_for_variants({VARIANT_NAMES[e.variant] for e in entries})
+    return measure_core_coverage(
+        lambda: {e.name: replay_loaded(loaded_traces(e.name), coverage=False, shrink=False) for e in entries}, core)
+
+
 @pytest.mark.parametrize("model", MODELS)
-def test_every_trace_conforms(cover_traces: None, model: str) -> None:
+def test_every_trace_conforms(shipped_replays: tuple[dict[str, ReplayReport], CoreCoverage], model: str) -> None:
     files = deferdump_traces(model)
-    report = replay_loaded(loaded_traces(model), coverage=False, shrink=False)
+    report = shipped_replays[0].get(model) or replay_loaded(loaded_traces(model), coverage=False, shrink=False)
     assert report.ok, (f"{model}: {len(report.failed)} of {len(files)} trace(s) diverged\n"
                        + "\n".join(divergence.describe() for divergence in report.failed))
     assert report.traces == report.passed == len(files) > 0
@@ -63,17 +77,13 @@ def test_cover_traces_take_every_edge_and_action(cover_traces: None, model: str)
     assert result.traces == len(result.files) and max(result.lengths) >= 2
 
 
-def test_shipped_covers_reach_the_protocol_core_target(cover_traces: None) -> None:
+def test_shipped_covers_reach_the_protocol_core_target(
+        shipped_replays: tuple[dict[str, ReplayReport], CoreCoverage]) -> None:
     """Conformance alone (the shipped models' edge covers, as `deferdump verify` replays them)
     takes >= 95 % of the protocol core's branches; the arcs left are named in docs/conformance.md."""
-    from support.conformance import manifest_conformance_entries
-    from deferdump.conformance.corecov import core_for_variants, measure_core_coverage
-    from deferdump.conformance.verify import VARIANT_NAMES
-
-    traces = shipped_loaded_traces()
-    core = core_for_variants({VARIANT_NAMES[e.variant] for e in manifest_conformance_entries()})
-    report, measured = measure_core_coverage(lambda: replay_loaded(traces, shrink=False, coverage=False), core)
-    assert report.ok
+    reports, measured = shipped_replays
+    assert set(reports) == {e.name for e in manifest_conformance_entries()}
+    assert all(report.ok and report.traces > 0 for report in reports.values())
     assert measured.branch_coverage is not None and measured.branch_coverage >= 0.95, measured.missed
     # left (docs/conformance.md): leftover layer loads, and a load failure under policy "recompute" (no
     # conformance model plays one; tests/reference/test_reference_failed_load_dumps.py drives those arcs)
