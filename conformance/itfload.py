@@ -62,7 +62,7 @@ class TraceLoader:
                         params=tuple(params), state_meta=tuple(state_meta), path=path)
 
     def _decode(self, raw: Any) -> Value:
-        key = json.dumps(raw, sort_keys=True, separators=(",", ":"))
+        key = repr(raw)  # equal texts only for equal JSON; another key order merely decodes anew
         value = self._values.get(key, _MISSING)
         if value is _MISSING:
             value = self._values[key] = from_itf(raw)

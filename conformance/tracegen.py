@@ -104,7 +104,8 @@ class GeneratedTraces:
 def _run(entry: ModelEntry, extra_args: Sequence[str], run_dir: Path, timeout: float | None) -> TlcResult:
     cfg_text = generation_cfg(entry.config_path.read_text(encoding="utf-8"))
     result = run_tlc(entry.module_path, GENERATION_CFG, workers=1, timeout=timeout or entry.timeout,
-                     extra_args=extra_args, extra_modules={GENERATION_CFG: cfg_text}, keep_dir=run_dir)
+                     extra_args=extra_args, extra_modules={GENERATION_CFG: cfg_text}, keep_dir=run_dir,
+                     expected_states=entry.distinct_states)
     if result.status is not Status.PASS:
         raise TraceGenerationError(
             f"model {entry.name}: TLC did not pass while generating traces ({result.status.value}: "

@@ -80,3 +80,25 @@ def test_override_skips_the_checksum_and_logs_the_version(
     monkeypatch.setenv("TLA2TOOLS_JAR", str(tmp_path / "missing.jar"))
     with pytest.raises(JarNotFound, match="missing.jar is not a file"):
         locate_tlc()
+
+
+def test_small_models_start_on_c1_and_large_or_unknown_ones_keep_the_tiered_compiler() -> None:
+    assert java.jit_args(14) == java.QUICK_JIT == ("-XX:TieredStopAtLevel=1",)
+    assert java.jit_args(java.QUICK_JIT_MAX_STATES) == java.QUICK_JIT
+    assert java.jit_args(java.QUICK_JIT_MAX_STATES + 1) == ()
+    assert java.jit_args(None) == ()
+    quick = run_tlc(FIXTURES / "Counter.tla", expected_states=10)
+    default = run_tlc(FIXTURES / "Counter.tla")
+    assert "-XX:TieredStopAtLevel=1" in quick.command and "-XX:TieredStopAtLevel=1" not in default.command
+    assert quick.status is default.status is Status.PASS
+    assert (quick.distinct_states, quick.generated_states) == (default.distinct_states, default.generated_states)
+
+
+def test_a_manifest_check_passes_its_recorded_size_to_the_jit_choice() -> None:
+    from deferdump.tools.tlc.manifest import check_model, load_manifest
+
+    entry = min((e for e in load_manifest().models if e.tier == "ci" and e.expect.passes),
+                key=lambda e: e.distinct_states or 0)  # the smallest: the wiring, not the model, is under test
+    outcome = check_model(entry)
+    assert outcome.expected_ok, outcome.mismatches
+    assert ("-XX:TieredStopAtLevel=1" in outcome.result.command) == (entry.distinct_states <= java.QUICK_JIT_MAX_STATES)

@@ -145,10 +145,3 @@ def test_bug_switch_mutants_turn_their_bug_on() -> None:
                                                 (models["DirectSafety"].spec_dir / "DeferDump.tla").read_text()).group(1)))
     assert bugs == {re.search(r'"(\w+)"', s).group(1) for s in MUTANT_SWITCHES.values()}
 
-
-def test_ci_models_run_on_the_quick_jit_and_deep_models_on_the_default() -> None:
-    from deferdump.tools.tlc.manifest import QUICK_JIT, jvm_args_for
-
-    models = load_manifest().models
-    assert {jvm_args_for(e) for e in models if e.tier == "ci"} == {QUICK_JIT}
-    assert {jvm_args_for(e) for e in models if e.tier == "deep"} == {()}

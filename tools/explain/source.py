@@ -60,7 +60,8 @@ def simulate(entry: ModelEntry, *, depth: int = SIMULATION_DEPTH, seed: int = SI
         run_dir = Path(scratch) / "run"
         cfg = simulation_cfg(entry.config_path.read_text(encoding="utf-8"))
         result = run_tlc(entry.module_path, Path(SIMULATION_CFG), workers=1, timeout=timeout, keep_dir=run_dir,
-                         extra_modules={SIMULATION_CFG: cfg}, extra_args=["-simulate", f"file=sim,num={runs}", "-depth", str(depth), "-seed", str(seed)])
+                         extra_modules={SIMULATION_CFG: cfg}, extra_args=["-simulate", f"file=sim,num={runs}", "-depth", str(depth), "-seed", str(seed)],
+                         expected_states=runs * depth)  # a simulation visits at most runs x depth states
         if result.status is Status.VIOLATION:
             raise ExplainError(f"{entry.name}: TLC simulation found a violation of {result.property or 'a property'}"
                                " that model checking did not; run deferdump check " + entry.name)
@@ -79,7 +80,7 @@ def trace_from_model(entry: ModelEntry, *, timeout: float | None = None, depth: 
                      seed: int = SIMULATION_SEED) -> ExplainTrace:
     """TLC's counterexample for the model, or a representative run when it passes."""
     result = run_tlc(entry.module_path, entry.config_path, workers=1,
-                     timeout=timeout if timeout is not None else entry.timeout)
+                     timeout=timeout if timeout is not None else entry.timeout, expected_states=entry.distinct_states)
     if result.status is Status.VIOLATION:
         return from_tlc_result(result, model=entry.name, variant=entry.variant)
     if result.status is Status.ERROR:

@@ -27,6 +27,10 @@ TLA2TOOLS_SHA256 = "58c6df9a1045beb341ee947bc640fe8d89988ad1d0b700e392aa8dd97502
 JAR_ENV = "TLA2TOOLS_JAR"
 MIN_JAVA = 11
 
+QUICK_JIT_MAX_STATES = 50_000
+"""Largest expected distinct-state count for which TLC runs with the C1 compiler only (see :func:`jit_args`)."""
+QUICK_JIT = ("-XX:TieredStopAtLevel=1",)
+
 
 class JavaError(UserError):
     """Java or the TLC jar is unusable."""
@@ -149,3 +153,18 @@ def locate_tlc(environ: dict[str, str] | None = None) -> TlcInstall:
                          "(Debian: apt-get install -y openjdk-17-jre-headless)")
     jar, overridden = find_jar(environ)
     return TlcInstall(java=java, java_major=major, jar=jar, jar_overridden=overridden)
+
+
+def jit_args(expected_states: int | None) -> tuple[str, ...]:
+    """JIT flags for a TLC run expected to reach ``expected_states`` distinct states (``None``: unknown).
+
+    A small model's run is mostly JVM start and SANY parsing our modules, and C2 compiles that code only
+    to throw the result away: C1 alone takes about 1 s less CPU per run (0.8 s instead of 1.9 s on a
+    2,000-state model) and 15-20 % less on the CI tier's largest models (25 k distinct states). On a
+    liveness model of 19 k distinct states it is neutral (within 5 %); the deep tier (over 100 k states,
+    minutes of search) keeps the default tiered compiler, whose C2 code pays off there. Unknown size keeps
+    the default too.
+    """
+    if expected_states is not None and expected_states <= QUICK_JIT_MAX_STATES:
+        return QUICK_JIT
+    return ()

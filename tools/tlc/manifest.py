@@ -283,25 +283,13 @@ def compare(expectation: Expectation, expected_distinct: int | None, result: Tlc
     return mismatches
 
 
-#: JVM options for a model whose search lasts seconds (the CI tier): only the C1 compiler. C2's
-#: compilations cost more CPU than they return within a few seconds, and on a 2-core machine running
-#: two models they compete with the other model's search (docs/benchmarks.md, "TLC throughput").
-#: The deep tier, searching for minutes, keeps the JVM's default tiered compilation.
-QUICK_JIT: tuple[str, ...] = ("-XX:TieredStopAtLevel=1",)
-
-
-def jvm_args_for(entry: ModelEntry) -> tuple[str, ...]:
-    """The JVM options TLC runs a manifest model with (by its tier)."""
-    return QUICK_JIT if entry.tier == "ci" else ()
-
-
 def check_model(entry: ModelEntry, *, workers: int | None = None, timeout: float | None = None,
                 progress: Callable[[Progress], None] | None = None,
                 cancel: threading.Event | None = None) -> CheckOutcome:
     """Run TLC on a manifest model and compare with its expectations (``workers``/``timeout`` override)."""
     result = run_tlc(entry.module_path, entry.config_path, workers=workers or entry.workers,
                      timeout=timeout if timeout is not None else entry.timeout, progress=progress, cancel=cancel,
-                     jvm_args=jvm_args_for(entry))
+                     expected_states=entry.distinct_states)
     mismatches = compare(entry.expect, entry.distinct_states, result)
     return CheckOutcome(model=entry.name, result=result, expected_ok=not mismatches,
                         mismatches=tuple(mismatches), entry=entry, expectation=entry.expect)
