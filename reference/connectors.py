@@ -114,6 +114,9 @@ class DirectConnector:
         self.world_size = world_size
         self.events = events if events is not None else EventRegistry()
         self.metrics = metrics if metrics is not None else ConnectorMetrics()
+        # Gauges read when collected: the dump path (the forward's thread) never pays for setting them.
+        self.metrics.pending_tasks.set_function(lambda: len(self._pending_dump_tasks))
+        self.metrics.live_handles.set_function(self.events.live)
         self._store = store
         self._owns_store = owns_store
         self._device = device
@@ -640,7 +643,6 @@ class DirectConnector:
             _release_staging(staged)  # after settle: the copy no longer writes the store's rows
             if handle:
                 self.events.release(handle)
-            self._update_gauges()
             return None
         pending = PendingDumpTask(
             task=task,
@@ -655,7 +657,6 @@ class DirectConnector:
         )
         self._pending_dump_tasks.append(pending)
         self.metrics.dumps_submitted.inc()
-        self._update_gauges()
         return pending
 
     def _settle(self, payload: Any) -> None:
@@ -768,7 +769,6 @@ class DirectConnector:
             except Exception as exc:
                 logger.warning("dump task %d failed: %s", pending.task.task_id, exc)
         self._pending_dump_tasks[:] = remaining
-        self._update_gauges()
 
     def _flush_pending_dump_tasks(self, request_ids: frozenset[str] | None = None) -> None:
         """Wait (blocking) every pending task overlapping `request_ids` (all when None); drop it even on error."""
@@ -791,7 +791,6 @@ class DirectConnector:
             except Exception as exc:
                 logger.warning("dump task %d failed: %s", pending.task.task_id, exc)
         self._pending_dump_tasks[:] = remaining
-        self._update_gauges()
 
     def get_finished(self, finished_req_ids: set[str] | frozenset[str]) -> tuple[set[str] | None, set[str] | None]:
         """Report exactly `finished ∩ tracked`, after waiting every pending task that overlaps it."""
@@ -818,17 +817,12 @@ class DirectConnector:
             self._device.close()
         if self._owns_store:
             self._store.close()
-        self._update_gauges()
 
     # ------------------------------------------------------------------- helpers
     def _require_device(self) -> Device:
         if self._device is None:
             raise RoleError("no device: register_kv_caches was not called on this worker connector")
         return self._device
-
-    def _update_gauges(self) -> None:
-        self.metrics.pending_tasks.set(len(self._pending_dump_tasks))
-        self.metrics.live_handles.set(self.events.live())
 
 
 @dataclasses.dataclass

@@ -306,8 +306,8 @@ class CpuDevice:
 
     def settle(self, payload: BlockPayload) -> None:
         """Return only once the copy can no longer touch its source blocks (cancel it, or let it finish)."""
-        if isinstance(payload, CopyPayload) and payload.cancel():
-            return
+        if isinstance(payload, CopyPayload) and (payload.done() or payload.cancel()):
+            return  # finished (or failed) already: nothing left to wait for
         _drain(payload)
 
     def before_dump_wait(self) -> None:
