@@ -139,6 +139,7 @@ class DirectConnector:
         self.wait_failures = 0
         self.verify_mismatches = 0  # blocks whose stored bytes differed from the source at submit
         self._shut_down = False
+        self._store_stages = False  # the store offered rows to gather a dump into (`_stage_dump`)
 
     # ------------------------------------------------------------------ accessors
     @property
@@ -705,10 +706,18 @@ class DirectConnector:
             raise
 
     def _stage_dump(self, device: Device, num_blocks: int, layer_names: Sequence[str] | None) -> StagedRows | None:
-        """The store's own rows for the device to gather this dump into (one copy per byte), when both can."""
+        """The store's own rows for the device to gather this dump into (one copy per byte), when both can.
+
+        Once the store has offered rows, later dumps' rows are staged by the device's copy thread when it
+        first uses them (`StagedRows.taken_on_first_use`), not here on the forward's thread."""
         if self.config.verify_dumps or not getattr(device, "gathers_into_staging", False):
             return None  # verify_dumps re-reads the payload after the task; a store row may be reused by then
-        return self._store.staging(num_blocks, device.layout.row_nbytes(layer_names))
+        store, width = self._store, device.layout.row_nbytes(layer_names)
+        if self._store_stages:
+            return StagedRows.taken_on_first_use(num_blocks, width, lambda: store.staging(num_blocks, width))
+        staged = store.staging(num_blocks, width)
+        self._store_stages = staged is not None  # a store without rows of its own: the device allocates
+        return staged
 
     def _release_dump_event_handle(self, pending: PendingDumpTask) -> None:
         if pending.event_handle:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import os
 import queue
 import threading
 import weakref
@@ -100,6 +101,7 @@ class _Call:
 
 
 def _work(jobs: queue.SimpleQueue[Job | None]) -> None:
+    _batch_policy()
     while True:
         job = jobs.get()
         if job is None:
@@ -109,6 +111,21 @@ def _work(jobs: queue.SimpleQueue[Job | None]) -> None:
         except BaseException:  # a job must report its own failure; the thread must not die of one that does not
             logger.exception("work queue job %r raised", job)
         del job  # no reference kept while idle
+
+
+def _batch_policy() -> None:
+    """Run this thread as batch work (Linux `SCHED_BATCH`): a job is queued by the forward's thread, and a
+    woken worker of the normal policy preempts it on its core, only to block at once on the GIL the forward
+    holds; under `SCHED_BATCH` the wakeup does not preempt, so the forward runs on (measured: the queueing
+    `read_blocks` 0.035 ms instead of 0.042-0.058 ms inside a step at load 7, docs/benchmarks.md). The
+    worker still gets its fair share of the CPU. Left as it is where the platform has no such policy."""
+    policy = getattr(os, "SCHED_BATCH", None)
+    if policy is None or not hasattr(os, "sched_setscheduler"):
+        return
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(0))  # 0: the calling thread
+    except OSError as exc:  # a sandbox refusing it: the jobs run all the same
+        logger.debug("SCHED_BATCH refused for %s: %s", threading.current_thread().name, exc)
 
 
 def _stop(jobs: queue.SimpleQueue[Job | None], threads: int) -> None:

@@ -3,6 +3,7 @@ every queued job run before `close` returns, and no thread left behind (closed, 
 from __future__ import annotations
 
 import gc
+import os
 import subprocess
 import sys
 import threading
@@ -114,3 +115,13 @@ def test_the_interpreter_exits_with_a_queue_never_closed_after_running_its_queue
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ran"
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="no SCHED_BATCH on this platform")
+def test_workers_run_as_batch_work_so_a_wakeup_does_not_preempt_the_forward() -> None:
+    work = WorkQueue("test-batch", 1)
+    try:
+        assert work.submit(lambda: os.sched_getscheduler(0)).result(5) == os.SCHED_BATCH
+        assert os.sched_getscheduler(0) != os.SCHED_BATCH, "the caller's own policy is untouched"
+    finally:
+        work.close()
