@@ -408,7 +408,7 @@ class DirectConnector:
         )
 
     def _make_device(self, kv_caches: Mapping[str, torch.Tensor]) -> Device:
-        """The device the KV tensors need (CUDA copy stream or CPU thread pool), or, when the config asks
+        """The device the KV tensors need (CUDA copy stream or CPU copy threads), or, when the config asks
         (`test_late_copy: "hold"`, TEST-ONLY), the adversarial late-copy test double on CPU tensors."""
         if self.config.test_late_copy == "hold":
             from deferdump.reference.testing.late_copy import DEFAULT_HOLD_TIMEOUT_S, LateCopyDevice

@@ -145,7 +145,7 @@ class CopyPayload:
         fn, args = self._fn, self._args
         try:
             value, error = fn(*args), None  # type: ignore[misc]
-        except BaseException as exc:  # handed to result(), as a thread-pool future would
+        except BaseException as exc:  # handed to result(), as an executor future would
             value, error = None, exc
         self._finish(value, error)
 

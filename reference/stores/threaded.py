@@ -101,7 +101,8 @@ def _check_hashes(block_hashes: Sequence[bytes]) -> tuple[bytes, ...]:
 
 
 class ThreadedStore(KVStore):
-    """A `KVStore` running dumps and loads on a small thread pool; subclasses say where bytes live."""
+    """A `KVStore` running dumps and loads on `workers` long-lived threads fed by a queue; subclasses say where
+    bytes live."""
 
     def __init__(self, capacity_blocks: int | None, *, workers: int, name: str) -> None:
         if workers < 1:
