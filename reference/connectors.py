@@ -114,6 +114,9 @@ class DirectConnector:
         self.world_size = world_size
         self.events = events if events is not None else EventRegistry()
         self.metrics = metrics if metrics is not None else ConnectorMetrics()
+        # Gauges read when collected: the dump path (the forward's thread) never pays for setting them.
+        self.metrics.pending_tasks.set_function(lambda: len(self._pending_dump_tasks))
+        self.metrics.live_handles.set_function(self.events.live)
         self._store = store
         self._owns_store = owns_store
         self._device = device
@@ -136,6 +139,7 @@ class DirectConnector:
         self.wait_failures = 0
         self.verify_mismatches = 0  # blocks whose stored bytes differed from the source at submit
         self._shut_down = False
+        self._store_stages = False  # the store offered rows to gather a dump into (`_stage_dump`)
 
     # ------------------------------------------------------------------ accessors
     @property
@@ -404,7 +408,7 @@ class DirectConnector:
         )
 
     def _make_device(self, kv_caches: Mapping[str, torch.Tensor]) -> Device:
-        """The device the KV tensors need (CUDA copy stream or CPU thread pool), or, when the config asks
+        """The device the KV tensors need (CUDA copy stream or CPU copy threads), or, when the config asks
         (`test_late_copy: "hold"`, TEST-ONLY), the adversarial late-copy test double on CPU tensors."""
         if self.config.test_late_copy == "hold":
             from deferdump.reference.testing.late_copy import DEFAULT_HOLD_TIMEOUT_S, LateCopyDevice
@@ -640,7 +644,6 @@ class DirectConnector:
             _release_staging(staged)  # after settle: the copy no longer writes the store's rows
             if handle:
                 self.events.release(handle)
-            self._update_gauges()
             return None
         pending = PendingDumpTask(
             task=task,
@@ -655,7 +658,6 @@ class DirectConnector:
         )
         self._pending_dump_tasks.append(pending)
         self.metrics.dumps_submitted.inc()
-        self._update_gauges()
         return pending
 
     def _settle(self, payload: Any) -> None:
@@ -704,10 +706,18 @@ class DirectConnector:
             raise
 
     def _stage_dump(self, device: Device, num_blocks: int, layer_names: Sequence[str] | None) -> StagedRows | None:
-        """The store's own rows for the device to gather this dump into (one copy per byte), when both can."""
+        """The store's own rows for the device to gather this dump into (one copy per byte), when both can.
+
+        Once the store has offered rows, later dumps' rows are staged by the device's copy thread when it
+        first uses them (`StagedRows.taken_on_first_use`), not here on the forward's thread."""
         if self.config.verify_dumps or not getattr(device, "gathers_into_staging", False):
             return None  # verify_dumps re-reads the payload after the task; a store row may be reused by then
-        return self._store.staging(num_blocks, device.layout.row_nbytes(layer_names))
+        store, width = self._store, device.layout.row_nbytes(layer_names)
+        if self._store_stages:
+            return StagedRows.taken_on_first_use(num_blocks, width, lambda: store.staging(num_blocks, width))
+        staged = store.staging(num_blocks, width)
+        self._store_stages = staged is not None  # a store without rows of its own: the device allocates
+        return staged
 
     def _release_dump_event_handle(self, pending: PendingDumpTask) -> None:
         if pending.event_handle:
@@ -768,7 +778,6 @@ class DirectConnector:
             except Exception as exc:
                 logger.warning("dump task %d failed: %s", pending.task.task_id, exc)
         self._pending_dump_tasks[:] = remaining
-        self._update_gauges()
 
     def _flush_pending_dump_tasks(self, request_ids: frozenset[str] | None = None) -> None:
         """Wait (blocking) every pending task overlapping `request_ids` (all when None); drop it even on error."""
@@ -791,7 +800,6 @@ class DirectConnector:
             except Exception as exc:
                 logger.warning("dump task %d failed: %s", pending.task.task_id, exc)
         self._pending_dump_tasks[:] = remaining
-        self._update_gauges()
 
     def get_finished(self, finished_req_ids: set[str] | frozenset[str]) -> tuple[set[str] | None, set[str] | None]:
         """Report exactly `finished ∩ tracked`, after waiting every pending task that overlaps it."""
@@ -818,17 +826,12 @@ class DirectConnector:
             self._device.close()
         if self._owns_store:
             self._store.close()
-        self._update_gauges()
 
     # ------------------------------------------------------------------- helpers
     def _require_device(self) -> Device:
         if self._device is None:
             raise RoleError("no device: register_kv_caches was not called on this worker connector")
         return self._device
-
-    def _update_gauges(self) -> None:
-        self.metrics.pending_tasks.set(len(self._pending_dump_tasks))
-        self.metrics.live_handles.set(self.events.live())
 
 
 @dataclasses.dataclass

@@ -4,8 +4,8 @@ A dump's *source read* is asynchronous: `read_blocks` returns a `BlockPayload` a
 (the forward pass) never blocks on it. Until the payload is done, the source blocks are being read —
 exactly the window the deferred-dump protocol must keep them from being freed and rewritten.
 
-- `CpuDevice`: copies on a small thread pool (torch kernels release the GIL). Given `into` (a store's
-  `StagedRows`), it gathers straight into the store's own rows: one copy per dumped byte.
+- `CpuDevice`: copies on long-lived copy threads fed by a queue (torch kernels release the GIL). Given
+  `into` (a store's `StagedRows`), it gathers straight into the store's own rows: one copy per dumped byte.
 - `CudaDevice`: a dedicated copy stream that first waits on an event recorded on the compute stream,
   gathers the blocks with one `index_select` per layer into a staging tensor and copies it with one
   `non_blocking` D2H copy into pinned host memory; completion is an event (`query`/`synchronize`).
@@ -29,6 +29,7 @@ import torch
 from deferdump.reference.errors import DeviceError
 from deferdump.reference.kv_layout import KVCacheLayout, LayerLayout, describe_kv_caches
 from deferdump.reference.stores.base import BlockPayload, StagedRows
+from deferdump.reference.stores.work_queue import WorkQueue
 
 logger = logging.getLogger(__name__)
 
@@ -110,27 +111,104 @@ class _RegisteredCaches:
         return ids
 
 
-class FuturePayload:
-    """A `BlockPayload` produced by a thread-pool copy (into `staged` rows, when given)."""
+_QUEUED, _RUNNING, _DONE = 0, 1, 2
 
-    def __init__(self, future: concurrent.futures.Future[Any], staged: StagedRows | None = None) -> None:
-        self._future = future
+
+class CopyPayload:
+    """A `BlockPayload` filled by a `CpuDevice` copy thread (into `staged` rows, when given).
+
+    Why not a `Future`: the forward's thread makes one per dump, and a future's condition and lock cost it
+    more than the copy's own bookkeeping. State is a plain attribute (`done` reads it without a lock); the
+    device's one condition guards transitions and wakes whoever waits in `result`.
+    """
+
+    __slots__ = ("_fn", "_args", "staged", "_sync", "_state", "_value", "_error", "_callbacks")
+
+    def __init__(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], sync: threading.Condition, staged: StagedRows | None = None
+    ) -> None:
+        self._fn: Callable[..., Any] | None = fn
+        self._args: tuple[Any, ...] = args
         self.staged = staged
+        self._sync = sync
+        self._state = _QUEUED
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[], None]] | None = None
+
+    def run(self) -> None:
+        """The copy (device thread): skipped if cancelled first; then its waiters and callbacks hear of it."""
+        with self._sync:
+            if self._state != _QUEUED:
+                return
+            self._state = _RUNNING
+        fn, args = self._fn, self._args
+        try:
+            value, error = fn(*args), None  # type: ignore[misc]
+        except BaseException as exc:  # handed to result(), as an executor future would
+            value, error = None, exc
+        self._finish(value, error)
 
     def done(self) -> bool:
-        return self._future.done()
+        return self._state == _DONE
 
     def result(self) -> Any:
-        return self._future.result()
+        if self._state != _DONE:
+            with self._sync:
+                while self._state != _DONE:
+                    self._sync.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
     def add_done_callback(self, callback: Callable[[], None]) -> None:
         """Call `callback()` once the copy finished, failed or was cancelled (at once if it already did), on
         the thread that finished it: a store starts its write job then, with no polling delay."""
-        self._future.add_done_callback(lambda _future: callback())
+        with self._sync:
+            if self._state != _DONE:
+                if self._callbacks is None:
+                    self._callbacks = [callback]
+                else:
+                    self._callbacks.append(callback)
+                return
+        _call_back(callback)
 
     def cancel(self) -> bool:
         """Cancel a copy that has not started; True when it will never touch the source."""
-        return self._future.cancel()
+        with self._sync:
+            if self._state != _QUEUED:
+                return self._state == _DONE and isinstance(self._error, _Cancelled)
+            callbacks = self._settle(None, _Cancelled())
+        _call_all(callbacks)
+        return True
+
+    def _finish(self, value: Any, error: BaseException | None) -> None:
+        with self._sync:
+            callbacks = self._settle(value, error)
+        _call_all(callbacks)
+
+    def _settle(self, value: Any, error: BaseException | None) -> list[Callable[[], None]] | None:
+        """Done, with `value` or `error` (lock held); returns the callbacks to run once it is released."""
+        self._value, self._error, self._state = value, error, _DONE
+        self._fn, self._args = None, ()
+        callbacks, self._callbacks = self._callbacks, None
+        self._sync.notify_all()
+        return callbacks
+
+
+_Cancelled = concurrent.futures.CancelledError  # what a cancelled copy's result() raises, as a future's did
+
+
+def _call_all(callbacks: list[Callable[[], None]] | None) -> None:
+    for callback in callbacks or ():
+        _call_back(callback)
+
+
+def _call_back(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:  # the copy thread must not die of it
+        logger.exception("device copy done-callback failed")
 
 
 class CpuEvent:
@@ -140,7 +218,7 @@ class CpuEvent:
 
 
 class CpuDevice:
-    """KV caches in host memory; copies run on `copy_threads` worker threads."""
+    """KV caches in host memory; copies run on `copy_threads` long-lived worker threads, in order."""
 
     gathers_into_staging = True  # read_blocks(into=StagedRows) writes the store's rows directly
 
@@ -148,7 +226,8 @@ class CpuDevice:
         if copy_threads < 1:
             raise ValueError(f"copy_threads must be >= 1, got {copy_threads}")
         self._caches = _RegisteredCaches()
-        self._pool = concurrent.futures.ThreadPoolExecutor(copy_threads, thread_name_prefix="deferdump-copy")
+        self._pool = WorkQueue("deferdump-copy", copy_threads)
+        self._sync = threading.Condition(threading.Lock())  # the payloads' state changes and their waiters
         self._closed = threading.Event()
 
     def register(self, kv_caches: Mapping[str, torch.Tensor], num_blocks: int | None = None) -> KVCacheLayout:
@@ -174,21 +253,25 @@ class CpuDevice:
         after: Any | None = None,
         layer_names: Sequence[str] | None = None,
         into: StagedRows | None = None,
-    ) -> FuturePayload:
+    ) -> CopyPayload:
         if self._closed.is_set():
             raise DeviceError("CpuDevice is closed")
         ids = self._caches.checked_index(block_ids)
         layers = self.layout.select(layer_names)
         if into is not None:
             _check_staged(into, len(ids), self.layout.row_nbytes(layer_names))
-            return FuturePayload(self._pool.submit(self._gather_staged, ids, layers, into), into)
+            payload = CopyPayload(self._gather_staged, (ids, layers, into), self._sync, into)
+            self._pool.put(payload)
+            return payload
         # Allocated here, not on the copy thread: a payload larger than a glibc per-thread arena (64 MiB)
         # would be mmap'd fresh and page-faulted on every dump there; the caller's arena can reuse it.
         # vLLM calls wait_for_save inside torch.inference_mode(): a tensor made there is an inference tensor,
         # which the copy thread (outside inference mode) may not write into. The payload is a normal tensor.
         with torch.inference_mode(False):
             out = torch.empty((len(ids), sum(layer.block_nbytes for layer in layers)), dtype=torch.uint8)
-        return FuturePayload(self._pool.submit(self._gather, ids, layers, out))
+        payload = CopyPayload(self._gather, (ids, layers, out), self._sync)
+        self._pool.put(payload)
+        return payload
 
     def _gather(self, ids: list[int], layers: tuple[LayerLayout, ...], out: torch.Tensor | None = None) -> torch.Tensor:
         index = torch.tensor(ids, dtype=torch.long)
@@ -223,8 +306,8 @@ class CpuDevice:
 
     def settle(self, payload: BlockPayload) -> None:
         """Return only once the copy can no longer touch its source blocks (cancel it, or let it finish)."""
-        if isinstance(payload, FuturePayload) and payload.cancel():
-            return
+        if isinstance(payload, CopyPayload) and (payload.done() or payload.cancel()):
+            return  # finished (or failed) already: nothing left to wait for
         _drain(payload)
 
     def before_dump_wait(self) -> None:
@@ -235,9 +318,9 @@ class CpuDevice:
         return checksum_rows(self._gather(ids, self.layout.select(layer_names)))
 
     def close(self) -> None:
-        """Finish running copies (their payloads stay valid) and stop the pool."""
+        """Finish the queued copies (their payloads stay valid), then stop and join the copy threads."""
         self._closed.set()
-        self._pool.shutdown(wait=True)
+        self._pool.close()
 
 
 class CudaPayload:

@@ -90,6 +90,32 @@ class StagedRows:
         staged._lock = threading.Lock()
         return staged
 
+    @classmethod
+    def taken_on_first_use(
+        cls, num_rows: int, row_nbytes: int, take: Callable[[], "StagedRows | None"]
+    ) -> "StagedRows":
+        """Rows that `take()` stages (e.g. `store.staging`) only when `segments` is first used, and `release`
+        hands back; if `take()` offers none by then, a fresh tensor of that shape stands in.
+
+        Why: staging picks and books a dump's rows; done on the device's copy thread, which uses them first,
+        the forward's thread (`wait_for_save`) does not pay for it. Whoever releases must know the copy no
+        longer runs (as for any staging: after settling it, or once it is done)."""
+        taken: list[StagedRows] = []
+
+        def make_segments() -> Sequence[torch.Tensor]:
+            rows = take()
+            if rows is None:
+                with torch.inference_mode(False):  # a copy thread outside inference mode writes it
+                    return [torch.empty((num_rows, row_nbytes), dtype=torch.uint8)]
+            taken.append(rows)
+            return rows.segments
+
+        def release(_staged: StagedRows) -> None:
+            for rows in taken:
+                rows.release()
+
+        return cls.deferred(num_rows, row_nbytes, make_segments, release)
+
     @property
     def segments(self) -> tuple[torch.Tensor, ...]:
         """The 2-D uint8 views [k_i, row_nbytes] covering rows 0..n-1 in order."""

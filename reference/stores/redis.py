@@ -34,7 +34,7 @@ import torch
 
 from deferdump.reference.stores.file import decode_block_view, encode_block
 from deferdump.reference.stores.base import BlockPayload, LoadError, StoreError, StoreTask
-from deferdump.reference.stores.threaded import BadBlock, ThreadedStore, _Cancelled
+from deferdump.reference.stores.threaded import BadBlock, CancelFlag, ThreadedStore, _Cancelled
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ class RedisStore(ThreadedStore):
             hits += 1
         return hits
 
-    def _dump_rows(self, task: StoreTask, payload: BlockPayload, cancel: threading.Event) -> None:
+    def _dump_rows(self, task: StoreTask, payload: BlockPayload, cancel: CancelFlag) -> None:
         rows = self._payload_rows(task, payload)
         redis = _redis()
         hashes = task.block_hashes
@@ -199,7 +199,7 @@ class RedisStore(ThreadedStore):
                 raise self._failure(f"dump task {task.task_id} (blocks {batch.start}-{batch.stop - 1} of {len(hashes)})", exc) from None
         return None
 
-    def _run_load(self, task: StoreTask, cancel: threading.Event) -> torch.Tensor:
+    def _run_load(self, task: StoreTask, cancel: CancelFlag) -> torch.Tensor:
         redis = _redis()
         hashes = task.block_hashes
         values: list[bytes | None] = []

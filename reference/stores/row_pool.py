@@ -17,6 +17,7 @@ device gathers each with one `index_select` per layer.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 import torch
 
@@ -76,15 +77,18 @@ class RowPool:
         with self._lock:
             slots = self._take(count, width)
             chunks = self._chunks[width]
-            runs: list[tuple[torch.Tensor, int, int]] = []  # (chunk, first row, rows) per run of adjacent slots
-            start = 0
-            for position in range(1, count + 1):
-                if position == count or slots[position] != (slots[position - 1][0], slots[position - 1][1] + 1):
-                    chunk_index, row = slots[start]
-                    runs.append((chunks[chunk_index], row, position - start))
-                    start = position
             bases = self._bases[width]
-            addresses = [bases[chunk] + row * width for chunk, row in slots]
+            (first_chunk, first_row), (last_chunk, last_row) = slots[0], slots[-1]
+            addresses: Sequence[int]
+            if first_chunk == last_chunk and last_row - first_row == count - 1:
+                # One run (the usual case: evicted blocks were stored together): the slots are sorted and
+                # distinct, so the same chunk at both ends and a span of `count` rows mean adjacent rows.
+                runs = [(chunks[first_chunk], first_row, count)]
+                start = bases[first_chunk] + first_row * width
+                addresses = range(start, start + count * width, width)
+            else:
+                runs = _runs(slots, chunks)
+                addresses = [bases[chunk] + row * width for chunk, row in slots]
             self._staged.update(addresses)
         return StagedRows.deferred(count, width, lambda: _segments(runs), lambda _staged: self._release_staged(addresses))
 
@@ -115,7 +119,7 @@ class RowPool:
             width, slot = self._where[address]
             self._free[width].add(slot)
 
-    def _release_staged(self, addresses: list[int]) -> None:
+    def _release_staged(self, addresses: Sequence[int]) -> None:
         """Free the rows of one staging (by their data_ptrs) that no store kept."""
         with self._lock:
             for address in addresses:
@@ -134,6 +138,18 @@ class RowPool:
         """Bytes of every chunk (the pool's resident memory)."""
         with self._lock:
             return sum(chunk.numel() for chunks in self._chunks.values() for chunk in chunks)
+
+
+def _runs(slots: list[_Slot], chunks: list[torch.Tensor]) -> list[tuple[torch.Tensor, int, int]]:
+    """(chunk, first row, rows) per run of adjacent slots, in order."""
+    runs: list[tuple[torch.Tensor, int, int]] = []
+    start, count = 0, len(slots)
+    for position in range(1, count + 1):
+        if position == count or slots[position] != (slots[position - 1][0], slots[position - 1][1] + 1):
+            chunk_index, row = slots[start]
+            runs.append((chunks[chunk_index], row, position - start))
+            start = position
+    return runs
 
 
 def _segments(runs: list[tuple[torch.Tensor, int, int]]) -> list[torch.Tensor]:

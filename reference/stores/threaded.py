@@ -2,16 +2,15 @@
 
 `MemoryStore` and `FileStore` differ only in where a block's bytes live; everything the protocol's safety
 rests on is here, once: a dump's job first waits for its payload (the device copy still reading the KV
-blocks; the copy's done-callback, or for payloads that can only be polled a `PayloadWatcher`, starts the
-job once the copy is done, so no worker idles meanwhile), then writes
-block by block; `check` is `future.done()`; `wait` erases the task under the lock and
-then blocks until the job *really* ended — on a timeout it asks the job to stop and keeps draining, and
-only then raises. Capacity, LRU and pinning live in `BlockLedger`.
+blocks; the copy's done-callback, or for payloads that can only be polled a `PayloadWatcher`, queues the
+job once the copy is done, so no worker idles meanwhile), then writes block by block on the store's
+long-lived worker threads (`WorkQueue`); `check` reads the job's done flag; `wait` erases the task under
+the lock and then blocks until the job *really* ended — on a timeout it asks the job to stop and keeps
+draining, and only then raises. Capacity, LRU and pinning live in `BlockLedger`.
 """
 from __future__ import annotations
 
 import abc
-import concurrent.futures
 import dataclasses
 import logging
 import threading
@@ -21,6 +20,7 @@ import torch
 
 from deferdump.reference.stores.block_ledger import BlockLedger
 from deferdump.reference.stores.payload_watcher import PayloadWatcher
+from deferdump.reference.stores.work_queue import WorkQueue
 from deferdump.reference.stores.base import (
     BlockPayload,
     KVStore,
@@ -49,46 +49,45 @@ class _Cancelled(StoreError):
     """A timed-out task's job stopped before its next block."""
 
 
-@dataclasses.dataclass
-class _Job:
-    """A submitted task: its future and whether a timed-out wait asked it to stop."""
+class CancelFlag:
+    """Set by a timed-out `wait`: the job stops before its next block (a flag, not an `Event`: nobody
+    blocks on it, and the forward's thread makes one per dump)."""
 
-    task: StoreTask
-    future: concurrent.futures.Future
-    cancel: threading.Event
-
-
-class _Outstanding:
-    """Payload done-callbacks not yet run: `close` waits for them before stopping the executor they submit to."""
+    __slots__ = ("_set",)
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._count = 0
+        self._set = False
 
-    def begin(self) -> None:
-        with self._cond:
-            self._count += 1
+    def set(self) -> None:
+        self._set = True
 
-    def end(self) -> None:
-        with self._cond:
-            self._count -= 1
-            self._cond.notify_all()
+    def is_set(self) -> bool:
+        return self._set
 
-    def wrap(self, callback: Callable[[], None]) -> Callable[[], None]:
-        def run() -> None:
-            try:
-                callback()
-            except Exception:  # the copy's thread must not die of it; the job would never start
-                logger.exception("payload done-callback failed")
-            finally:
-                self.end()
 
-        return run
+class _Job:
+    """A submitted task: its body, its outcome once `done`, and whether a timed-out wait asked it to stop.
 
-    def drain(self) -> None:
-        with self._cond:
-            while self._count:
-                self._cond.wait()
+    `done`, `result` and `error` change only under the store's lock, which its condition notifies."""
+
+    __slots__ = ("store", "task", "body", "cancel", "done", "result", "error")
+
+    def __init__(self, store: "ThreadedStore", task: StoreTask, body: Callable[[CancelFlag], torch.Tensor | None]) -> None:
+        self.store = store
+        self.task = task
+        self.body = body
+        self.cancel = CancelFlag()
+        self.done = False
+        self.result: torch.Tensor | None = None
+        self.error: StoreError | None = None
+
+    def run(self) -> None:
+        """On a store worker (`WorkQueue`)."""
+        self.store._execute(self)
+
+    def launch(self) -> None:
+        """The payload's copy is done (its callback or the watcher, on that thread): queue the job."""
+        self.store._launch(self)
 
 
 def _check_hashes(block_hashes: Sequence[bytes]) -> tuple[bytes, ...]:
@@ -102,19 +101,21 @@ def _check_hashes(block_hashes: Sequence[bytes]) -> tuple[bytes, ...]:
 
 
 class ThreadedStore(KVStore):
-    """A `KVStore` running dumps and loads on a small thread pool; subclasses say where bytes live."""
+    """A `KVStore` running dumps and loads on `workers` long-lived threads fed by a queue; subclasses say where
+    bytes live."""
 
     def __init__(self, capacity_blocks: int | None, *, workers: int, name: str) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self._ledger = BlockLedger(capacity_blocks)
         self._lock = threading.RLock()
+        self._done = threading.Condition(self._lock)  # notified whenever a job ends or is queued
         self._jobs: dict[int, _Job] = {}
+        self._unqueued = 0  # jobs waiting for their payload's copy; `close` waits for them to be queued
         self._stats = StoreStats()
         self._closed = False
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+        self._workers = WorkQueue(name, workers)
         self._watcher = PayloadWatcher(name)  # payloads that can only be polled
-        self._callbacks = _Outstanding()  # payloads that call back when done (a thread-pool copy)
 
     # ------------------------------------------------------ subclass hooks
     @abc.abstractmethod
@@ -186,20 +187,21 @@ class ThreadedStore(KVStore):
 
     def check(self, task: StoreTask) -> bool:
         with self._lock:
-            return self._job(task).future.done()
+            return self._job(task).done
 
     def wait(self, task: StoreTask, timeout: float | None = None) -> torch.Tensor | None:
         with self._lock:
             job = self._job(task)
             del self._jobs[task.task_id]  # erased first: a concurrent second wait raises TaskNotFound
-        try:
-            return job.future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            job.cancel.set()
-            concurrent.futures.wait([job.future])  # drain: the transfer must really stop before we report
-            raise StoreError(
-                f"{task.kind} task {task.task_id} timed out after {timeout}s; its transfer was stopped and drained"
-            ) from None
+            if not job.done and not self._done.wait_for(lambda: job.done, timeout):
+                job.cancel.set()
+                self._done.wait_for(lambda: job.done)  # drain: the transfer must really stop before we report
+                raise StoreError(
+                    f"{task.kind} task {task.task_id} timed out after {timeout}s; its transfer was stopped and drained"
+                )
+        if job.error is not None:
+            raise job.error
+        return job.result
 
     def stats(self) -> StoreStats:
         with self._lock:
@@ -213,9 +215,9 @@ class ThreadedStore(KVStore):
         """Refuse new tasks, let running ones finish; un-waited tasks can still be waited."""
         with self._lock:
             self._closed = True
+            self._done.wait_for(lambda: not self._unqueued)  # every running copy's job is queued
         self._watcher.close()
-        self._callbacks.drain()
-        self._executor.shutdown(wait=True)
+        self._workers.close()  # runs every queued job, then stops the threads
         self._reclaim()
 
     def __enter__(self) -> "ThreadedStore":
@@ -226,35 +228,41 @@ class ThreadedStore(KVStore):
 
     # ---------------------------------------------------------------- jobs
     def _start(
-        self, task: StoreTask, body: Callable[[threading.Event], torch.Tensor | None], payload: BlockPayload | None = None
+        self, task: StoreTask, body: Callable[[CancelFlag], torch.Tensor | None], payload: BlockPayload | None = None
     ) -> None:
-        """Register the task; run `body` on a worker now, or once `payload`'s device copy is done."""
-        job = _Job(task, concurrent.futures.Future(), threading.Event())
+        """Register the task (lock held); queue `body` for a worker now, or once `payload`'s copy is done."""
+        job = _Job(self, task, body)
         self._jobs[task.task_id] = job
-
-        def launch() -> None:
-            self._executor.submit(self._execute, job, body)
-
         if payload is None or payload.done():
-            launch()
-        elif callable(getattr(payload, "add_done_callback", None)):
-            self._callbacks.begin()
-            try:
-                payload.add_done_callback(self._callbacks.wrap(launch))
-            except BaseException:
-                self._callbacks.end()
-                raise
-        else:
-            self._watcher.when_done(payload, launch)
+            self._workers.put(job)
+            return
+        self._unqueued += 1
+        try:
+            if callable(getattr(payload, "add_done_callback", None)):
+                payload.add_done_callback(job.launch)
+            else:
+                self._watcher.when_done(payload, job.launch)
+        except BaseException:
+            self._unqueued -= 1
+            raise
 
-    def _execute(self, job: _Job, body: Callable[[threading.Event], torch.Tensor | None]) -> None:
-        """Run one job; whatever happens, count it, free its pins/slots, then resolve its future."""
+    def _launch(self, job: _Job) -> None:
+        """Queue a job whose payload's copy is done (on the thread that saw it done)."""
+        try:
+            self._workers.put(job)
+        finally:
+            with self._lock:
+                self._unqueued -= 1
+                self._done.notify_all()
+
+    def _execute(self, job: _Job) -> None:
+        """Run one job; whatever happens, count it, free its pins/slots, then mark it done."""
         task = job.task
         result: torch.Tensor | None = None
         error: StoreError | None = None
         try:
             self._reclaim()
-            result = body(job.cancel)
+            result = job.body(job.cancel)
         except StoreError as exc:
             error = exc
         except Exception as exc:  # a back-end bug or OS error: still a failed task, never a lost one
@@ -265,10 +273,9 @@ class ThreadedStore(KVStore):
             self._ledger.release(task.task_id)
             key = ("dumps_" if task.kind == "dump" else "loads_") + ("completed" if error is None else "failed")
             setattr(self._stats, key, getattr(self._stats, key) + 1)
-        if error is None:
-            job.future.set_result(result)
-        else:
-            job.future.set_exception(error)
+            job.result, job.error, job.done = result, error, True
+            job.body = None  # type: ignore[assignment]  # drops the payload it closed over
+            self._done.notify_all()
 
     @staticmethod
     def _payload_rows(task: StoreTask, payload: BlockPayload) -> list[torch.Tensor]:
@@ -299,14 +306,14 @@ class ThreadedStore(KVStore):
             if isinstance(data, StagedRows):
                 data.release()
 
-    def _run_dump(self, task: StoreTask, payload: BlockPayload, cancel: threading.Event) -> None:
+    def _run_dump(self, task: StoreTask, payload: BlockPayload, cancel: CancelFlag) -> None:
         try:
             self._dump_rows(task, payload, cancel)
         finally:
             self._release_staged(payload)
         return None
 
-    def _dump_rows(self, task: StoreTask, payload: BlockPayload, cancel: threading.Event) -> None:
+    def _dump_rows(self, task: StoreTask, payload: BlockPayload, cancel: CancelFlag) -> None:
         data = self._payload_rows(task, payload)
         hashes = task.block_hashes
         for index, block_hash in enumerate(hashes):
@@ -321,7 +328,7 @@ class ThreadedStore(KVStore):
                 self._ledger.commit(task.task_id, block_hash, size)
         return None
 
-    def _run_load(self, task: StoreTask, cancel: threading.Event) -> torch.Tensor:
+    def _run_load(self, task: StoreTask, cancel: CancelFlag) -> torch.Tensor:
         rows: list[torch.Tensor] = []
         bad: dict[bytes, str] = {}
         for block_hash in task.block_hashes:
