@@ -270,7 +270,7 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
                 )
             else:
                 self._rank, world_size = _worker_rank(vllm_config)
-                # The device (CPU thread pool or CUDA copy stream) follows the registered KV tensors.
+                # The device (CPU copy thread or CUDA copy stream) follows the registered KV tensors.
                 self.core = OuterConnector(
                     config, Role.WORKER, store=self.store, rank=self._rank, world_size=world_size, groups=self._groups
                 )

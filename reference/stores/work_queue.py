@@ -143,4 +143,12 @@ def _at_exit() -> None:
     _LIVE.clear()
 
 
-threading._register_atexit(_at_exit)  # what concurrent.futures does for its executors' threads
+# What concurrent.futures does for its executors' threads (runs before non-daemon threads are joined); a
+# Python without that private hook falls back to atexit, which runs after the join: close queues explicitly.
+_register = getattr(threading, "_register_atexit", None)
+if _register is not None:
+    _register(_at_exit)
+else:  # pragma: no cover - CPython 3.9+ has the hook
+    import atexit
+
+    atexit.register(_at_exit)
