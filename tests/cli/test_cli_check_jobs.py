@@ -151,8 +151,11 @@ def test_ctrl_c_kills_every_jvm(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     runs.mkdir()
     env = {**os.environ, "TMPDIR": str(runs)}
+    # Ctrl-C's default action, as a terminal gives it: a suite started in the background (`make test &`, a CI
+    # runner's job) has SIGINT ignored, children inherit that, and Python then installs no KeyboardInterrupt
     process = subprocess.Popen([DEFERDUMP, "check", "--manifest", str(big), "--jobs", "2"], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while len(_jvms_under(runs)) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)

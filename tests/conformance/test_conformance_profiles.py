@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from support.conformance import LOADER, deferdump_traces
+from support.conformance import DecodedLoader, deferdump_traces
 from deferdump.conformance.corecov import core_for_variants, measure_core_coverage
 from deferdump.conformance.deferdump_driver import DeferDumpDriver, ModelConstants
 from deferdump.conformance.drivers import default_driver_factory
@@ -31,7 +31,8 @@ def _preempts(trace: ItfTrace) -> bool:
 def sample() -> list[ItfTrace]:
     """The first traces of the one-rank chunked model and the preempting traces of PreemptConformance."""
     loaded = load_traces([*deferdump_traces("DirectChunkedConformance")[:SAMPLE],
-                          *deferdump_traces("PreemptConformance")], default_driver_factory, LOADER)
+                          *deferdump_traces("PreemptConformance")], default_driver_factory,
+                         DecodedLoader(["DirectChunkedConformance", "PreemptConformance"]))
     for _, driver in loaded:
         driver.close()
     traces = [trace for trace, _ in loaded]

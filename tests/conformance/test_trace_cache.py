@@ -2,21 +2,28 @@
 
 A hit runs no TLC; a changed spec or cfg is a miss; a damaged entry (a file edited, a file gone, the
 entry's record garbled) is regenerated, never trusted; sessions racing on one entry both get a sound one.
+The decoded copy of an entry's traces equals a fresh decode, is unpickled on a hit, follows a changed spec
+or decoder, and is decoded again (never trusted) when it is damaged in any way.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import pickle
 import shutil
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 import support.tracecache as tracecache
 from support.conformance import FIXTURES, toy_manifest
+from deferdump.conformance.itfload import TraceLoader
 from deferdump.tools.tlc.manifest import ModelEntry
+from deferdump.tools.tlc.values import ItfTrace
 
 REPO_TESTS = Path(__file__).resolve().parents[1]
 
@@ -100,3 +107,97 @@ def test_racing_sessions_both_get_a_sound_entry(toy: ModelEntry, tmp_path: Path)
     [entry] = _entries(toy)  # one entry; the loser's scratch directory is gone
     traces, _ = tracecache.cached_cover(toy)
     assert traces.files[0].parent.parent == entry
+
+
+# ------------------------------------------------------------------------------------------ decoded traces
+
+def _counting_decodes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Every file the cache decodes from JSON from now on."""
+    decoded: list[Path] = []
+    original = TraceLoader.load
+
+    def load(self: TraceLoader, path: Path | str) -> ItfTrace:
+        decoded.append(Path(path))
+        return original(self, path)
+    monkeypatch.setattr(TraceLoader, "load", load)
+    return decoded
+
+
+def _fresh(files: list[Path]) -> list[ItfTrace]:
+    loader = TraceLoader()
+    return [loader.load(path) for path in files]
+
+
+def test_decoded_traces_are_kept_and_equal_a_fresh_decode(toy: ModelEntry, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = tracecache.cached_decoded(toy)
+    files = tracecache.cached_cover(toy)[0].files
+    assert list(first) == _fresh(files) and [t.path for t in first] == files
+    [entry] = _entries(toy)
+    assert (entry / "decoded.pickle").is_file()
+    decoded = _counting_decodes(monkeypatch)
+    again = tracecache.cached_decoded(toy)
+    assert decoded == [] and again == first and [t.path for t in again] == files  # unpickled, not decoded
+
+
+def test_decoded_traces_follow_a_changed_spec_or_decoder(toy: ModelEntry, monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Path) -> None:
+    tracecache.cached_decoded(toy)
+    decoded = _counting_decodes(monkeypatch)
+    toy.config_path.write_text(toy.config_path.read_text() + "\n\\* a comment changes the key\n")
+    changed = tracecache.cached_decoded(toy)
+    assert len(decoded) == len(changed) > 0 and len(_entries(toy)) == 2  # a new entry, decoded anew
+    decoder = tmp_path / "decoder.py"
+    decoder.write_text("# the decoder's source, version 1\n")
+    module = SimpleNamespace(__name__="decoder", __file__=str(decoder))
+    monkeypatch.setattr(tracecache, "_DECODER_SOURCES", (*tracecache._DECODER_SOURCES, module))
+    decoded.clear()
+    tracecache.cached_decoded(toy)
+    assert len(decoded) == len(changed)  # another decoder's pickle is not used
+    decoded.clear()
+    assert tracecache.cached_decoded(toy) == changed and decoded == []
+    decoder.write_text("# the decoder's source, version 2\n")
+    assert tracecache.cached_decoded(toy) == changed and len(decoded) == len(changed)
+
+
+def _rehashed(payload: bytes, key: str) -> bytes:
+    """A decoded-traces file holding ``payload`` under a correct header (the hash matches)."""
+    return (tracecache._DECODED_MAGIC + f"{key}\n{hashlib.sha256(payload).hexdigest()}\n".encode() + payload)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "garbage-pickle", "not-traces", "fewer-traces"])
+def test_a_damaged_decoded_file_is_decoded_again_never_trusted(toy: ModelEntry, monkeypatch: pytest.MonkeyPatch,
+                                                               damage: str) -> None:
+    first = tracecache.cached_decoded(toy)
+    [entry] = _entries(toy)
+    path = entry / "decoded.pickle"
+    data = path.read_bytes()
+    key = tracecache._decoder_key(entry)
+    if damage == "flip":  # one byte of a pickled string: still unpickles, to a wrong value, without the hash
+        at = data.rindex(b"Toy")
+        path.write_bytes(data[:at] + b"Toz" + data[at + 3:])
+    elif damage == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "garbage-pickle":
+        path.write_bytes(_rehashed(b"\x80\x05not a pickle", key))
+    elif damage == "not-traces":
+        path.write_bytes(_rehashed(pickle.dumps({"traces": 1}), key))
+    else:
+        path.write_bytes(_rehashed(pickle.dumps(list(first[:-1])), key))
+    decoded = _counting_decodes(monkeypatch)
+    again = tracecache.cached_decoded(toy)
+    assert again == first and len(decoded) == len(first)
+    decoded.clear()
+    assert tracecache.cached_decoded(toy) == first and decoded == []  # the file was rewritten whole
+    assert sorted(p.name for p in entry.iterdir()) == ["decoded.pickle", "entry.json", "traces"]  # no scratch left
+
+
+def test_a_damaged_trace_file_discards_its_decoded_copy(toy: ModelEntry, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = tracecache.cached_decoded(toy)
+    victim = tracecache.cached_cover(toy)[0].files[0]
+    original = victim.read_bytes()
+    victim.write_bytes(original.replace(b'"Toy"', b'"Toz"', 1))
+    decoded = _counting_decodes(monkeypatch)
+    assert tracecache.cached_decoded(toy) == first and len(decoded) == len(first)  # regenerated, then decoded
+    assert victim.read_bytes() == original

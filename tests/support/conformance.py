@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from support import FIXTURES as ALL_FIXTURES
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,7 +19,7 @@ from deferdump.conformance.driver import StepMismatch
 from deferdump.conformance.itfload import TraceLoader
 from deferdump.conformance.tracegen import GeneratedTraces
 from deferdump.tools.tlc.parallel import default_jobs
-from support.tracecache import cached_cover
+from support.tracecache import cached_cover, cached_decoded
 from deferdump.conformance.verify import conformance_entries
 from deferdump.tools.tlc.manifest import Expectation, Manifest, ModelEntry, load_manifest
 from deferdump.tools.tlc.specfiles import spec_dir
@@ -96,8 +96,16 @@ class RecordingFactory:
 
 DEFERDUMP_FIXTURES = FIXTURES / "deferdump"
 
-LOADER = TraceLoader()
-"""One loader for the whole session: the trace modules share decoded values (decoding dominates)."""
+class DecodedLoader(TraceLoader):
+    """A TraceLoader that answers the trace files of the given models from the trace cache's decoded copy
+    (support.tracecache.cached_decoded), and decodes any other file itself."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        super().__init__()
+        self._decoded = {trace.path: trace for name in names for trace in decoded_traces(name)}
+
+    def load(self, path: Path | str) -> ItfTrace:
+        return self._decoded.get(Path(path)) or super().load(path)
 
 COVER_FIXTURES = ("ConfLayerWise", "ConfMulti")
 """Small DeferDump configs (tests/fixtures/conformance/deferdump) replayed with their full edge cover: what
@@ -159,13 +167,19 @@ def prefetch_covers(names: list[str], jobs: int | None = None) -> None:
 
 
 @functools.lru_cache(maxsize=None)
+def decoded_traces(name: str) -> tuple[ItfTrace, ...]:
+    """One model's traces decoded, in file order (unpickled from the trace cache once they were decoded)."""
+    return cached_decoded(conformance_entry(name))
+
+
+@functools.lru_cache(maxsize=None)
 def loaded_traces(name: str) -> tuple[ItfTrace, ...]:
     """One model's traces decoded and validated for the default drivers, once per session (replays build
     fresh drivers, so every test may replay them)."""
     from deferdump.conformance.drivers import default_driver_factory
     from deferdump.conformance.replay import load_traces
 
-    loaded = load_traces(deferdump_traces(name), default_driver_factory, LOADER)
+    loaded = load_traces(deferdump_traces(name), default_driver_factory, DecodedLoader([name]))
     for _, driver in loaded:
         driver.close()
     return tuple(trace for trace, _ in loaded)

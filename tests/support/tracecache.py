@@ -8,14 +8,24 @@ Safe against concurrent sessions and damage: an entry is written under a private
 renamed into place whole (the rename is atomic; a session that loses the race keeps the winner's entry),
 and every file is checked against the SHA-256 recorded at generation before it is used. An entry that
 fails the check is moved aside and regenerated, never trusted.
+
+An entry also keeps its traces decoded (``decoded.pickle``, written by :func:`cached_decoded` the first time
+they are decoded): unpickling 16,653 traces takes a fifth of the CPU of parsing and decoding their JSON. The
+file records the SHA-256 of the entry's record (which holds every trace file's hash), of the decoder's
+source and of its own pickled bytes; anything that does not match is decoded from the ITF files again and
+the file rewritten (atomically, by rename), never trusted. The pickle is only ever read from a file this
+module wrote in the cache; whoever can write there can rewrite the traces themselves.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import os
+import pickle
 import shutil
+import sys
 import tempfile
 import uuid
 from dataclasses import asdict
@@ -23,12 +33,15 @@ from pathlib import Path
 from typing import Any
 
 import deferdump.conformance.cover as cover_module
+import deferdump.conformance.itfload as itfload_module
 import deferdump.conformance.stategraph as stategraph_module
 import deferdump.conformance.tracegen as tracegen_module
 import deferdump.tools.tlc.cfg as cfg_module
 import deferdump.tools.tlc.values as values_module
 from deferdump.conformance.tracegen import GeneratedTraces, generate_traces, model_graph
+from deferdump.conformance.itfload import TraceLoader
 from deferdump.tools.tlc.manifest import ModelEntry
+from deferdump.tools.tlc.values import ItfTrace
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +51,9 @@ MODE = "cover"
 FORMAT = 1  # bump when the layout of an entry changes
 _META = "entry.json"
 _GENERATOR_SOURCES = (tracegen_module, cover_module, stategraph_module, cfg_module, values_module)
+_DECODED = "decoded.pickle"
+_DECODED_MAGIC = b"deferdump-decoded-traces 1\n"  # then the decoder key and the payload's SHA-256 (hex), then the payload
+_DECODER_SOURCES = (itfload_module, values_module)
 
 
 def cache_root() -> Path:
@@ -129,3 +145,84 @@ def cached_cover(entry: ModelEntry, *, max_len: int | None = None) -> tuple[Gene
             _discard(final)
         _generate(entry, final, max_len)
     raise RuntimeError(f"trace cache: could not produce a sound entry for {entry.name} in {final}")
+
+
+# ------------------------------------------------------------------------------------------ decoded traces
+
+def _decoder_key(directory: Path) -> str:
+    """SHA-256 over what the decoded traces depend on: the entry's record (every trace file's hash), the
+    decoder's source, the pickle protocol and the Python version."""
+    digest = hashlib.sha256()
+    digest.update((directory / _META).read_bytes())
+    for source in _DECODER_SOURCES:
+        digest.update(f"\0py:{source.__name__}\0".encode())
+        digest.update(Path(source.__file__).read_bytes())
+    digest.update(f"\0pickle:{pickle.HIGHEST_PROTOCOL}\0python:{sys.version_info[:2]}".encode())
+    return digest.hexdigest()
+
+
+def _read_decoded(path: Path, key: str) -> list[ItfTrace] | None:
+    """The decoded traces in ``path`` if it was written for ``key`` and its payload matches its hash."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        log.warning("trace cache: cannot read %s: %s", path, error)
+        return None
+    header = len(_DECODED_MAGIC) + 2 * 65
+    if not data.startswith(_DECODED_MAGIC) or len(data) < header:
+        log.warning("trace cache: %s is not a decoded-traces file", path)
+        return None
+    written_key, payload_hash = data[len(_DECODED_MAGIC):header].decode("ascii", "replace").split("\n")[:2]
+    payload = memoryview(data)[header:]
+    if written_key != key:
+        log.info("trace cache: %s was decoded by another decoder; decoding again", path)
+        return None
+    if hashlib.sha256(payload).hexdigest() != payload_hash:
+        log.warning("trace cache: %s does not match its hash", path)
+        return None
+    try:
+        traces = pickle.loads(payload)
+    except Exception as error:  # a file that matches its hash but does not unpickle: decode again
+        log.warning("trace cache: cannot unpickle %s: %s", path, error)
+        return None
+    if not isinstance(traces, list) or not all(isinstance(trace, ItfTrace) for trace in traces):
+        log.warning("trace cache: %s does not hold a list of traces", path)
+        return None
+    return traces
+
+
+def _write_decoded(path: Path, key: str, traces: list[ItfTrace]) -> None:
+    """Write atomically (a private file renamed into place); a failure only costs the next session a decode."""
+    payload = pickle.dumps(traces, protocol=pickle.HIGHEST_PROTOCOL)
+    header = _DECODED_MAGIC + f"{key}\n{hashlib.sha256(payload).hexdigest()}\n".encode("ascii")
+    try:
+        handle, scratch = tempfile.mkstemp(prefix=".tmp-decoded-", dir=path.parent)
+        try:
+            with os.fdopen(handle, "wb") as file:
+                file.write(header)
+                file.write(payload)
+            os.replace(scratch, path)
+        except BaseException:
+            Path(scratch).unlink(missing_ok=True)
+            raise
+    except OSError as error:  # the entry was discarded meanwhile, or the disk is full
+        log.warning("trace cache: could not keep the decoded traces in %s: %s", path, error)
+
+
+def cached_decoded(entry: ModelEntry, *, max_len: int | None = None) -> tuple[ItfTrace, ...]:
+    """The model's edge-cover traces decoded (:class:`TraceLoader`), in file order, from the entry's pickle
+    or from its ITF files (then pickled for the next session). Each trace's ``path`` is its file's."""
+    traces, _ = cached_cover(entry, max_len=max_len)
+    directory = traces.files[0].parent.parent if traces.files else None
+    if directory is None:
+        return ()
+    key = _decoder_key(directory)
+    decoded = _read_decoded(directory / _DECODED, key)
+    if decoded is not None and len(decoded) == len(traces.files):
+        return tuple(dataclasses.replace(trace, path=path) for trace, path in zip(decoded, traces.files))
+    loader = TraceLoader()
+    decoded = [loader.load(path) for path in traces.files]
+    _write_decoded(directory / _DECODED, key, decoded)
+    return tuple(decoded)
