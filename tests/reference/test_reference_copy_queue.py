@@ -15,15 +15,9 @@ from deferdump.reference.devices import CopyPayload, CpuDevice
 from deferdump.reference.stores.base import StoreError
 from deferdump.reference.stores.memory import MemoryStore
 from support.reference import BLOCK_SIZE, cpu_kv_caches, deployment, dump_meta, run_request, run_save_step
+from support.live_threads import new_threads
 
 
-def _new_threads(before: set[threading.Thread], timeout: float = 5.0) -> set[threading.Thread]:
-    deadline = time.monotonic() + timeout
-    while True:
-        left = {t for t in threading.enumerate() if t not in before and t.is_alive()}
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.01)
 
 
 def _worker(store: MemoryStore, copy_threads: int = 1) -> tuple[OuterConnector, CpuDevice]:
@@ -57,7 +51,7 @@ def test_a_copy_that_raises_fails_its_task_on_wait_and_the_handle_is_released() 
     connector.shutdown()
     device.close()
     store.close()
-    assert _new_threads(before) == set()
+    assert new_threads(before) == set()
 
 
 def test_a_store_write_that_fails_surfaces_on_wait_and_keeps_nothing() -> None:
@@ -135,4 +129,4 @@ def test_shutdown_with_dumps_in_flight_waits_them_and_leaves_no_thread() -> None
     assert store.lookup_prefix([b"a:3", b"a:4", b"b:5"]) == 3, "the in-flight dump was stored whole"
     expected = torch.cat([caches[name][3].contiguous().view(torch.uint8).flatten() for name in sorted(caches)])
     assert torch.equal(store._blocks[b"a:3"], expected)
-    assert _new_threads(before) == set(), "copy threads and store workers all joined"
+    assert new_threads(before) == set(), "copy threads and store workers all joined"

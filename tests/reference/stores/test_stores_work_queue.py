@@ -7,11 +7,11 @@ import os
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
 from deferdump.reference.stores.work_queue import WorkQueue
+from support.live_threads import new_threads
 
 
 class _Record:
@@ -24,14 +24,6 @@ class _Record:
         self.log.append(self.value)
 
 
-def _new_threads(before: set[threading.Thread], timeout: float = 5.0) -> set[threading.Thread]:
-    """Threads started since `before` that are still alive after up to `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = {t for t in threading.enumerate() if t not in before and t.is_alive()}
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.01)
 
 
 def test_one_thread_runs_jobs_in_order_and_close_runs_what_is_queued_then_joins() -> None:
@@ -51,7 +43,7 @@ def test_one_thread_runs_jobs_in_order_and_close_runs_what_is_queued_then_joins(
     gate.set()
     closer.join(10)
     assert log == list(range(20))
-    assert work.alive() == 0 and _new_threads(before) == set()
+    assert work.alive() == 0 and new_threads(before) == set()
     with pytest.raises(RuntimeError, match="after close"):
         work.put(_Record(log, 99))
     work.close()  # idempotent
@@ -91,7 +83,7 @@ def test_a_queue_dropped_without_close_stops_its_threads() -> None:
     work.put(_Record(log, 1))
     del work
     gc.collect()
-    assert _new_threads(before) == set()
+    assert new_threads(before) == set()
     assert log == [1], "the queued job still ran"
 
 
