@@ -47,6 +47,11 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, importe
         TaskNotFound,
     )
     from deferdump.reference.views import CachedRequestView, NewRequestView, RequestView, StepView
+    from deferdump.reference.stores.memory import MemoryStore
+    from deferdump.reference.stores.file import FileStore, StoreDirectoryError
+    from deferdump.reference.stores.faults import FaultyStore, FaultConfig
+    from deferdump.reference.testing.manual_store import ManualStore
+    from deferdump.reference.stores.redis import RedisStore, RedisUnavailable
 
 
 def __getattr__(name: str) -> Any:

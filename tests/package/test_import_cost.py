@@ -23,3 +23,19 @@ def test_the_package_names_still_resolve_on_first_use() -> None:
     done = subprocess.run([sys.executable, "-c", "import deferdump.reference as r; r.NoSuchName"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "has no attribute 'NoSuchName'" in done.stderr
+
+
+def test_type_checkers_see_every_lazily_exported_name() -> None:
+    """The `TYPE_CHECKING` imports and the lazy table list the same names from the same modules: a name added
+    to one only would be invisible to type checkers or missing at run time."""
+    import ast
+    from pathlib import Path
+
+    import deferdump.reference as reference
+
+    tree = ast.parse(Path(reference.__file__).read_text(encoding="utf-8"))
+    guarded = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    seen = {(node.module, alias.name) for node in ast.walk(guarded) if isinstance(node, ast.ImportFrom)
+            for alias in node.names}
+    lazy = {(f"deferdump.reference.{module}", name) for module, names in reference._EXPORTS.items() for name in names}
+    assert seen == lazy
