@@ -38,16 +38,21 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # check the CI models, generate edge-cover traces of each conformance model, replay them on the
-# reference connector, print the summary; non-zero on anything unexpected.
+# reference connector, print the summary; non-zero on anything unexpected. Then the tests marked `verify`
+# (each mutant's counterexample is its bug, the protocol core's coverage target) judge that run's report.
+# The edge covers come from the checkout's trace cache, which `make test` fills too (each generated once).
+VERIFY_REPORT := .verify/report.json
+export DEFERDUMP_TRACE_CACHE ?= $(CURDIR)/.cache/deferdump-traces
 verify: setup
-	$(VENV)/bin/deferdump verify
+	$(VENV)/bin/deferdump verify --report $(VERIFY_REPORT)
+	DEFERDUMP_VERIFY_REPORT=$(VERIFY_REPORT) $(VENV)/bin/pytest -q tests --ignore=tests/vllm -p no:cacheprovider -m verify
 
 # The suite runs on TEST_JOBS pytest-xdist workers (default: one per CPU). `--dist loadfile` keeps each
-# test file on one worker, so a file's module-wide fixtures (the CI tier's TLC runs, a model's generated
-# traces) run once. TEST_JOBS=0 runs it in one process.
+# test file on one worker, so a file's module-wide fixtures (a model's generated traces) run once.
+# TEST_JOBS=0 runs it in one process. The tests marked `verify` run under `make verify` (CI runs both).
 TEST_JOBS ?= auto
 test: setup
-	$(VENV)/bin/pytest -q tests --ignore=tests/vllm -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile
+	$(VENV)/bin/pytest -q tests --ignore=tests/vllm -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile -m "not verify"
 
 # Full benchmark (docs/benchmarks.md records its figures); `deferdump bench --quick` for a 2-minute pass.
 bench: setup
@@ -77,4 +82,4 @@ test-vllm: system-deps java-check $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/pytest -v tests/vllm -p no:cacheprovider --timeout=600 --durations=0
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info .pytest_cache .hypothesis .verify

@@ -1,23 +1,33 @@
 """The job behind ``deferdump verify`` / ``make verify``: check, generate, replay, measure.
 
-1. model-check every CI model of the manifest against its expectation;
-2. for every CI conformance model (passing, not a mutant): generate its edge-cover traces, replay them
-   on the reference connector (under coverage.py, for the protocol core's branch coverage);
-3. judge: any unexpected check result, any divergence, or edge coverage below 100 % is a failure.
+1. model-check every CI model of the manifest against its expectation (``jobs`` JVMs at a time);
+2. for every CI conformance model (passing, not a mutant): generate its edge-cover traces (``jobs`` at a
+   time), replay them on the reference connector (under coverage.py, for the protocol core's branch coverage);
+3. judge: any unexpected check result, any divergence, edge coverage below 100 %, or the protocol core's
+   branch coverage below :data:`~deferdump.conformance.corecov.CORE_BRANCH_TARGET` is a failure.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from deferdump.reference.class_names import INNER
 from deferdump.tools.tlc.manifest import CheckOutcome, Manifest, ModelEntry, check_model, load_manifest, outcomes_json
+from deferdump.tools.tlc.output import Progress
+from deferdump.tools.tlc.parallel import Job, default_jobs, run_checks
 
-from deferdump.conformance.corecov import CoreCoverage, core_for_variants, measure_core_coverage
+from deferdump.conformance.corecov import CORE_BRANCH_TARGET, CoreCoverage, core_for_variants, measure_core_coverage
 from deferdump.conformance.replay import ReplayReport, replay_paths
-from deferdump.conformance.tracegen import GeneratedTraces, generate_traces
+from deferdump.conformance.tracecache import cached_cover
+from deferdump.conformance.tracegen import GeneratedTraces, TraceGenerationError, generate_traces
 
 __all__ = ["CoverReplay", "ModelConformance", "VerifyResult", "conformance_entries", "cover_and_replay", "run_verify"]
 
@@ -70,11 +80,37 @@ class CoverReplay:
     core: CoreCoverage
 
 
+def _placed(traces: GeneratedTraces, target: Path) -> GeneratedTraces:
+    """Cached traces put under ``target`` (hard links where the file system allows, else copies), so that a
+    replay's shrunk failing trace lands beside them and never inside the cache; nothing is overwritten."""
+    paths = [target / path.name for path in traces.files]
+    clashing = [path.name for path in paths if path.exists()]
+    if clashing:
+        raise TraceGenerationError(f"{target} already holds {clashing[0]} (and {len(clashing) - 1} more): "
+                                   "not overwriting; choose an empty --out directory")
+    target.mkdir(parents=True, exist_ok=True)
+    for source, path in zip(traces.files, paths):
+        try:
+            os.link(source, path)
+        except OSError:  # another file system, or links refused
+            shutil.copyfile(source, path)
+    return dataclasses.replace(traces, files=paths)
+
+
 def cover_and_replay(entries: list[ModelEntry], out_dir: Path, manifest: Manifest, *, shrink: bool = True,
-                     timeout: float | None = None) -> CoverReplay:
-    """Generate each model's edge cover under ``out_dir/<name>`` and replay them all under coverage.py
-    (the protocol core of the variants the models run); `deferdump verify` and `deferdump bench` share it."""
-    generated = [generate_traces(entry, "cover", out_dir / entry.name, timeout=timeout) for entry in entries]
+                     timeout: float | None = None, jobs: int = 1, cached: bool = False) -> CoverReplay:
+    """Generate each model's edge cover under ``out_dir/<name>`` (``jobs`` TLC runs at a time) and replay
+    them all under coverage.py (the protocol core of the variants the models run); `deferdump verify` and
+    `deferdump bench` share it. ``cached``: take each edge cover from the trace cache
+    (:mod:`deferdump.conformance.tracecache`, keyed by the spec's content and the generator's source),
+    generating and keeping it there where missing."""
+    def generate(entry: ModelEntry) -> GeneratedTraces:
+        if cached:
+            return _placed(cached_cover(entry)[0], out_dir / entry.name)
+        return generate_traces(entry, "cover", out_dir / entry.name, timeout=timeout)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="deferdump-cover") as pool:
+        generated = list(pool.map(generate, entries))  # in the order of `entries`; the first error re-raises
 
     def replay_all() -> list[ReplayReport]:
         return [replay_paths(g.files, shrink=shrink, manifest=manifest) for g in generated]
@@ -84,22 +120,42 @@ def cover_and_replay(entries: list[ModelEntry], out_dir: Path, manifest: Manifes
     return CoverReplay(generated, reports, measured)
 
 
-def run_verify(manifest_path: Path | None, out_dir: Path) -> VerifyResult:
-    """Run the whole verification; ``out_dir`` receives one sub-directory of traces per model."""
+def _check_job(entry: ModelEntry) -> Job:
+    def job(progress: Callable[[Progress], None], cancel: threading.Event) -> CheckOutcome:
+        return check_model(entry, progress=progress, cancel=cancel)
+    return job
+
+
+def run_verify(manifest_path: Path | None, out_dir: Path, *, jobs: int | None = None,
+               min_core_coverage: float | None = None, cached: bool = True,
+               on_change: Callable[[list[str], int], None] | None = None) -> VerifyResult:
+    """Run the whole verification; ``out_dir`` receives one sub-directory of traces per model.
+
+    ``jobs`` (default: one per usable CPU) TLC runs go at once, for the checks and for the trace
+    generation; ``on_change`` hears the running checks as :func:`~deferdump.tools.tlc.parallel.run_checks`
+    reports them. ``cached``: the edge covers come from the trace cache (see :func:`cover_and_replay`).
+    The protocol core's branch coverage below ``min_core_coverage`` is a problem (default:
+    :data:`~deferdump.conformance.corecov.CORE_BRANCH_TARGET`, the shipped models' target; a manifest of a
+    few models reaches less)."""
     manifest: Manifest = load_manifest(manifest_path)
+    parallel = jobs or default_jobs()
     result = VerifyResult()
     ci = manifest.select(tier="ci")
-    for entry in ci:
-        outcome = check_model(entry)
-        result.checks.append(outcome)
+    result.checks = run_checks([(entry.name, _check_job(entry)) for entry in ci], parallel, on_change=on_change)
+    for entry, outcome in zip(ci, result.checks):
         if not outcome.expected_ok:
             result.problems.append(f"check {entry.name}: {outcome.summary}")
     conformance = conformance_entries(manifest)
     if not conformance:
         result.problems.append("the manifest marks no CI model for conformance")
         return result
-    covers = cover_and_replay(conformance, out_dir, manifest)
+    covers = cover_and_replay(conformance, out_dir, manifest, jobs=parallel, cached=cached)
     result.core = covers.core
+    target = CORE_BRANCH_TARGET if min_core_coverage is None else min_core_coverage
+    reached = covers.core.branch_coverage
+    if reached is not None and reached < target:
+        result.problems.append(f"protocol core branch coverage {reached:.1%} below {target:.0%} "
+                               f"({len(covers.core.missed)} lines or arcs missed: core_coverage.missed in --json)")
     for traces, report in zip(covers.generated, covers.reports):
         row = ModelConformance(traces, report)
         result.models.append(row)

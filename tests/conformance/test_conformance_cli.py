@@ -73,8 +73,12 @@ def test_bad_trace_gives_one_line_and_exit_2(tmp_path):
     assert "unknown action name 'explode'" in line
 
 
-def test_verify_checks_generates_replays_and_summarises(tmp_path):
-    run = _run("verify", "--manifest", str(_fixture_manifest(tmp_path)), "--json", "--out", str(tmp_path / "v"))
+def test_verify_checks_generates_replays_and_summarises(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEFERDUMP_TRACE_CACHE", str(tmp_path / "cache"))
+    report = tmp_path / "reports" / "verify.json"
+    manifest = _fixture_manifest(tmp_path)
+    run = _run("verify", "--manifest", str(manifest), "--json", "--out", str(tmp_path / "v"),
+               "--min-core-coverage", "0", "--report", str(report), "--jobs", "2")
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr
     result = json.loads(run.stdout)
     assert result["ok"] and result["problems"] == []
@@ -84,4 +88,33 @@ def test_verify_checks_generates_replays_and_summarises(tmp_path):
     assert model["model"] == "ConfMLA" and model["replay"]["failed"] == []
     assert model["replay"]["edge_coverage"] == 1.0
     assert result["core_coverage"]["branches"] > 0
-    assert any((tmp_path / "v" / "ConfMLA").glob("*.itf.json"))
+    placed = sorted((tmp_path / "v" / "ConfMLA").glob("*.itf.json"))
+    assert placed and len(placed) == model["traces"]
+    assert json.loads(report.read_text()) == result  # --report keeps what --json printed
+    # the edge cover went into the trace cache: a second run reuses it (the same files, byte for byte)
+    (entry,) = [d for d in (tmp_path / "cache").iterdir() if d.name.startswith("ConfMLA-")]
+    cached = sorted((entry / "traces").glob("*.itf.json"))
+    assert [p.read_bytes() for p in cached] == [p.read_bytes() for p in placed]
+    again = _run("verify", "--manifest", str(manifest), "--json", "--min-core-coverage", "0")
+    assert again.returncode == 0, again.stderr
+    assert [d.name for d in (tmp_path / "cache").iterdir() if not d.name.startswith(".")] == [entry.name]
+    assert not [d for d in (tmp_path / "cache").iterdir() if d.name.startswith(".verify-")]  # its scratch is gone
+
+
+def test_verify_fails_below_the_core_coverage_target(tmp_path, monkeypatch):
+    """One MLA model reaches well under the shipped models' 95 % of the protocol core: exit 1, named."""
+    monkeypatch.setenv("DEFERDUMP_TRACE_CACHE", str(tmp_path / "cache"))
+    run = _run("verify", "--manifest", str(_fixture_manifest(tmp_path)), "--json", "--no-cache")
+    assert run.returncode == 1, run.stderr
+    result = json.loads(run.stdout)
+    (problem,) = result["problems"]
+    assert problem.startswith("protocol core branch coverage") and "below 95%" in problem
+    assert result["core_coverage"]["branch_coverage"] < 0.95 and result["core_coverage"]["missed"]
+    assert not (tmp_path / "cache").exists()  # --no-cache generated afresh, outside the cache
+
+
+def test_verify_bad_report_path_is_one_line(tmp_path):
+    run = _run("verify", "--manifest", str(_fixture_manifest(tmp_path)), "--report", str(tmp_path))
+    assert run.returncode == 2 and run.stdout == ""
+    (line,) = run.stderr.strip().splitlines()
+    assert "is a directory" in line and str(tmp_path) in line

@@ -1,4 +1,4 @@
-"""The on-disk trace cache (support.tracecache) on the Toy model: real TLC, real files.
+"""The on-disk trace cache (deferdump.conformance.tracecache) on the Toy model: real TLC, real files.
 
 A hit runs no TLC; a changed spec or cfg is a miss; a damaged entry (a file edited, a file gone, the
 entry's record garbled) is regenerated, never trusted; sessions racing on one entry both get a sound one.
@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import support.tracecache as tracecache
+import deferdump.conformance.tracecache as tracecache
 from support.conformance import FIXTURES, toy_manifest
 from deferdump.conformance.itfload import TraceLoader
 from deferdump.tools.tlc.manifest import ModelEntry
@@ -92,7 +92,7 @@ def test_racing_sessions_both_get_a_sound_entry(toy: ModelEntry, tmp_path: Path)
     script = (
         "import sys; from dataclasses import replace; from pathlib import Path\n"
         f"sys.path.insert(0, {str(REPO_TESTS)!r})\n"
-        "import support.tracecache as tc\n"
+        "import deferdump.conformance.tracecache as tc\n"
         "from support.conformance import toy_manifest\n"
         f"entry = replace(toy_manifest().get('Toy'), spec_dir=Path({str(toy.spec_dir)!r}))\n"
         "traces, graph = tc.cached_cover(entry)\n"

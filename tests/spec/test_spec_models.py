@@ -1,8 +1,10 @@
 """The CI tier of the TLA+ model (spec/manifest.json) meets every expectation, through the real CLI and TLC.
 
-One `deferdump check --tier ci --json` run (the path CI takes) feeds every test here: each model's
-verdict and distinct-state count match the manifest, and each mutant's counterexample is the bug it
-names — its `action` history holds the connector calls that make that bug.
+One run of the CI tier feeds every test here that reads results: each model's verdict and distinct-state
+count match the manifest, and each mutant's counterexample is the bug it names — its `action` history
+holds the connector calls that make that bug. Those tests are marked `verify`: `make verify` (run by CI)
+runs them on the check results of its own `deferdump verify` run; `make test` leaves them out. Alone
+(`pytest -m verify tests/spec`) they run `deferdump check --tier ci --json` themselves.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from support.verify_report import verify_report
 from deferdump.tools.tlc.cfg import strip_comments
 from deferdump.tools.tlc.manifest import load_manifest
 from deferdump.tools.tlc.specfiles import spec_dir
@@ -50,7 +53,13 @@ EXPECTED_CALLS: dict[str, set[str]] = {
 
 @pytest.fixture(scope="module")
 def ci_results() -> dict[str, dict[str, Any]]:
-    """Run the CI tier once through the CLI, as `make verify` and CI do."""
+    """The CI tier's check rows: those of the `deferdump verify` run that `make verify` just made, else one
+    run of the tier through the CLI (the same rows: both print `outcomes_json`)."""
+    report = verify_report()
+    if report is not None:
+        rows = {row["model"]: row for row in report["checks"]}
+        assert set(rows) == {entry.name for entry in CI_MODELS}, "the verify report is not of this manifest's CI tier"
+        return rows
     proc = subprocess.run(
         [sys.executable, "-m", "deferdump.tools.cli.app", "check", "--tier", "ci", "--json"],
         capture_output=True, text=True, timeout=1800,
@@ -97,6 +106,7 @@ def _set(value: Any) -> list[Any]:
 
 
 @pytest.mark.parametrize("name", [entry.name for entry in CI_MODELS])
+@pytest.mark.verify
 def test_ci_model_meets_manifest(ci_results: dict[str, dict[str, Any]], name: str) -> None:
     entry = next(e for e in CI_MODELS if e.name == name)
     row = ci_results[name]
@@ -122,6 +132,7 @@ def test_ci_tier_covers_the_issue() -> None:
 
 
 @pytest.mark.parametrize("name", MUTANTS)
+@pytest.mark.verify
 def test_mutant_counterexample_shows_the_bug(ci_results: dict[str, dict[str, Any]], name: str) -> None:
     row = ci_results[name]
     assert row["trace"], f"{name}: no counterexample"
@@ -130,6 +141,7 @@ def test_mutant_counterexample_shows_the_bug(ci_results: dict[str, dict[str, Any
     assert not missing, f"{name}: counterexample lacks {sorted(missing)}; has {sorted(seen)}"
 
 
+@pytest.mark.verify
 def test_cp_mutant_dumps_without_tracking(ci_results: dict[str, dict[str, Any]]) -> None:
     """The reviewer's hypothesis: metadata with dump slices but nothing tracked, so no delayed free."""
     metas = _calls(ci_results["CPOverrideNoTrack"], "build_connector_meta")
@@ -138,6 +150,7 @@ def test_cp_mutant_dumps_without_tracking(ci_results: dict[str, dict[str, Any]])
     assert any(_set(f["reqs"]) and not _set(f["delayed"]) for f in finishes)
 
 
+@pytest.mark.verify
 def test_no_preempt_wait_counterexample_preempts(ci_results: dict[str, dict[str, Any]]) -> None:
     metas = _calls(ci_results["NoPreemptWait"], "build_connector_meta")
     assert any(_set(m["preempted_req_ids"]) for m in metas)
@@ -145,6 +158,7 @@ def test_no_preempt_wait_counterexample_preempts(ci_results: dict[str, dict[str,
     assert all(not _set(w["waited"]) for w in waits)
 
 
+@pytest.mark.verify
 def test_blocking_wait_for_save_blocks(ci_results: dict[str, dict[str, Any]]) -> None:
     saves = _calls(ci_results["BlockingWaitForSave"], "wait_for_save")
     assert any(_set(s["blocked"]) for s in saves)
@@ -155,6 +169,7 @@ def _writes(call: dict[str, Any]) -> set[str]:
     return {json.dumps(tup["#tup"][0]) for tup in _set(call["writes"]) + _set(call["sw_writes"])}
 
 
+@pytest.mark.verify
 def test_sliding_window_counterexample_frees_a_running_requests_block(ci_results: dict[str, dict[str, Any]]) -> None:
     """The merged table on a hybrid model: a block leaves the window while its request runs (no
     preemption, no finish), lands in the metadata's freed set, and the same step's forward writes it
@@ -173,6 +188,7 @@ def test_sliding_window_counterexample_frees_a_running_requests_block(ci_results
     assert all(not _set(f["reqs"]) for f in finishes), "the bug needs no finish"
 
 
+@pytest.mark.verify
 def test_sliding_window_fences_pass_where_the_merged_table_fails(ci_results: dict[str, dict[str, Any]]) -> None:
     """Both fences are safe on the hybrid bounds; the fine one keeps PreemptWaitsOnlyPreemptedInv
     (it waits only tasks that read a freed block), the coarse one does not."""
@@ -212,12 +228,14 @@ def test_ci_tier_has_breadth_per_variant() -> None:
                for c in consts.values())
 
 
+@pytest.mark.verify
 def test_several_victims_mutant_preempts_two(ci_results: dict[str, dict[str, Any]]) -> None:
     """Waiting one victim's tasks is enough for one victim; the bug needs a schedule with two."""
     row = ci_results["PreemptWaitsOneVictim"]
     assert any(len(_set(m["preempted_req_ids"])) >= 2 for m in _calls(row, "build_connector_meta"))
 
 
+@pytest.mark.verify
 def test_aggregator_mutant_frees_on_a_partial_count(ci_results: dict[str, dict[str, Any]]) -> None:
     """One rank's report frees the request; a later report from another rank is unexpected."""
     row = ci_results["AggForwardsFirst"]
@@ -239,18 +257,21 @@ def _fun_values(value: Any) -> list[Any]:
     return list(value.values()) if isinstance(value, dict) else list(value)
 
 
+@pytest.mark.verify
 def test_some_delayed_sibling_unmasks_ucm(ci_results: dict[str, dict[str, Any]]) -> None:
     """A request no child delays is freed at once, and its block is rewritten under its dump."""
     row = ci_results["OuterNoForwardSomeDelayed"]
     assert any(_set(f["reqs"]) and not _set(f["delayed"]) for f in _calls(row, "request_finished"))
 
 
+@pytest.mark.verify
 def test_redo_untracked_dumps_a_recompute_untracked(ci_results: dict[str, dict[str, Any]]) -> None:
     row = ci_results["RedoUntracked"]
     assert any(_set(c["reqs"]) for c in _calls(row, "_update_requests_with_invalid_blocks"))
     assert any(_set(m["dump"]) and not _set(m["tracked"]) for m in _calls(row, "build_connector_meta"))
 
 
+@pytest.mark.verify
 def test_shutdown_mutant_keeps_a_handle(ci_results: dict[str, dict[str, Any]]) -> None:
     row = ci_results["ShutdownKeepsHandles"]
     last = row["trace"][-1]["state"]
@@ -258,12 +279,14 @@ def test_shutdown_mutant_keeps_a_handle(ci_results: dict[str, dict[str, Any]]) -
     assert any(_set(v) for v in _fun_values(last["live"]))
 
 
+@pytest.mark.verify
 def test_lookup_mutant_loads_a_running_dump(ci_results: dict[str, dict[str, Any]]) -> None:
     row = ci_results["LookupSeesRunning"]
     loads = [slice_ for m in _calls(row, "build_connector_meta") for slice_ in _set(m["load"])]
     assert loads and all("src" in slice_ for slice_ in loads)
 
 
+@pytest.mark.verify
 def test_dumps_failed_loads_rewrites_the_dumped_block_in_place(ci_results: dict[str, dict[str, Any]]) -> None:
     """The merged PR dumps the block computed after a failed partial-hit load; the rollback's recompute
     writes that same (held) block again in the next step while the dump still runs."""
@@ -279,6 +302,7 @@ def test_dumps_failed_loads_rewrites_the_dumped_block_in_place(ci_results: dict[
     assert dumped <= rewritten
 
 
+@pytest.mark.verify
 def test_the_recompute_models_pass_where_the_merged_table_fails(ci_results: dict[str, dict[str, Any]]) -> None:
     """The fix (skip_failed_loads, the reference's table) keeps both invariants the merged table breaks."""
     assert ci_results["DirectRecompute"]["status"] == "pass"

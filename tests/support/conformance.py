@@ -19,7 +19,7 @@ from deferdump.conformance.driver import StepMismatch
 from deferdump.conformance.itfload import TraceLoader
 from deferdump.conformance.tracegen import GeneratedTraces
 from deferdump.tools.tlc.parallel import default_jobs
-from support.tracecache import cached_cover, cached_decoded
+from deferdump.conformance.tracecache import cached_cover, cached_decoded
 from deferdump.conformance.verify import conformance_entries
 from deferdump.tools.tlc.manifest import Expectation, Manifest, ModelEntry, load_manifest
 from deferdump.tools.tlc.specfiles import spec_dir
@@ -98,7 +98,7 @@ DEFERDUMP_FIXTURES = FIXTURES / "deferdump"
 
 class DecodedLoader(TraceLoader):
     """A TraceLoader that answers the trace files of the given models from the trace cache's decoded copy
-    (support.tracecache.cached_decoded), and decodes any other file itself."""
+    (deferdump.conformance.tracecache.cached_decoded), and decodes any other file itself."""
 
     def __init__(self, names: Iterable[str]) -> None:
         super().__init__()
@@ -150,7 +150,7 @@ def _cover(name: str) -> tuple[GeneratedTraces, dict[str, Any]]:
 
 
 def generated(name: str) -> GeneratedTraces:
-    """What generating one conformance model's edge cover produced (support.tracecache keeps it on disk)."""
+    """What generating one conformance model's edge cover produced (deferdump.conformance.tracecache keeps it on disk)."""
     return _cover(name)[0]
 
 

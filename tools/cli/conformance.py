@@ -6,15 +6,18 @@ trace file, no Java...), always as one line on stderr.
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import logging
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -136,25 +139,80 @@ def verify(
     out: Optional[Path] = typer.Option(None, "--out",  # noqa: UP045
                                        help="Directory for the generated traces (default: a removed temp dir)."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+    report: Optional[Path] = typer.Option(None, "--report",  # noqa: UP045
+                                          help="Also write the JSON object to this file (e.g. for `make verify`'s tests)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1,  # noqa: UP045
+                                       help="TLC runs at once, for the checks and the trace generation (default: one per CPU)."),
+    cache: bool = typer.Option(True, "--cache/--no-cache",
+                               help="Take edge covers from the trace cache ($DEFERDUMP_TRACE_CACHE, else ~/.cache/deferdump/traces), "
+                                    "generating the missing ones into it; --no-cache generates every one afresh."),
+    min_core_coverage: Optional[float] = typer.Option(  # noqa: UP045
+        None, "--min-core-coverage", min=0.0, max=1.0,
+        help="Fail below this share of the protocol core's branches reached by replay (default: 0.95, the shipped models' target)."),
 ) -> None:
     """Check the CI models, generate edge-cover traces of each conformance model, replay them, summarise."""
     from deferdump.conformance.verify import run_verify
 
     _quiet_reference_logs()
+    if report is not None and report.is_dir():
+        raise _fail("verify", UserError(f"--report {report} is a directory, not a file"))
     try:
-        if out is None:
-            with tempfile.TemporaryDirectory(prefix="deferdump-verify-") as scratch:
-                result = run_verify(manifest, Path(scratch))
-        else:
-            result = run_verify(manifest, out)
+        with _verify_progress(show=not json_output) as on_change:
+            if out is None:
+                with tempfile.TemporaryDirectory(prefix=".verify-", dir=_scratch_parent(cache)) as scratch:
+                    result = run_verify(manifest, Path(scratch), jobs=jobs, min_core_coverage=min_core_coverage,
+                                        cached=cache, on_change=on_change)
+            else:
+                result = run_verify(manifest, out, jobs=jobs, min_core_coverage=min_core_coverage, cached=cache,
+                                    on_change=on_change)
     except UserError as error:
         raise _fail("verify", error) from None
+    document = json.dumps(result.to_json(), indent=2)
+    if report is not None:
+        try:
+            report.parent.mkdir(parents=True, exist_ok=True)
+            report.write_text(document + "\n", encoding="utf-8")
+        except OSError as error:
+            raise _fail("verify", UserError(f"cannot write --report {report}: {error.strerror or error}")) from None
     if json_output:
-        typer.echo(json.dumps(result.to_json(), indent=2))
+        typer.echo(document)
     else:
         _print_verify(result, _out_console())
     if not result.ok:
         raise typer.Exit(EXIT_UNEXPECTED)
+
+
+def _scratch_parent(cache: bool) -> str | None:
+    """Where verify's throw-away trace directory goes: beside the trace cache when it reads from it (so its
+    traces are hard links, not copies), else the system's temp directory."""
+    if not cache:
+        return None
+    from deferdump.conformance.tracecache import cache_root
+
+    root = cache_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"cannot create the trace cache {root}: {error.strerror or error} "
+                        "(set DEFERDUMP_TRACE_CACHE, or pass --no-cache)") from None
+    return str(root)
+
+
+@contextlib.contextmanager
+def _verify_progress(show: bool) -> Iterator[Callable[[list[str], int], None] | None]:
+    """A progress line on a terminal's stderr while the checks run (the slow part); nothing elsewhere."""
+    console = Console(stderr=True)
+    if not (show and console.is_terminal):
+        yield None
+        return
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("checking the CI models")
+
+        def on_change(running: list[str], finished: int) -> None:
+            bar.update(task, description=f"checked {finished}: " + (", ".join(running) or "generating traces"))
+
+        yield on_change
 
 
 def _print_verify(result: Any, console: Console) -> None:

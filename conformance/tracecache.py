@@ -1,4 +1,7 @@
-"""Edge-cover traces of conformance models, generated once and kept on disk between test sessions.
+"""Edge-cover traces of conformance models, generated once and kept on disk between runs.
+
+`deferdump verify` and the test suite share it: whichever runs first generates a model's edge cover, the
+other reuses it (`make test` then `make verify` in CI generate each model's traces once).
 
 An entry is keyed by everything its traces depend on: the text of every module in the model's spec
 directory, its cfg, the manifest entry's fields, the generator's parameters and the generator's own
@@ -45,7 +48,6 @@ from deferdump.tools.tlc.values import ItfTrace
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[2]
 CACHE_ENV = "DEFERDUMP_TRACE_CACHE"
 MODE = "cover"
 FORMAT = 1  # bump when the layout of an entry changes
@@ -57,9 +59,14 @@ _DECODER_SOURCES = (itfload_module, values_module)
 
 
 def cache_root() -> Path:
-    """``$DEFERDUMP_TRACE_CACHE``, else ``.cache/deferdump-traces`` in the repository (git ignores it)."""
+    """``$DEFERDUMP_TRACE_CACHE``, else ``deferdump/traces`` in the user's cache directory
+    (``$XDG_CACHE_HOME``, else ``~/.cache``). The repository's Makefile and tests point it at
+    ``.cache/deferdump-traces`` in the checkout (git ignores it)."""
     configured = os.environ.get(CACHE_ENV)
-    return Path(configured) if configured else REPO / ".cache" / "deferdump-traces"
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "deferdump" / "traces"
 
 
 def _sha256(path: Path) -> str:
