@@ -2,7 +2,8 @@
 
 Each run gets a private directory holding copies of the spec directory's ``.tla``/``.cfg`` files (plus
 generated modules and configs), its own ``java.io.tmpdir`` (TLC unpacks the standard modules there and
-concurrent runs would collide) and its own ``-metadir``; TLC never writes beside the user's files.
+concurrent runs would collide) and its own ``-metadir``; TLC never writes beside the user's files. The JVM
+maps (or, first, writes) the class-data-sharing archive of :mod:`deferdump.tools.tlc.cds`.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from deferdump.reference.errors import UserError
-from deferdump.tools.tlc import cds
+from deferdump.tools.tlc.cds import Mode as CdsMode
+from deferdump.tools.tlc.cds import plan as cds_plan
 from deferdump.tools.tlc.java import jit_args, locate_tlc
 from deferdump.tools.tlc.output import (
     Code,
@@ -205,12 +207,12 @@ def run_tlc(
             ]
 
         cfg_text = (run_dir / cfg_name).read_text(encoding="utf-8", errors="replace")
-        sharing = cds.plan(install, jvm_args)
+        sharing = cds_plan(install, jvm_args)
         completed = False
         try:
             result = _execute(command(sharing.args), run_dir, timeout, cancel, progress, install.jar_overridden,
                               spec=spec, cfg_text=cfg_text)
-            if sharing.mode is not cds.Mode.OFF and _jvm_never_started_tlc(result):
+            if sharing.mode is not CdsMode.OFF and _jvm_never_started_tlc(result):
                 # A JVM that refuses an option, or maps a damaged archive (SIGBUS), dies before TLC prints
                 # its version line; the same run without CDS gives the real verdict.
                 log.debug("TLC's JVM failed with CDS flags (exit %s): running again without them\n%s",
