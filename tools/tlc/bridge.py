@@ -217,11 +217,12 @@ def run_tlc(
                 # its version line; the same run without CDS gives the real verdict.
                 log.debug("TLC's JVM failed with CDS flags (exit %s): running again without them\n%s",
                           result.exit_code, result.output[-2000:])
-                sharing.abandon()
                 for crash_report in run_dir.glob("hs_err_pid*.log"):
                     crash_report.unlink(missing_ok=True)
                 result = _execute(command(()), run_dir, timeout, cancel, progress, install.jar_overridden,
                                   spec=spec, cfg_text=cfg_text)
+                if not _jvm_never_started_tlc(result):  # CDS was the culprit, not e.g. the heap or jvm_args
+                    sharing.abandon()
             else:
                 completed = result.distinct_states is not None and result.kind not in (Kind.TIMEOUT, Kind.CANCELLED)
         finally:
