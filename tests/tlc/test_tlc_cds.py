@@ -126,6 +126,31 @@ def test_concurrent_first_runs_leave_one_whole_archive(cache: Path) -> None:
     assert sorted(path.name for path in cache.iterdir()) == [archive_path(cache).name]
 
 
+def test_a_new_archive_evicts_the_least_recently_used_ones_and_killed_creators_files(cache: Path) -> None:
+    cache.mkdir(parents=True)
+    long_ago = time.time() - cds.STALE_LOCK_S - 3600
+    others = []
+    for index in range(cds.KEEP_ARCHIVES):  # other jars' archives, index 0 used longest ago
+        other = cache / f"tlc-java17-{index:024x}.jsa"
+        other.write_bytes(b"another jar's archive")
+        os.utime(other, (long_ago + index, long_ago + index))
+        others.append(other)
+    stale_tmp = cache / "tlc-java17-dead.jsa.999.0000.tmp"
+    fresh_tmp = cache / "tlc-java17-busy.jsa.998.0000.tmp"  # a creator still running
+    for tmp in (stale_tmp, fresh_tmp):
+        tmp.write_bytes(b"half written")
+    os.utime(stale_tmp, (long_ago, long_ago))
+
+    assert_counter_passed(run_tlc(COUNTER))
+    archive = archive_path(cache)
+    assert archive.is_file() and not others[0].exists() and all(other.exists() for other in others[1:])
+    assert not stale_tmp.exists() and fresh_tmp.exists()
+
+    os.utime(archive, (long_ago - 60, long_ago - 60))
+    assert_counter_passed(run_tlc(COUNTER))
+    assert archive.stat().st_mtime > time.time() - 3600  # using it marks it recently used
+
+
 def test_an_unusable_cache_directory_runs_without_cds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")

@@ -39,7 +39,10 @@ MIN_CDS_JAVA = 13
 SILENT = ("-Xshare:auto", "-Xlog:cds*=off")
 """Share when the archive is usable, else load classes normally; print nothing about it either way."""
 STALE_LOCK_S = 600.0
-"""A creator's lock file older than this is left over from a killed run: the next run takes over."""
+"""A creator's lock or temporary file older than this is left over from a killed run."""
+KEEP_ARCHIVES = 8
+"""Archives kept per cache directory (most recently used first): each is about 10 MB, and every new jar
+path (another virtual environment, a test's copy of the jar) or Java build gets its own."""
 _OFF_VALUES = frozenset({"0", "false", "no", "off"})
 _CALLER_CDS_FLAGS = ("-Xshare", "-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit")
 
@@ -74,6 +77,7 @@ class CdsPlan:
             if completed and self.writing.is_file() and self.writing.stat().st_size > 0:
                 os.replace(self.writing, self.archive)
                 log.debug("wrote the TLC class-data-sharing archive %s", self.archive)
+                prune(self.archive.parent)
             else:
                 if completed:  # a clean run wrote nothing: this JVM cannot dump, do not try again
                     _refused.add(self.java)
@@ -108,6 +112,33 @@ def _unlink_quietly(path: Path) -> None:
         path.unlink(missing_ok=True)
     except OSError as error:
         log.debug("cannot remove %s: %s", path, error)
+
+
+def prune(directory: Path, keep: int = KEEP_ARCHIVES) -> None:
+    """Remove all but the ``keep`` most recently used archives, and temporary files of killed creators.
+
+    A run mapping an archive that is removed meanwhile keeps its mapping; one that starts just after finds
+    no file, and ``-Xshare:auto`` runs it without sharing.
+    """
+    now = time.time()
+    archives: list[tuple[float, Path]] = []
+    try:
+        paths = list(directory.glob("tlc-java*.jsa*"))
+    except OSError as error:
+        log.debug("cannot prune the CDS cache %s: %s", directory, error)
+        return
+    for path in paths:
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            continue  # removed meanwhile by another run
+        if path.suffix == ".jsa":
+            archives.append((mtime, path))
+        elif path.suffix == ".tmp" and now - mtime > STALE_LOCK_S:
+            _unlink_quietly(path)
+    for _, path in sorted(archives, reverse=True)[keep:]:
+        log.debug("removing the least recently used CDS archive %s", path)
+        _unlink_quietly(path)
 
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
@@ -179,6 +210,10 @@ def plan(install: TlcInstall, jvm_args: Sequence[str] = (), environ: Mapping[str
         directory = cache_dir(environ)
         archive = directory / archive_name(install)
         if archive.is_file():
+            try:
+                os.utime(archive)  # most recently used: the last one :func:`prune` removes
+            except OSError as error:  # e.g. another user's archive in a shared cache directory
+                log.debug("cannot mark %s as used: %s", archive, error)
             return CdsPlan(Mode.USE, (*SILENT, f"-XX:SharedArchiveFile={archive}"), archive, java)
         directory.mkdir(parents=True, exist_ok=True)
         lock = archive.with_name(archive.name + ".lock")
