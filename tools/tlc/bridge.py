@@ -2,7 +2,8 @@
 
 Each run gets a private directory holding copies of the spec directory's ``.tla``/``.cfg`` files (plus
 generated modules and configs), its own ``java.io.tmpdir`` (TLC unpacks the standard modules there and
-concurrent runs would collide) and its own ``-metadir``; TLC never writes beside the user's files.
+concurrent runs would collide) and its own ``-metadir``; TLC never writes beside the user's files. The JVM
+maps (or, first, writes) the class-data-sharing archive of :mod:`deferdump.tools.tlc.cds`.
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from deferdump.reference.errors import UserError
+from deferdump.tools.tlc.cds import Mode as CdsMode
+from deferdump.tools.tlc.cds import plan as cds_plan
 from deferdump.tools.tlc.java import jit_args, locate_tlc
 from deferdump.tools.tlc.output import (
     Code,
@@ -194,21 +197,47 @@ def run_tlc(
     try:
         cfg_name, cfg_source = _prepare_run_dir(run_dir, spec, config, generated)
         (run_dir / "tmp").mkdir(exist_ok=True)  # java.io.tmpdir must exist, or SANY finds no standard modules
-        command = [
-            str(install.java), "-XX:+UseParallelGC", f"-Xmx{heap}", f"-Djava.io.tmpdir={run_dir / 'tmp'}",
-            *jit_args(expected_states), *jvm_args, "-cp", str(install.jar), "tlc2.TLC",
-            "-tool", "-nowarning", "-metadir", str(run_dir / "states"), "-workers", str(workers),
-            "-config", cfg_name, *extra_args, spec.stem,
-        ]
+
+        def command(sharing: tuple[str, ...]) -> list[str]:
+            return [
+                str(install.java), "-XX:+UseParallelGC", f"-Xmx{heap}", f"-Djava.io.tmpdir={run_dir / 'tmp'}",
+                *sharing, *jit_args(expected_states), *jvm_args, "-cp", str(install.jar), "tlc2.TLC",
+                "-tool", "-nowarning", "-metadir", str(run_dir / "states"), "-workers", str(workers),
+                "-config", cfg_name, *extra_args, spec.stem,
+            ]
+
         cfg_text = (run_dir / cfg_name).read_text(encoding="utf-8", errors="replace")
-        result = _execute(command, run_dir, timeout, cancel, progress, install.jar_overridden,
-                          spec=spec, cfg_text=cfg_text)
+        sharing = cds_plan(install, jvm_args)
+        completed = False
+        try:
+            result = _execute(command(sharing.args), run_dir, timeout, cancel, progress, install.jar_overridden,
+                              spec=spec, cfg_text=cfg_text)
+            if sharing.mode is not CdsMode.OFF and _jvm_never_started_tlc(result):
+                # A JVM that refuses an option, or maps a damaged archive (SIGBUS), dies before TLC prints
+                # its version line; the same run without CDS gives the real verdict.
+                log.debug("TLC's JVM failed with CDS flags (exit %s): running again without them\n%s",
+                          result.exit_code, result.output[-2000:])
+                for crash_report in run_dir.glob("hs_err_pid*.log"):
+                    crash_report.unlink(missing_ok=True)
+                result = _execute(command(()), run_dir, timeout, cancel, progress, install.jar_overridden,
+                                  spec=spec, cfg_text=cfg_text)
+                if not _jvm_never_started_tlc(result):  # CDS was the culprit, not e.g. the heap or jvm_args
+                    sharing.abandon()
+            else:
+                completed = result.distinct_states is not None and result.kind not in (Kind.TIMEOUT, Kind.CANCELLED)
+        finally:
+            sharing.finish(completed)
         result.config = cfg_source
         result.run_dir = run_dir if keep_dir is not None else None
         return result
     finally:
         if keep_dir is None:
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _jvm_never_started_tlc(result: TlcResult) -> bool:
+    """The JVM exited abnormally before TLC printed a single message (TLC's first one is its version)."""
+    return result.exit_code not in (None, 0) and not result.messages
 
 
 def _execute(command: list[str], run_dir: Path, timeout: float | None, cancel: threading.Event | None,

