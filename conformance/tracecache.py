@@ -43,6 +43,7 @@ import deferdump.tools.tlc.cfg as cfg_module
 import deferdump.tools.tlc.values as values_module
 from deferdump.conformance.tracegen import GeneratedTraces, generate_traces, model_graph
 from deferdump.conformance.itfload import TraceLoader
+from deferdump.tools.tlc.cds import cache_dir as deferdump_cache_dir
 from deferdump.tools.tlc.manifest import ModelEntry
 from deferdump.tools.tlc.values import ItfTrace
 
@@ -59,14 +60,11 @@ _DECODER_SOURCES = (itfload_module, values_module)
 
 
 def cache_root() -> Path:
-    """``$DEFERDUMP_TRACE_CACHE``, else ``deferdump/traces`` in the user's cache directory
-    (``$XDG_CACHE_HOME``, else ``~/.cache``). The repository's Makefile and tests point it at
-    ``.cache/deferdump-traces`` in the checkout (git ignores it)."""
+    """``$DEFERDUMP_TRACE_CACHE``, else ``traces`` in deferdump's cache directory (``$DEFERDUMP_CACHE_DIR``,
+    else ``$XDG_CACHE_HOME/deferdump``, else ``~/.cache/deferdump``, as for TLC's class archive). The
+    repository's Makefile and tests point it at ``.cache/deferdump-traces`` in the checkout (git ignores it)."""
     configured = os.environ.get(CACHE_ENV)
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "deferdump" / "traces"
+    return Path(configured) if configured else deferdump_cache_dir() / "traces"
 
 
 def _sha256(path: Path) -> str:
