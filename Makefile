@@ -47,12 +47,14 @@ verify: setup
 	$(VENV)/bin/deferdump verify --report $(VERIFY_REPORT)
 	DEFERDUMP_VERIFY_REPORT=$(VERIFY_REPORT) $(VENV)/bin/pytest -q tests --ignore=tests/vllm -p no:cacheprovider -m verify
 
-# The suite runs on TEST_JOBS pytest-xdist workers (default: one per CPU). `--dist loadfile` keeps each
-# test file on one worker, so a file's module-wide fixtures (a model's generated traces) run once.
+# The suite runs on TEST_JOBS pytest-xdist workers (default: one per CPU, plus one: a worker waiting on a
+# subprocess, a server or a browser leaves its core to the others). `--dist loadfile` keeps each test file on
+# one worker, so a file's module-wide fixtures (a model's generated traces) run once; tests/conftest.py
+# orders the files with `slow` tests first, and `--no-loadscope-reorder` hands them out in that order.
 # TEST_JOBS=0 runs it in one process. The tests marked `verify` run under `make verify` (CI runs both).
-TEST_JOBS ?= auto
+TEST_JOBS ?= $(shell $(PYTHON) -c 'import os; print(len(os.sched_getaffinity(0)) + 1)' 2>/dev/null || echo auto)
 test: setup
-	$(VENV)/bin/pytest -q tests --ignore=tests/vllm -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile -m "not verify"
+	$(VENV)/bin/pytest -q tests --ignore=tests/vllm -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder -m "not verify"
 
 # Full benchmark (docs/benchmarks.md records its figures); `deferdump bench --quick` for a 2-minute pass.
 bench: setup

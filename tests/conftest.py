@@ -16,3 +16,13 @@ TRACE_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "deferdump-traces
 def pytest_configure(config: pytest.Config) -> None:
     one_thread_per_process(config)  # why: support/threads.py
     os.environ.setdefault("DEFERDUMP_TRACE_CACHE", str(TRACE_CACHE))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files holding `slow` tests first, each file's tests in their own order (a stable sort).
+
+    `make test` runs the files on xdist workers (`--dist loadfile --no-loadscope-reorder`), handing them out
+    in this order: the long files start first and short ones fill the end, instead of one long file
+    starting last while the other workers have run out of work."""
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow)

@@ -30,6 +30,8 @@ from deferdump.tools.engine.steploop import LoopConfig, Mode, StepLoop
 from support import FIXTURES as ALL_FIXTURES
 from support.bench import tiny_config
 
+pytestmark = pytest.mark.slow  # long file: tests/conftest.py starts it early
+
 FIXTURES = ALL_FIXTURES / "tla"
 DEFERDUMP = str(Path(sys.executable).parent / "deferdump")
 ISSUE_KEYS = (

@@ -27,6 +27,8 @@ from deferdump.reference.stores.file import StoreDirectoryError
 from deferdump.reference.vllm import split_extra_config
 from support.reference import BLOCK_SIZE, cpu_kv_caches, deployment, request, run_request
 
+pytestmark = pytest.mark.slow  # long file: tests/conftest.py starts it early
+
 EXIT_UNEXPECTED = 1  # the input was read, and TLC found it wrong (a parse or config error)
 EXIT_BAD_INPUT = 2  # refused before anything ran
 

@@ -7,8 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from support.conformance import DEFERDUMP_FIXTURES, deferdump_traces
 from deferdump.tools.tlc.specfiles import spec_dir
+
+pytestmark = pytest.mark.slow  # long file: tests/conftest.py starts it early
 
 CLI = str(Path(sys.executable).with_name("deferdump"))
 

@@ -37,6 +37,8 @@ from deferdump.conformance.verify import VARIANT_NAMES
 from deferdump.reference.connectors import DirectConnector, OuterConnector
 from deferdump.tools.tlc.values import load_itf
 
+pytestmark = pytest.mark.slow  # long file: tests/conftest.py starts it early
+
 MODELS = conformance_model_names()  # the manifest only: no TLC at collection
 
 

@@ -21,6 +21,8 @@ from deferdump.tools.tlc.cfg import strip_comments
 from deferdump.tools.tlc.manifest import ModelEntry, load_manifest
 from deferdump.tools.tlc.values import itf_trace
 
+pytestmark = pytest.mark.slow  # long file: tests/conftest.py starts it early
+
 DEFERDUMP = str(Path(sys.executable).parent / "deferdump")
 MANIFEST = load_manifest()
 MUTANTS = [entry for entry in MANIFEST.models if entry.mutant and not entry.expect.passes]

@@ -11,6 +11,8 @@ import pytest
 import deferdump.reference.connectors as reference_connectors
 from support import FIXTURES as ALL_FIXTURES
 
+pytestmark = pytest.mark.slow  # long file: tests/conftest.py starts it early
+
 FIXTURES = ALL_FIXTURES / "mro"
 REFERENCE = Path(reference_connectors.__file__)
 

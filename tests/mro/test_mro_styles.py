@@ -13,6 +13,8 @@ from deferdump.tools.mro.source import read_source
 from deferdump.tools.mro.tla import ModelBounds
 from support import FIXTURES as ALL_FIXTURES
 
+pytestmark = pytest.mark.slow  # long file: tests/conftest.py starts it early
+
 FIXTURES = ALL_FIXTURES / "mro"
 
 

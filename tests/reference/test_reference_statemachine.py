@@ -11,6 +11,10 @@ Examples: the `deferdump-ci` profile runs 2,000; set DEFERDUMP_HYPOTHESIS_EXAMPL
 """
 from __future__ import annotations
 
+import pytest
+
 from support.statemachine import DeferredDumpMachine
+
+pytestmark = pytest.mark.slow  # long file: tests/conftest.py starts it early
 
 TestDeferredDumpProtocol = DeferredDumpMachine.TestCase

@@ -17,6 +17,8 @@ from deferdump.tools.tlc.bridge import Status, TlcResult, run_tlc
 from deferdump.tools.tlc.java import locate_tlc
 from support import FIXTURES as ALL_FIXTURES
 
+pytestmark = pytest.mark.slow  # long file: tests/conftest.py starts it early
+
 FIXTURES = ALL_FIXTURES / "tla"
 COUNTER = FIXTURES / "Counter.tla"  # 9 distinct states, 14 generated, depth 5
 
