@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.deferdump-installed
 
-.PHONY: setup system-deps verify test test-vllm bench clean java-check
+.PHONY: setup system-deps verify test test-vllm vllm-env bench clean java-check
 
 # System programs the tests use, installed through apt when missing (as root on Debian), else one line
 # naming what to install: Java for TLC, Chromium for the explain page's browser test,
@@ -79,6 +79,9 @@ $(VLLM_BASE_STAMP):
 $(VLLM_STAMP): pyproject.toml $(VLLM_BASE_STAMP)
 	set -o pipefail; $(VLLM_VENV)/bin/python -m pip install -q -e '.[test,redis]' 2>&1 | { $(PIP_QUIET_LOCATIONS); }
 	@touch $(VLLM_STAMP)
+
+# The vLLM environment alone (.ci/run builds it in the background while the main suite runs).
+vllm-env: $(VLLM_STAMP)
 
 test-vllm: system-deps java-check $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/pytest -v tests/vllm -p no:cacheprovider --timeout=600 --durations=0

@@ -141,15 +141,23 @@ def run_verify(manifest_path: Path | None, out_dir: Path, *, jobs: int | None = 
     parallel = jobs or default_jobs()
     result = VerifyResult()
     ci = manifest.select(tier="ci")
+    conformance = conformance_entries(manifest)
+    # The replay (Python, one core, under coverage.py) runs beside the checks (JVMs): each phase alone
+    # leaves part of the machine idle. The checks stay on this thread, where Ctrl-C reaches run_checks
+    # (which kills the JVMs); the replay thread is a daemon that an interrupted run does not wait for.
+    replay = _Background(lambda: cover_and_replay(conformance, out_dir, manifest, jobs=parallel, cached=cached))
+    if conformance:
+        replay.start()
     result.checks = run_checks([(entry.name, _check_job(entry)) for entry in ci], parallel, on_change=on_change)
     for entry, outcome in zip(ci, result.checks):
         if not outcome.expected_ok:
             result.problems.append(f"check {entry.name}: {outcome.summary}")
-    conformance = conformance_entries(manifest)
     if not conformance:
         result.problems.append("the manifest marks no CI model for conformance")
         return result
-    covers = cover_and_replay(conformance, out_dir, manifest, jobs=parallel, cached=cached)
+    if on_change is not None:
+        on_change([], len(ci))  # the checks are done; what is left is the replay
+    covers = replay.result()
     result.core = covers.core
     target = CORE_BRANCH_TARGET if min_core_coverage is None else min_core_coverage
     reached = covers.core.branch_coverage
@@ -164,3 +172,29 @@ def run_verify(manifest_path: Path | None, out_dir: Path, *, jobs: int | None = 
         if report.edge_coverage != 1.0:
             result.problems.append(f"replay {traces.model}: edge coverage {report.edge_coverage} below 100%")
     return result
+
+
+class _Background:
+    """One function run on a daemon thread; :meth:`result` waits for it and re-raises what it raised."""
+
+    def __init__(self, work: Callable[[], CoverReplay]) -> None:
+        self._work = work
+        self._value: CoverReplay | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="deferdump-verify-replay", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self._value = self._work()
+        except BaseException as error:  # handed to the caller of result()
+            self._error = error
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def result(self) -> CoverReplay:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value

@@ -99,6 +99,11 @@ def test_verify_checks_generates_replays_and_summarises(tmp_path, monkeypatch):
     (entry,) = [d for d in (tmp_path / "cache").iterdir() if d.name.startswith("ConfMLA-")]
     cached = sorted((entry / "traces").glob("*.itf.json"))
     assert [p.read_bytes() for p in cached] == [p.read_bytes() for p in placed]
+    # the same --out again: the replay's side (beside the checks) refuses to overwrite, in one line
+    again = _run("verify", "--manifest", str(manifest), "--out", str(tmp_path / "v"), "--min-core-coverage", "0")
+    assert again.returncode == 2 and again.stdout == "", again.stdout
+    (line,) = again.stderr.strip().splitlines()
+    assert "already holds ConfMLA_cover_0000.itf.json" in line and "not overwriting" in line
 
 
 def test_verify_fails_below_the_core_coverage_target(tmp_path, monkeypatch):

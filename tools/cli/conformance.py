@@ -210,7 +210,7 @@ def _verify_progress(show: bool) -> Iterator[Callable[[list[str], int], None] | 
         task = bar.add_task("checking the CI models")
 
         def on_change(running: list[str], finished: int) -> None:
-            bar.update(task, description=f"checked {finished}: " + (", ".join(running) or "generating traces"))
+            bar.update(task, description=f"checked {finished}: " + (", ".join(running) or "replaying the edge covers"))
 
         yield on_change
 
