@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from deferdump.reference.class_names import INNER
-from deferdump.tools.tlc.manifest import CheckOutcome, Manifest, ModelEntry, check_model, load_manifest, outcomes_json
-from deferdump.tools.tlc.output import Progress
-from deferdump.tools.tlc.parallel import Job, default_jobs, run_checks
+from deferdump.tools.tlc.manifest import CheckOutcome, Manifest, ModelEntry, load_manifest, outcomes_json
+from deferdump.tools.tlc.parallel import default_jobs, model_job, run_checks
 
 from deferdump.conformance.corecov import CORE_BRANCH_TARGET, CoreCoverage, core_for_variants, measure_core_coverage
 from deferdump.conformance.replay import ReplayReport, replay_paths
@@ -120,12 +119,6 @@ def cover_and_replay(entries: list[ModelEntry], out_dir: Path, manifest: Manifes
     return CoverReplay(generated, reports, measured)
 
 
-def _check_job(entry: ModelEntry) -> Job:
-    def job(progress: Callable[[Progress], None], cancel: threading.Event) -> CheckOutcome:
-        return check_model(entry, progress=progress, cancel=cancel)
-    return job
-
-
 def run_verify(manifest_path: Path | None, out_dir: Path, *, jobs: int | None = None,
                min_core_coverage: float | None = None, cached: bool = True,
                on_change: Callable[[list[str], int], None] | None = None) -> VerifyResult:
@@ -148,7 +141,7 @@ def run_verify(manifest_path: Path | None, out_dir: Path, *, jobs: int | None = 
     replay = _Background(lambda: cover_and_replay(conformance, out_dir, manifest, jobs=parallel, cached=cached))
     if conformance:
         replay.start()
-    result.checks = run_checks([(entry.name, _check_job(entry)) for entry in ci], parallel, on_change=on_change)
+    result.checks = run_checks([(entry.name, model_job(entry)) for entry in ci], parallel, on_change=on_change)
     for entry, outcome in zip(ci, result.checks):
         if not outcome.expected_ok:
             result.problems.append(f"check {entry.name}: {outcome.summary}")

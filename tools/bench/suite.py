@@ -569,8 +569,8 @@ def measure_tlc(timeout_s: float, *, manifest_path: Path | None = None, model_li
     models running side by side each has one worker and shares the machine, so the figure is per
     worker. ``tlc_distinct_states_per_s``: distinct states over whole runs (JVM start included).
     With `model_limit` (--quick) only the first models that are not mutants are run."""
-    from deferdump.tools.tlc.manifest import check_model, load_manifest
-    from deferdump.tools.tlc.parallel import default_jobs, run_checks
+    from deferdump.tools.tlc.manifest import load_manifest
+    from deferdump.tools.tlc.parallel import default_jobs, model_job, run_checks
 
     nulls = ("tlc_distinct_states_per_s", "tlc_generated_states_per_s", "ci_tier_seconds")
 
@@ -587,13 +587,10 @@ def measure_tlc(timeout_s: float, *, manifest_path: Path | None = None, model_li
         return missing("spec/manifest.json lists no CI models yet")
     parallel = jobs or default_jobs()
 
-    def job(entry: Any) -> Any:
-        return lambda progress, cancel: check_model(entry, workers=1, timeout=timeout_s, progress=progress,
-                                                    cancel=cancel)
-
     started = time.perf_counter()
     try:
-        outcomes = run_checks([(entry.name, job(entry)) for entry in models], parallel)
+        outcomes = run_checks([(entry.name, model_job(entry, workers=1, timeout=timeout_s)) for entry in models],
+                              parallel)
     except UserError as error:
         return missing(str(error))
     wall = time.perf_counter() - started

@@ -22,8 +22,8 @@ from rich.text import Text
 
 from deferdump.reference.errors import UserError
 from deferdump.tools.tlc.java import locate_tlc
-from deferdump.tools.tlc.manifest import CheckOutcome, ModelEntry, check_model, check_spec, load_manifest, outcomes_json
-from deferdump.tools.tlc.parallel import Job, default_jobs, run_checks
+from deferdump.tools.tlc.manifest import CheckOutcome, check_spec, load_manifest, outcomes_json
+from deferdump.tools.tlc.parallel import Job, default_jobs, model_job, run_checks
 from deferdump.tools.tlc.values import format_value
 from deferdump.tools.tlc.bridge import Progress as TlcProgress
 from deferdump.tools.tlc.bridge import Status
@@ -84,13 +84,7 @@ def _plan(targets: list[str], config: Path | None, workers: int | None, timeout:
     entries = load_manifest(manifest).select(targets, None if tier is None else tier.value)
     if not targets and tier is None:
         entries = [entry for entry in entries if entry.tier == Tier.ci.value]
-
-    def job(entry: ModelEntry) -> Job:
-        def run_model(progress: Callable[[TlcProgress], None], cancel: threading.Event) -> CheckOutcome:
-            return check_model(entry, workers=workers, timeout=timeout, progress=progress, cancel=cancel)
-        return run_model
-
-    return [(entry.name, job(entry)) for entry in entries]
+    return [(entry.name, model_job(entry, workers=workers, timeout=timeout)) for entry in entries]
 
 
 def _run(jobs: list[tuple[str, Job]], show_progress: bool, parallel: int = 1) -> list[CheckOutcome]:

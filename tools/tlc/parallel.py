@@ -10,13 +10,20 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
-from deferdump.tools.tlc.manifest import CheckOutcome
+from deferdump.tools.tlc.manifest import CheckOutcome, ModelEntry, check_model
 from deferdump.tools.tlc.output import Progress
 
-__all__ = ["Job", "default_jobs", "run_checks"]
+__all__ = ["Job", "default_jobs", "model_job", "run_checks"]
 
 Job = Callable[[Callable[[Progress], None], threading.Event], CheckOutcome]
 """A check: a function of (progress callback, cancel event)."""
+
+
+def model_job(entry: ModelEntry, *, workers: int | None = None, timeout: float | None = None) -> Job:
+    """The check of one manifest model as a :data:`Job` (``workers``/``timeout`` override the entry's)."""
+    def run_model(progress: Callable[[Progress], None], cancel: threading.Event) -> CheckOutcome:
+        return check_model(entry, workers=workers, timeout=timeout, progress=progress, cancel=cancel)
+    return run_model
 
 
 def default_jobs() -> int:
