@@ -83,8 +83,14 @@ $(VLLM_STAMP): pyproject.toml $(VLLM_BASE_STAMP)
 # The vLLM environment alone (.ci/run builds it in the background while the main suite runs).
 vllm-env: $(VLLM_STAMP)
 
+# On VLLM_TEST_JOBS pytest-xdist workers (default 2; 0 = one process). Each test file stays on one worker
+# (`--dist loadfile`: a file's vLLM import and session fixtures are paid once per worker). Two engines side
+# by side fit in a few GB; what the tests wait on (vLLM start-up, a Redis server, a child process) is not all
+# CPU, so a second worker fills the gaps: 4 min 36 s -> 3 min 32 s on 2 cores.
+VLLM_TEST_JOBS ?= 2
 test-vllm: system-deps java-check $(VLLM_STAMP)
-	$(VLLM_VENV)/bin/pytest -v tests/vllm -p no:cacheprovider --timeout=600 --durations=0
+	$(VLLM_VENV)/bin/pytest -v tests/vllm -p no:cacheprovider --timeout=600 --durations=0 \
+		-n $(VLLM_TEST_JOBS) --dist loadfile --no-loadscope-reorder
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info .pytest_cache .hypothesis .verify

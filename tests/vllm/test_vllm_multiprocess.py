@@ -12,11 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 HERE = Path(__file__).resolve().parent
 PROMPTS, FULL_BLOCKS_PER_PROMPT, BLOCK_SIZE = 3, 3, 32
 DRIVER_TIMEOUT_S = 420
+pytestmark = pytest.mark.slow  # long file: tests/conftest.py hands it to a worker first
 
 
 def _samples(path: Path) -> dict[str, float]:

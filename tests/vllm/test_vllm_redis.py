@@ -20,6 +20,7 @@ from deferdump.reference.testing.redis_server import LocalRedis, LocalRedisClust
 
 PROMPTS, FULL_BLOCKS_PER_PROMPT, BLOCK_SIZE = 3, 3, 32
 NODE_TIMEOUT_S = 300
+pytestmark = pytest.mark.slow  # long file: tests/conftest.py hands it to a worker first
 
 
 def run_node(model: Path, url: str, namespace: str, workdir: Path, name: str) -> dict:
