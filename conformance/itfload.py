@@ -9,12 +9,13 @@ whose error names the file, the state index and the JSON path.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from deferdump.tools.tlc.values import ItfError, ItfTrace, Value, from_itf, parse_itf
 
-__all__ = ["TraceLoader"]
+__all__ = ["DecodedLoader", "TraceLoader"]
 
 
 class TraceLoader:
@@ -67,6 +68,18 @@ class TraceLoader:
         if value is _MISSING:
             value = self._values[key] = from_itf(raw)
         return value
+
+
+class DecodedLoader(TraceLoader):
+    """A :class:`TraceLoader` that answers the files of traces already decoded (each by its ``path``; e.g. the
+    trace cache's pickled copy, a fifth of the CPU of decoding the JSON) and decodes any other file itself."""
+
+    def __init__(self, traces: Iterable[ItfTrace]) -> None:
+        super().__init__()
+        self._decoded = {Path(trace.path): trace for trace in traces if trace.path is not None}
+
+    def load(self, path: Path | str) -> ItfTrace:
+        return self._decoded.get(Path(path)) or super().load(path)
 
 
 _MISSING = object()

@@ -273,16 +273,17 @@ def measure_coverage(model: str, graph: StateGraph, outcomes: Sequence[TraceOutc
 
 def replay_paths(paths: Sequence[Path | str], *, stop_first: bool = False, shrink: bool = True,
                  coverage: bool = True, driver_factory: DriverFactory | None = None,
-                 manifest: Manifest | None = None) -> ReplayReport:
+                 manifest: Manifest | None = None, loader: TraceLoader | None = None) -> ReplayReport:
     """Validate, then replay every ITF file; shrink failures; measure coverage against the model graphs.
 
-    Raises :class:`TraceInputError` (nothing replayed) when any file fails validation.
+    ``loader`` decodes the files (e.g. a :class:`~deferdump.conformance.itfload.DecodedLoader` that has them
+    decoded already). Raises :class:`TraceInputError` (nothing replayed) when any file fails validation.
     """
     if driver_factory is None:
         from deferdump.conformance.drivers import default_driver_factory
 
         driver_factory = default_driver_factory
-    loaded = load_traces([Path(p) for p in paths], driver_factory)
+    loaded = load_traces([Path(p) for p in paths], driver_factory, loader)
     for _, driver in loaded:
         driver.close()
     return replay_loaded([trace for trace, _ in loaded], driver_factory=driver_factory, stop_first=stop_first,

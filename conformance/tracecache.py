@@ -9,8 +9,9 @@ source. A changed spec therefore never reuses old traces, and an unchanged one s
 
 Safe against concurrent sessions and damage: an entry is written under a private temporary directory and
 renamed into place whole (the rename is atomic; a session that loses the race keeps the winner's entry),
-and every file is checked against the SHA-256 recorded at generation before it is used. An entry that
-fails the check is moved aside and regenerated, never trusted.
+a session that finds an entry missing waits on that entry's lock file (``.locks/``) while another generates
+it, so concurrent sessions run its TLC once), and every file is checked against the SHA-256 recorded at
+generation before it is used. An entry that fails the check is moved aside and regenerated, never trusted.
 
 An entry also keeps its traces decoded (``decoded.pickle``, written by :func:`cached_decoded` the first time
 they are decoded): unpickling 16,653 traces takes a fifth of the CPU of parsing and decoding their JSON. The
@@ -21,6 +22,7 @@ module wrote in the cache; whoever can write there can rewrite the traces themse
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -32,6 +34,7 @@ import sys
 import tempfile
 import uuid
 from dataclasses import asdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -139,16 +142,45 @@ def _generate(entry: ModelEntry, final: Path, max_len: int | None) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+LOCKS = ".locks"  # under the cache root: one lock file per entry being generated
+
+
+@contextlib.contextmanager
+def _generation_lock(final: Path) -> Iterator[None]:
+    """Held while a process generates ``final``: another session asking for the same entry (an xdist worker,
+    a `deferdump verify` beside `make test`) waits for it and reads it, instead of running the same TLC and
+    edge cover again. The atomic rename in :func:`_generate` keeps entries sound without it (a platform
+    without ``fcntl``, a file system that refuses locks): then racing sessions only repeat the work."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    locks = final.parent / LOCKS
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / final.name, "a+b") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError as error:
+            log.info("trace cache: no lock for %s (%s): a concurrent session may generate it too", final.name, error)
+        yield  # closing the file releases the lock
+
+
 def cached_cover(entry: ModelEntry, *, max_len: int | None = None) -> tuple[GeneratedTraces, dict[str, Any]]:
     """The model's edge-cover traces and its graph's size and action labels, from the cache or TLC."""
     final = cache_root() / f"{entry.name}-{entry_key(entry, max_len)[:32]}"
-    for _ in range(3):
-        if final.is_dir():
-            loaded = _load(final)
-            if loaded is not None:
-                return loaded
-            _discard(final)
-        _generate(entry, final, max_len)
+    if final.is_dir():  # a hit takes no lock
+        loaded = _load(final)
+        if loaded is not None:
+            return loaded
+    with _generation_lock(final):
+        for _ in range(3):
+            if final.is_dir():  # a session that held the lock before us may have written it
+                loaded = _load(final)
+                if loaded is not None:
+                    return loaded
+                _discard(final)
+            _generate(entry, final, max_len)
     raise RuntimeError(f"trace cache: could not produce a sound entry for {entry.name} in {final}")
 
 

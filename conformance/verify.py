@@ -22,10 +22,12 @@ from typing import Any
 from deferdump.reference.class_names import INNER
 from deferdump.tools.tlc.manifest import CheckOutcome, Manifest, ModelEntry, load_manifest, outcomes_json
 from deferdump.tools.tlc.parallel import default_jobs, model_job, run_checks
+from deferdump.tools.tlc.values import ItfTrace
 
 from deferdump.conformance.corecov import CORE_BRANCH_TARGET, CoreCoverage, core_for_variants, measure_core_coverage
+from deferdump.conformance.itfload import DecodedLoader
 from deferdump.conformance.replay import ReplayReport, replay_paths
-from deferdump.conformance.tracecache import cached_cover
+from deferdump.conformance.tracecache import cached_cover, cached_decoded
 from deferdump.conformance.tracegen import GeneratedTraces, TraceGenerationError, generate_traces
 
 __all__ = ["CoverReplay", "ModelConformance", "VerifyResult", "conformance_entries", "cover_and_replay", "run_verify"]
@@ -103,16 +105,21 @@ def cover_and_replay(entries: list[ModelEntry], out_dir: Path, manifest: Manifes
     `deferdump bench` share it. ``cached``: take each edge cover from the trace cache
     (:mod:`deferdump.conformance.tracecache`, keyed by the spec's content and the generator's source),
     generating and keeping it there where missing."""
-    def generate(entry: ModelEntry) -> GeneratedTraces:
-        if cached:
-            return _placed(cached_cover(entry)[0], out_dir / entry.name)
-        return generate_traces(entry, "cover", out_dir / entry.name, timeout=timeout)
+    def generate(entry: ModelEntry) -> tuple[GeneratedTraces, list[ItfTrace]]:
+        if not cached:
+            return generate_traces(entry, "cover", out_dir / entry.name, timeout=timeout), []
+        placed = _placed(cached_cover(entry)[0], out_dir / entry.name)
+        # the cache's decoded copy (unpickled: a fifth of the CPU of decoding the JSON), named by the placed files
+        decoded = [dataclasses.replace(trace, path=path) for trace, path in zip(cached_decoded(entry), placed.files)]
+        return placed, decoded
 
     with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="deferdump-cover") as pool:
-        generated = list(pool.map(generate, entries))  # in the order of `entries`; the first error re-raises
+        results = list(pool.map(generate, entries))  # in the order of `entries`; the first error re-raises
+    generated = [traces for traces, _ in results]
+    loader = DecodedLoader(trace for _, decoded in results for trace in decoded)
 
     def replay_all() -> list[ReplayReport]:
-        return [replay_paths(g.files, shrink=shrink, manifest=manifest) for g in generated]
+        return [replay_paths(g.files, shrink=shrink, manifest=manifest, loader=loader) for g in generated]
 
     core = core_for_variants({VARIANT_NAMES[e.variant] for e in entries})
     reports, measured = measure_core_coverage(replay_all, core)

@@ -10,6 +10,12 @@ from pathlib import Path
 import pytest
 
 from support.conformance import DEFERDUMP_FIXTURES, deferdump_traces
+from deferdump.conformance.itfload import TraceLoader
+from deferdump.conformance.shrink import MIN_SUFFIX
+from deferdump.conformance.tracecache import CACHE_ENV, LOCKS
+from deferdump.conformance.verify import conformance_entries, cover_and_replay
+from deferdump.reference.connectors import DirectConnector
+from deferdump.tools.tlc.manifest import load_manifest
 from deferdump.tools.tlc.specfiles import spec_dir
 
 pytestmark = pytest.mark.slow  # long file: tests/conftest.py starts it early
@@ -115,7 +121,8 @@ def test_verify_fails_below_the_core_coverage_target(tmp_path, monkeypatch):
     (problem,) = result["problems"]
     assert problem.startswith("protocol core branch coverage") and "below 95%" in problem
     assert result["core_coverage"]["branch_coverage"] < 0.95 and result["core_coverage"]["missed"]
-    (entry,) = (tmp_path / "cache").iterdir()  # the model's entry; verify's scratch beside it is gone
+    # the model's entry (and the lock it was generated under); verify's scratch beside it is gone
+    (entry,) = (p for p in (tmp_path / "cache").iterdir() if p.name != LOCKS)
     assert entry.name.startswith("ConfMLA-")
 
 
@@ -134,3 +141,41 @@ def test_verify_bad_report_path_is_one_line(tmp_path):
     assert run.returncode == 2 and run.stdout == ""
     (line,) = run.stderr.strip().splitlines()
     assert "is a directory" in line and str(tmp_path) in line
+
+
+# ------------------------------------------- verify's replay of cached covers (in process)
+
+def _json_decodes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Every file decoded from JSON from now on (a DecodedLoader calls this only for what it lacks)."""
+    decoded: list[Path] = []
+    original = TraceLoader.load
+
+    def load(self: TraceLoader, path: Path | str) -> object:
+        decoded.append(Path(path))
+        return original(self, path)
+    monkeypatch.setattr(TraceLoader, "load", load)
+    return decoded
+
+
+def test_cached_covers_replay_decoded_traces_named_by_their_placed_files(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    manifest = load_manifest(_fixture_manifest(tmp_path))
+    entries = conformance_entries(manifest)
+    first = cover_and_replay(entries, tmp_path / "first", manifest, shrink=False, cached=True)
+    [report] = first.reports
+    assert report.ok and report.traces > 0
+
+    decodes = _json_decodes(monkeypatch)
+    monkeypatch.setattr(DirectConnector, "_track_async_dump_requests", lambda self, metadata: None)  # a mutant
+    second = cover_and_replay(entries, tmp_path / "second", manifest, shrink=True, cached=True)
+    assert decodes == []  # every trace came decoded from the cache
+    [report] = second.reports
+    assert report.failed, "the mutant (no tracking in build_connector_meta) survived the cover"
+    placed = {str(path) for path in second.generated[0].files}
+    assert all(p.parent == tmp_path / "second" / "ConfMLA" for p in map(Path, placed))
+    for divergence in report.failed:
+        assert divergence.file in placed  # named by the file under the out directory, not the cache's
+        assert divergence.minimized is not None and Path(divergence.minimized).parent == tmp_path / "second" / "ConfMLA"
+    assert not [p for p in (tmp_path / "cache").rglob(f"*{MIN_SUFFIX}")]  # nothing shrunk into the cache
+    assert json.loads(Path(report.failed[0].minimized).read_text())["#meta"]["shrunk_from"]

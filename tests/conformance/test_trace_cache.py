@@ -44,7 +44,8 @@ def _no_tlc(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _entries(toy: ModelEntry) -> list[Path]:
-    return sorted(tracecache.cache_root().iterdir())
+    """The cache's entries and anything left beside them (scratch directories); its lock files aside."""
+    return sorted(p for p in tracecache.cache_root().iterdir() if p.name != tracecache.LOCKS)
 
 
 def test_second_call_is_a_hit_without_tlc(toy: ModelEntry, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -107,6 +108,33 @@ def test_racing_sessions_both_get_a_sound_entry(toy: ModelEntry, tmp_path: Path)
     [entry] = _entries(toy)  # one entry; the loser's scratch directory is gone
     traces, _ = tracecache.cached_cover(toy)
     assert traces.files[0].parent.parent == entry
+
+
+def test_racing_sessions_run_tlc_once(toy: ModelEntry) -> None:
+    """Two processes start on the same missing entry: one generates it, the other waits on its lock and
+    reads it (each says whether it ran the generator)."""
+    script = (
+        "import sys; from dataclasses import replace; from pathlib import Path\n"
+        f"sys.path.insert(0, {str(REPO_TESTS)!r})\n"
+        "import deferdump.conformance.tracecache as tc\n"
+        "from support.conformance import toy_manifest\n"
+        "real = tc.generate_traces\n"
+        "def counted(*args, **kwargs):\n"
+        "    print('generated', flush=True)\n"
+        "    return real(*args, **kwargs)\n"
+        "tc.generate_traces = counted\n"
+        f"entry = replace(toy_manifest().get('Toy'), spec_dir=Path({str(toy.spec_dir)!r}))\n"
+        "print(len(tc.cached_cover(entry)[0].files))\n"
+    )
+    env = {"DEFERDUMP_TRACE_CACHE": str(tracecache.cache_root()), "PATH": "/usr/bin:/bin"}
+    runs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env) for _ in range(2)]
+    outputs = [run.communicate(timeout=120) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], outputs
+    lines = [out.split() for out, _ in outputs]
+    assert sum(line.count("generated") for line in lines) == 1, outputs
+    assert lines[0][-1] == lines[1][-1]  # the same traces
+    assert (tracecache.cache_root() / tracecache.LOCKS).is_dir() and len(_entries(toy)) == 1
 
 
 # ------------------------------------------------------------------------------------------ decoded traces

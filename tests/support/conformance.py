@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from deferdump.conformance.driver import StepMismatch
-from deferdump.conformance.itfload import TraceLoader
+from deferdump.conformance.itfload import DecodedLoader as PreDecodedLoader
 from deferdump.conformance.tracegen import GeneratedTraces
 from deferdump.tools.tlc.parallel import default_jobs
 from deferdump.conformance.tracecache import cached_cover, cached_decoded
@@ -96,16 +96,12 @@ class RecordingFactory:
 
 DEFERDUMP_FIXTURES = FIXTURES / "deferdump"
 
-class DecodedLoader(TraceLoader):
-    """A TraceLoader that answers the trace files of the given models from the trace cache's decoded copy
+class DecodedLoader(PreDecodedLoader):
+    """Answers the trace files of the given models from the trace cache's decoded copy
     (deferdump.conformance.tracecache.cached_decoded), and decodes any other file itself."""
 
     def __init__(self, names: Iterable[str]) -> None:
-        super().__init__()
-        self._decoded = {trace.path: trace for name in names for trace in decoded_traces(name)}
-
-    def load(self, path: Path | str) -> ItfTrace:
-        return self._decoded.get(Path(path)) or super().load(path)
+        super().__init__(trace for name in names for trace in decoded_traces(name))
 
 COVER_FIXTURES = ("ConfLayerWise", "ConfMulti")
 """Small DeferDump configs (tests/fixtures/conformance/deferdump) replayed with their full edge cover: what
