@@ -31,10 +31,14 @@ java-check:
 	@command -v java >/dev/null 2>&1 || { echo "make setup: java not found: install a JRE >= 11 (Debian: apt-get install -y openjdk-17-jre-headless)" >&2; exit 1; }
 
 # torch first, the CPU build: a bare `torch` would pull a multi-GB CUDA build.
+# Editable installs of this checkout build in it (deferdump.egg-info): one at a time, when .ci/run builds
+# both environments at once (util-linux flock; without it, nothing to wait on).
+EDITABLE_LOCK := $(shell command -v flock >/dev/null 2>&1 && echo flock $(CURDIR)/.editable-install.lock)
+
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(call install_torch,$(VENV))
-	$(PY) -m pip install -q -e '.[test,bench,redis]'
+	$(EDITABLE_LOCK) $(PY) -m pip install -q -e '.[test,bench,redis]'
 	@touch $(STAMP)
 
 # check the CI models, generate edge-cover traces of each conformance model, replay them on the
@@ -77,10 +81,11 @@ $(VLLM_BASE_STAMP):
 	@touch $(VLLM_BASE_STAMP)
 
 $(VLLM_STAMP): pyproject.toml $(VLLM_BASE_STAMP)
-	set -o pipefail; $(VLLM_VENV)/bin/python -m pip install -q -e '.[test,redis]' 2>&1 | { $(PIP_QUIET_LOCATIONS); }
+	set -o pipefail; $(EDITABLE_LOCK) $(VLLM_VENV)/bin/python -m pip install -q -e '.[test,redis]' 2>&1 | { $(PIP_QUIET_LOCATIONS); }
 	@touch $(VLLM_STAMP)
 
-# The vLLM environment alone (.ci/run builds it in the background while the main suite runs).
+# The vLLM environment alone (.ci/run builds it in the background from the start, beside `make setup` and
+# `make test`).
 vllm-env: $(VLLM_STAMP)
 
 # On VLLM_TEST_JOBS pytest-xdist workers (default 2; 0 = one process). Each test file stays on one worker
@@ -93,4 +98,4 @@ test-vllm: system-deps java-check $(VLLM_STAMP)
 		-n $(VLLM_TEST_JOBS) --dist loadfile --no-loadscope-reorder
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info .pytest_cache .hypothesis .verify
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info .pytest_cache .hypothesis .verify .editable-install.lock
