@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from support.conformance import DEFERDUMP_FIXTURES, deferdump_traces
-from deferdump.conformance.itfload import TraceLoader
+from support.conformance import DEFERDUMP_FIXTURES, counting_json_decodes, deferdump_traces
 from deferdump.conformance.shrink import MIN_SUFFIX
 from deferdump.conformance.tracecache import CACHE_ENV, LOCKS
 from deferdump.conformance.verify import conformance_entries, cover_and_replay
@@ -145,18 +144,6 @@ def test_verify_bad_report_path_is_one_line(tmp_path):
 
 # ------------------------------------------- verify's replay of cached covers (in process)
 
-def _json_decodes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """Every file decoded from JSON from now on (a DecodedLoader calls this only for what it lacks)."""
-    decoded: list[Path] = []
-    original = TraceLoader.load
-
-    def load(self: TraceLoader, path: Path | str) -> object:
-        decoded.append(Path(path))
-        return original(self, path)
-    monkeypatch.setattr(TraceLoader, "load", load)
-    return decoded
-
-
 def test_cached_covers_replay_decoded_traces_named_by_their_placed_files(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
@@ -166,7 +153,7 @@ def test_cached_covers_replay_decoded_traces_named_by_their_placed_files(tmp_pat
     [report] = first.reports
     assert report.ok and report.traces > 0
 
-    decodes = _json_decodes(monkeypatch)
+    decodes = counting_json_decodes(monkeypatch)
     monkeypatch.setattr(DirectConnector, "_track_async_dump_requests", lambda self, metadata: None)  # a mutant
     second = cover_and_replay(entries, tmp_path / "second", manifest, shrink=True, cached=True)
     assert decodes == []  # every trace came decoded from the cache

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 import deferdump.conformance.tracecache as tracecache
-from support.conformance import FIXTURES, toy_manifest
+from support.conformance import FIXTURES, counting_json_decodes, toy_manifest
 from deferdump.conformance.itfload import TraceLoader
 from deferdump.tools.tlc.manifest import ModelEntry
 from deferdump.tools.tlc.values import ItfTrace
@@ -89,22 +89,27 @@ def test_a_damaged_entry_is_regenerated(toy: ModelEntry, damage: str) -> None:
     assert _entries(toy) == [entry]  # the bad entry is gone, nothing left aside
 
 
-def test_racing_sessions_both_get_a_sound_entry(toy: ModelEntry, tmp_path: Path) -> None:
+def _race(toy: ModelEntry, body: str) -> list[str]:
+    """Run two processes at once, each with a private `entry` for the toy model and `tc`, the cache module,
+    then `body`; both must exit 0. Their standard outputs."""
     script = (
         "import sys; from dataclasses import replace; from pathlib import Path\n"
         f"sys.path.insert(0, {str(REPO_TESTS)!r})\n"
         "import deferdump.conformance.tracecache as tc\n"
         "from support.conformance import toy_manifest\n"
         f"entry = replace(toy_manifest().get('Toy'), spec_dir=Path({str(toy.spec_dir)!r}))\n"
-        "traces, graph = tc.cached_cover(entry)\n"
-        "print(len(traces.files), graph['edges'])\n"
-    )
+    ) + body
     env = {"DEFERDUMP_TRACE_CACHE": str(tracecache.cache_root()), "PATH": "/usr/bin:/bin"}
     runs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env) for _ in range(2)]
     outputs = [run.communicate(timeout=120) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], outputs
-    assert outputs[0][0] == outputs[1][0]
+    return [out for out, _ in outputs]
+
+
+def test_racing_sessions_both_get_a_sound_entry(toy: ModelEntry, tmp_path: Path) -> None:
+    outputs = _race(toy, "traces, graph = tc.cached_cover(entry)\nprint(len(traces.files), graph['edges'])\n")
+    assert outputs[0] == outputs[1]
     [entry] = _entries(toy)  # one entry; the loser's scratch directory is gone
     traces, _ = tracecache.cached_cover(toy)
     assert traces.files[0].parent.parent == entry
@@ -113,43 +118,21 @@ def test_racing_sessions_both_get_a_sound_entry(toy: ModelEntry, tmp_path: Path)
 def test_racing_sessions_run_tlc_once(toy: ModelEntry) -> None:
     """Two processes start on the same missing entry: one generates it, the other waits on its lock and
     reads it (each says whether it ran the generator)."""
-    script = (
-        "import sys; from dataclasses import replace; from pathlib import Path\n"
-        f"sys.path.insert(0, {str(REPO_TESTS)!r})\n"
-        "import deferdump.conformance.tracecache as tc\n"
-        "from support.conformance import toy_manifest\n"
+    outputs = _race(toy, (
         "real = tc.generate_traces\n"
         "def counted(*args, **kwargs):\n"
         "    print('generated', flush=True)\n"
         "    return real(*args, **kwargs)\n"
         "tc.generate_traces = counted\n"
-        f"entry = replace(toy_manifest().get('Toy'), spec_dir=Path({str(toy.spec_dir)!r}))\n"
         "print(len(tc.cached_cover(entry)[0].files))\n"
-    )
-    env = {"DEFERDUMP_TRACE_CACHE": str(tracecache.cache_root()), "PATH": "/usr/bin:/bin"}
-    runs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=env) for _ in range(2)]
-    outputs = [run.communicate(timeout=120) for run in runs]
-    assert [run.returncode for run in runs] == [0, 0], outputs
-    lines = [out.split() for out, _ in outputs]
+    ))
+    lines = [out.split() for out in outputs]
     assert sum(line.count("generated") for line in lines) == 1, outputs
     assert lines[0][-1] == lines[1][-1]  # the same traces
     assert (tracecache.cache_root() / tracecache.LOCKS).is_dir() and len(_entries(toy)) == 1
 
 
 # ------------------------------------------------------------------------------------------ decoded traces
-
-def _counting_decodes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """Every file the cache decodes from JSON from now on."""
-    decoded: list[Path] = []
-    original = TraceLoader.load
-
-    def load(self: TraceLoader, path: Path | str) -> ItfTrace:
-        decoded.append(Path(path))
-        return original(self, path)
-    monkeypatch.setattr(TraceLoader, "load", load)
-    return decoded
-
 
 def _fresh(files: list[Path]) -> list[ItfTrace]:
     loader = TraceLoader()
@@ -162,7 +145,7 @@ def test_decoded_traces_are_kept_and_equal_a_fresh_decode(toy: ModelEntry, monke
     assert list(first) == _fresh(files) and [t.path for t in first] == files
     [entry] = _entries(toy)
     assert (entry / "decoded.pickle").is_file()
-    decoded = _counting_decodes(monkeypatch)
+    decoded = counting_json_decodes(monkeypatch)
     again = tracecache.cached_decoded(toy)
     assert decoded == [] and again == first and [t.path for t in again] == files  # unpickled, not decoded
 
@@ -170,7 +153,7 @@ def test_decoded_traces_are_kept_and_equal_a_fresh_decode(toy: ModelEntry, monke
 def test_decoded_traces_follow_a_changed_spec_or_decoder(toy: ModelEntry, monkeypatch: pytest.MonkeyPatch,
                                                          tmp_path: Path) -> None:
     tracecache.cached_decoded(toy)
-    decoded = _counting_decodes(monkeypatch)
+    decoded = counting_json_decodes(monkeypatch)
     toy.config_path.write_text(toy.config_path.read_text() + "\n\\* a comment changes the key\n")
     changed = tracecache.cached_decoded(toy)
     assert len(decoded) == len(changed) > 0 and len(_entries(toy)) == 2  # a new entry, decoded anew
@@ -213,7 +196,7 @@ def test_a_damaged_decoded_file_is_decoded_again_never_trusted(toy: ModelEntry, 
         path.write_bytes(_rehashed(pickle.dumps({"traces": 1}), key))
     else:
         path.write_bytes(_rehashed(pickle.dumps(list(first[:-1])), key))
-    decoded = _counting_decodes(monkeypatch)
+    decoded = counting_json_decodes(monkeypatch)
     again = tracecache.cached_decoded(toy)
     assert again == first and len(decoded) == len(first)
     decoded.clear()
@@ -226,6 +209,6 @@ def test_a_damaged_trace_file_discards_its_decoded_copy(toy: ModelEntry, monkeyp
     victim = tracecache.cached_cover(toy)[0].files[0]
     original = victim.read_bytes()
     victim.write_bytes(original.replace(b'"Toy"', b'"Toz"', 1))
-    decoded = _counting_decodes(monkeypatch)
+    decoded = counting_json_decodes(monkeypatch)
     assert tracecache.cached_decoded(toy) == first and len(decoded) == len(first)  # regenerated, then decoded
     assert victim.read_bytes() == original

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from deferdump.conformance.driver import StepMismatch
-from deferdump.conformance.itfload import DecodedLoader as PreDecodedLoader
+from deferdump.conformance.itfload import DecodedLoader as PreDecodedLoader, TraceLoader
 from deferdump.conformance.tracegen import GeneratedTraces
 from deferdump.tools.tlc.parallel import default_jobs
 from deferdump.conformance.tracecache import cached_cover, cached_decoded
@@ -102,6 +102,19 @@ class DecodedLoader(PreDecodedLoader):
 
     def __init__(self, names: Iterable[str]) -> None:
         super().__init__(trace for name in names for trace in decoded_traces(name))
+
+def counting_json_decodes(monkeypatch: Any) -> list[Path]:
+    """Every file decoded from JSON from now on (`TraceLoader.load`; a DecodedLoader calls it only for the
+    files it was not given decoded), through ``monkeypatch`` (pytest's fixture)."""
+    decoded: list[Path] = []
+    original = TraceLoader.load
+
+    def load(self: TraceLoader, path: Path | str) -> ItfTrace:
+        decoded.append(Path(path))
+        return original(self, path)
+    monkeypatch.setattr(TraceLoader, "load", load)
+    return decoded
+
 
 COVER_FIXTURES = ("ConfLayerWise", "ConfMulti")
 """Small DeferDump configs (tests/fixtures/conformance/deferdump) replayed with their full edge cover: what
