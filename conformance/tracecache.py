@@ -8,10 +8,11 @@ directory, its cfg, the manifest entry's fields, the generator's parameters and 
 source. A changed spec therefore never reuses old traces, and an unchanged one skips TLC entirely.
 
 Safe against concurrent sessions and damage: an entry is written under a private temporary directory and
-renamed into place whole (the rename is atomic; a session that loses the race keeps the winner's entry),
-a session that finds an entry missing waits on that entry's lock file (``.locks/``) while another generates
-it, so concurrent sessions run its TLC once), and every file is checked against the SHA-256 recorded at
-generation before it is used. An entry that fails the check is moved aside and regenerated, never trusted.
+renamed into place whole (the rename is atomic; a session that loses the race keeps the winner's entry).
+A session that finds an entry missing takes that entry's lock file (``.locks/``) first, so concurrent
+sessions wait for one generation instead of each running TLC. Every file is checked against the SHA-256
+recorded at generation before it is used; an entry that fails the check is moved aside and regenerated,
+never trusted.
 
 An entry also keeps its traces decoded (``decoded.pickle``, written by :func:`cached_decoded` the first time
 they are decoded): unpickling 16,653 traces takes a fifth of the CPU of parsing and decoding their JSON. The
@@ -33,8 +34,8 @@ import shutil
 import sys
 import tempfile
 import uuid
-from dataclasses import asdict
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 

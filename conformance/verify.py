@@ -104,7 +104,8 @@ def cover_and_replay(entries: list[ModelEntry], out_dir: Path, manifest: Manifes
     them all under coverage.py (the protocol core of the variants the models run); `deferdump verify` and
     `deferdump bench` share it. ``cached``: take each edge cover from the trace cache
     (:mod:`deferdump.conformance.tracecache`, keyed by the spec's content and the generator's source),
-    generating and keeping it there where missing."""
+    generating and keeping it there where missing, and replay the cache's decoded copy of its traces (each
+    named by its file under ``out_dir``, where a shrunk failing trace is written)."""
     def generate(entry: ModelEntry) -> tuple[GeneratedTraces, list[ItfTrace]]:
         if not cached:
             return generate_traces(entry, "cover", out_dir / entry.name, timeout=timeout), []

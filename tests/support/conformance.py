@@ -103,6 +103,7 @@ class DecodedLoader(PreDecodedLoader):
     def __init__(self, names: Iterable[str]) -> None:
         super().__init__(trace for name in names for trace in decoded_traces(name))
 
+
 def counting_json_decodes(monkeypatch: Any) -> list[Path]:
     """Every file decoded from JSON from now on (`TraceLoader.load`; a DecodedLoader calls it only for the
     files it was not given decoded), through ``monkeypatch`` (pytest's fixture)."""
