@@ -23,6 +23,7 @@ from deferdump.tools.tlc.values import (
     load_itf,
     parse_value,
     to_itf,
+    _value_key_by_kind,
     value_key,
 )
 
@@ -134,6 +135,41 @@ values = st.recursive(_scalars, _compound, max_leaves=12)
 @given(values)
 def test_text_round_trip(value: object) -> None:
     assert value_key(parse_value(format_value(value))) == value_key(value)
+
+
+def _plain(value: object) -> object:
+    """The same TLA+ value in plain Python containers (tuples, frozensets, dicts), which take the general path."""
+    if isinstance(value, TlaSet):
+        return frozenset(_plain(v) for v in value)
+    if isinstance(value, (Tup, Seq)):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, (Record, TlaFunction)):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+@settings(max_examples=200, deadline=None)
+@given(values)
+def test_the_exact_type_fast_path_keys_as_the_general_path(value: object) -> None:
+    assert value_key(value) == _value_key_by_kind(value)
+    try:
+        plain = _plain(value)
+    except TypeError:  # a set or a key that Python cannot hash as a plain container (a dict inside)
+        return
+    assert value_key(plain) == value_key(value)
+
+
+class _Flag(int):
+    pass
+
+
+def test_subclasses_of_scalars_and_containers_take_the_general_path() -> None:
+    assert value_key(_Flag(3)) == value_key(3) == ("I", 3)
+    assert value_key(True) != value_key(1)
+    assert value_key(("a", True)) == value_key(Tup(["a", True])) == value_key(Seq(["a", True]))
+    assert value_key({"a": 1}) == value_key(Record(a=1))
+    with pytest.raises(TypeError, match="not a TLA\\+ value"):
+        value_key(1.5)
 
 
 @settings(max_examples=200, deadline=None)

@@ -293,7 +293,32 @@ def value_key(value: Value) -> Any:
 
     Plain ``tuple``/``list`` (tuples), ``set``/``frozenset`` and ``dict`` are accepted as well.
     Raises TypeError for anything that is not a TLA+ value.
+
+    The exact types come first, by identity: conformance replay keys millions of values per run, and
+    the ``isinstance`` chain (abstract-base-class checks included) was most of that cost. Subclasses and
+    the plain Python containers take the general path, :func:`_value_key_by_kind`.
     """
+    kind = type(value)
+    if kind is str:
+        return ("S", value)
+    if kind is TlaSet or kind is Record or kind is TlaFunction:  # immutable: compute the key once
+        key = value._key  # type: ignore[union-attr]
+        if key is None:
+            key = value._key = _compound_key(value)  # type: ignore[union-attr]
+        return key
+    if kind is ModelValue:
+        return ("M", value.name)  # type: ignore[union-attr]
+    if kind is int:
+        return ("I", value)
+    if kind is bool:
+        return ("B", value)
+    if kind is Tup or kind is Seq:
+        return ("F", frozenset((("I", i), value_key(item)) for i, item in enumerate(value, start=1)))  # type: ignore[arg-type]
+    return _value_key_by_kind(value)
+
+
+def _value_key_by_kind(value: Value) -> Any:
+    """:func:`value_key` for any accepted type, subclasses included."""
     if isinstance(value, bool):
         return ("B", value)
     if isinstance(value, int):
