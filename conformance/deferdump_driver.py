@@ -105,6 +105,7 @@ ACTIONS = frozenset({"init", "schedule", "execute_model", "update_from_output", 
                      "shutdown"})
 INNER_VARIANTS = {ucm: names.variant for ucm, names in BY_UCM.items()}  # the model's inner class -> config variant
 _TASK_FIELDS = ("id", "reqs", "blocks", "layer", "status", "event")
+_TASK_FIELD_SET = frozenset(_TASK_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -617,6 +618,9 @@ class DeferDumpDriver:
     def model_view(self, state: Mapping[str, Value]) -> dict[str, Value]:
         view = {name: state[name] for name in self.observed}
         if self.profile.observes_events:
+            if all(isinstance(t, Record) and t.keys() == _TASK_FIELD_SET
+                   for tasks in state["pending"].values() for t in tasks):
+                return view  # the model's tasks have exactly the observed fields (IsTask): nothing to project
             view["pending"] = TlaFunction(
                 (w, TlaSet(Record({f: t[f] for f in _TASK_FIELDS}) for t in tasks))
                 for w, tasks in state["pending"].items())
