@@ -65,13 +65,11 @@ import collections
 import dataclasses
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from deferdump.reference.config import ConnectorConfig
-from deferdump.reference.class_names import BY_UCM
 from deferdump.reference.connectors import VARIANT_CLASSES, CPConnector, DirectConnector, OuterConnector, Role
 from deferdump.reference.hashing import layer_key, prefix_block_hashes
 from deferdump.reference.testing.late_copy import LateCopyDevice
@@ -82,9 +80,16 @@ from deferdump.reference.metrics import ConnectorMetrics
 from deferdump.reference.pending import PendingDumpTask
 from deferdump.reference.stores.base import StoreTask
 from deferdump.reference.views import CachedRequestView, NewRequestView, RequestView, StepView
-from deferdump.tools.tlc.values import ItfError, ItfTrace, ModelValue, Record, TlaFunction, TlaSet, Value, from_itf
+from deferdump.tools.tlc.values import ModelValue, Record, TlaFunction, TlaSet, Value
 
 from deferdump.conformance.driver import StepMismatch
+from deferdump.conformance.deferdump_schema import (
+    ACTIONS,
+    DEFERDUMP_VARS,
+    ModelConstants,
+    model_name as _name,
+    observed_variables,
+)
 from deferdump.conformance.profiles import DEFAULT_PROFILE, ImplProfile
 
 __all__ = ["DeferDumpDriver", "ModelConstants", "DEFERDUMP_VARS"]
@@ -96,92 +101,8 @@ BLOCK_SIZE = 2  # tokens per block: the model counts blocks, any size works
 # so vLLM's `computed - window + 1` frees every earlier block, as the model's SwOut does.
 HYBRID_BLOCK_SIZE = 4
 HYBRID_WINDOW = 2
-# The connector's `hybrid_fence` for each spec module's handle_preemptions label (Connectors.tla):
-# "wait_freed" (MCSlidingWindowFenced), "wait_all_on_free" (MCSlidingWindowDrain); the merged table's
-# "wait_preempted" (MCReal and the other mutants) is #989 as merged, "none".
-HYBRID_FENCE_OF_MODULE = {"MCSlidingWindowFenced": "freed", "MCSlidingWindowDrain": "all_on_free"}
-DEFERDUMP_VARS = frozenset({"schedAsync", "workerAsync", "pending", "live", "reqState", "blocksOf", "finishedIds"})
-ACTIONS = frozenset({"init", "schedule", "execute_model", "update_from_output", "engine_step", "task_complete",
-                     "shutdown"})
-INNER_VARIANTS = {ucm: names.variant for ucm, names in BY_UCM.items()}  # the model's inner class -> config variant
 _TASK_FIELDS = ("id", "reqs", "blocks", "layer", "status", "event")
 _TASK_FIELD_SET = frozenset(_TASK_FIELDS)
-
-
-@dataclass(frozen=True)
-class ModelConstants:
-    """The model constants a replay needs (from the trace's ``#meta.constants``)."""
-
-    requests: tuple[str, ...]
-    blocks: tuple[str, ...]
-    ranks: tuple[int, ...]  # the model's rank values, Rank0 first (it is the implementation's rank 0)
-    prompt_blocks: int
-    layers: int
-    variant: str
-    wrapper: bool
-    hma: bool
-    multi: bool
-    mla: bool
-    store_hits: bool = False  # StoreHits: a lookup may hit the whole prompt
-    short_reqs: frozenset[str] = frozenset()  # ShortReqs: one-token prompts (no full block)
-    hybrid: bool = False  # Hybrid: a full-attention and a sliding-window KV-cache group
-    hybrid_fence: str = "none"  # the connector's fence for the trace's spec module (HYBRID_FENCE_OF_MODULE)
-
-    def need_blocks(self, req: str) -> int:
-        """Blocks the request's prompt occupies (the model's NeedBlocks)."""
-        return 1 if req in self.short_reqs else self.prompt_blocks
-
-    @property
-    def num_ranks(self) -> int:
-        return len(self.ranks)
-
-    @classmethod
-    def from_trace(cls, trace: ItfTrace) -> "ModelConstants":
-        raw = trace.meta.get("constants")
-        if not isinstance(raw, dict):
-            raise ItfError("'#meta.constants' (the model's constants) is missing", json_path='$["#meta"]',
-                           file=trace.path)
-        values: dict[str, Value] = {}
-        if "Rank" in raw:  # Rank (a set of integers) and Rank0; older models: NumRanks (ranks 0..n-1)
-            rank_names: tuple[str, ...] = ("Rank", "Rank0")
-        else:
-            rank_names = ("NumRanks",)
-        for name in ("Req", "Block", *rank_names, "PromptBlocks", "Layers", "InnerClass", "Wrapper", "HMA",
-                     "Multi", "MLA"):
-            where = f'$["#meta"].constants.{name}'
-            if name not in raw:
-                raise ItfError(f"constant {name} is missing", json_path=where, file=trace.path)
-            try:
-                values[name] = from_itf(raw[name], where)
-            except ItfError as error:
-                raise ItfError(error.problem, json_path=error.json_path, file=trace.path) from None
-        inner = values["InnerClass"]
-        if inner not in INNER_VARIANTS:
-            raise ItfError(f"InnerClass {inner!r} has no reference connector", json_path='$["#meta"].constants',
-                           file=trace.path)
-        for name in ("StoreHits", "ShortReqs", "Hybrid"):  # optional: older traces predate them
-            if name in raw:
-                where = f'$["#meta"].constants.{name}'
-                try:
-                    values[name] = from_itf(raw[name], where)
-                except ItfError as error:
-                    raise ItfError(error.problem, json_path=error.json_path, file=trace.path) from None
-        if "Rank" in values:
-            rank0 = int(values["Rank0"])
-            ranks = (rank0, *sorted(int(w) for w in values["Rank"] if int(w) != rank0))
-        else:
-            ranks = tuple(range(int(values["NumRanks"])))
-        return cls(
-            requests=tuple(sorted(_name(v) for v in values["Req"])),
-            blocks=tuple(sorted(_name(v) for v in values["Block"])),
-            ranks=ranks, prompt_blocks=int(values["PromptBlocks"]),
-            layers=int(values["Layers"]), variant=INNER_VARIANTS[inner], wrapper=bool(values["Wrapper"]),
-            hma=bool(values["HMA"]), multi=bool(values["Multi"]), mla=bool(values["MLA"]),
-            store_hits=bool(values.get("StoreHits", False)),
-            short_reqs=frozenset(_name(v) for v in values.get("ShortReqs", ())),
-            hybrid=bool(values.get("Hybrid", False)),
-            hybrid_fence=HYBRID_FENCE_OF_MODULE.get(str(trace.meta.get("module", "")), "none"),
-        )
 
 
 class ScriptedLookupStore(ManualStore):
@@ -211,10 +132,6 @@ def _replay_metrics() -> ConnectorMetrics:
 _REQ_SETS: dict[frozenset[str], TlaSet] = {}
 
 
-def _name(value: Value) -> str:
-    return value.name if isinstance(value, ModelValue) else str(value)
-
-
 def _names(values: Iterable[Value]) -> set[str]:
     return {_name(v) for v in values}
 
@@ -240,12 +157,7 @@ class DeferDumpDriver:
         self.profile = profile
         self.block_size = HYBRID_BLOCK_SIZE if constants.hybrid else BLOCK_SIZE
         block_size = self.block_size
-        observed = ["schedAsync", "workerAsync", "pending"]
-        if profile.observes_events:
-            observed.append("live")
-        if not constants.multi:
-            observed.append("reported")
-        self.observed: tuple[str, ...] = tuple(observed)
+        self.observed = observed_variables(constants, profile)
         first = 1 if constants.hybrid else 0  # 0 is vLLM's null block in a sliding-window list
         self.block_ids = {name: index for index, name in enumerate(constants.blocks, start=first)}
         self.block_names = {index: name for name, index in self.block_ids.items()}

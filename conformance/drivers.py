@@ -3,19 +3,28 @@ from __future__ import annotations
 
 from deferdump.tools.tlc.values import ItfError, ItfTrace
 
-from deferdump.conformance.deferdump_driver import DEFERDUMP_VARS, DeferDumpDriver, ModelConstants
+from deferdump.conformance.deferdump_schema import ACTIONS, DEFERDUMP_VARS, ModelConstants, observed_variables
 from deferdump.conformance.driver import Driver
 from deferdump.conformance.errors import UnknownDriver
 from deferdump.conformance.profiles import profile_for
+from deferdump.conformance.trace_checks import validate_actions
 
 __all__ = ["default_driver_factory"]
 
 
 def default_driver_factory(trace: ItfTrace) -> Driver:
     """The DeferDump driver for traces of the DeferDump model (any of its MC configs), under the
-    implementation profile the trace's index picks (:func:`.profiles.profile_for`)."""
+    implementation profile the trace's index picks (:func:`.profiles.profile_for`).
+
+    The trace is checked against the model's schema first: a bad trace is refused before the driver's
+    module loads torch and the reference connector."""
     if DEFERDUMP_VARS <= set(trace.vars):
-        return DeferDumpDriver(ModelConstants.from_trace(trace), profile_for(trace))
+        constants = ModelConstants.from_trace(trace)
+        profile = profile_for(trace)
+        validate_actions(trace, ACTIONS, observed_variables(constants, profile))
+        from deferdump.conformance.deferdump_driver import DeferDumpDriver
+
+        return DeferDumpDriver(constants, profile)
     where = trace.path or "<trace>"
     missing = sorted(DEFERDUMP_VARS - set(trace.vars))
     if "action" not in trace.vars:

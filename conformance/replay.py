@@ -22,6 +22,7 @@ from deferdump.conformance.diff import diff_states
 from deferdump.conformance.driver import Driver, DriverFactory, StepMismatch
 from deferdump.conformance.errors import TraceInputError
 from deferdump.conformance.itfload import TraceLoader
+from deferdump.conformance.trace_checks import ACTION, validate_actions
 from deferdump.conformance.stategraph import StateGraph, StateKey, state_key
 
 __all__ = ["Divergence", "ReplayReport", "TraceOutcome", "load_traces", "replay_loaded", "replay_paths",
@@ -29,7 +30,6 @@ __all__ = ["Divergence", "ReplayReport", "TraceOutcome", "load_traces", "replay_
 
 log = logging.getLogger(__name__)
 
-ACTION = "action"
 
 
 @dataclass
@@ -134,27 +134,6 @@ def _action_text(state: Mapping[str, Value]) -> str:
         return format_value(state[ACTION])
     except (KeyError, TypeError):
         return "<no action>"
-
-
-def validate_actions(trace: ItfTrace, driver_actions: frozenset[str], observed: Sequence[str]) -> None:
-    """Every state carries a known ``action`` record and every observed variable (else ItfError)."""
-    file = trace.path
-    if ACTION not in trace.vars:
-        raise ItfError("the model's 'action' variable is missing from 'vars'", json_path="$.vars", file=file)
-    missing = [name for name in observed if name not in trace.vars]
-    if missing:
-        raise ItfError(f"variables the replay compares are missing from 'vars': {missing}", json_path="$.vars",
-                       file=file)
-    if not trace.states:
-        raise ItfError("a trace needs at least one state", json_path="$.states", file=file)
-    for index, state in enumerate(trace.states):
-        action = state[ACTION]
-        where = f"$.states[{index}].action"
-        if not isinstance(action, Record) or not isinstance(action.get("name"), str):
-            raise ItfError("'action' must be a record with a string 'name'", json_path=where, file=file, state=index)
-        if action["name"] not in driver_actions:
-            raise ItfError(f"unknown action name {action['name']!r} (known: {', '.join(sorted(driver_actions))})",
-                           json_path=f"{where}.name", file=file, state=index)
 
 
 def load_traces(paths: Sequence[Path], driver_factory: DriverFactory,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from deferdump.conformance.deferdump_driver import DEFERDUMP_VARS
+from deferdump.conformance.deferdump_schema import DEFERDUMP_VARS
 from deferdump.reference import ConnectorConfig
 from deferdump.reference.config import make_store
 from deferdump.reference.errors import ConfigError
@@ -244,6 +244,24 @@ def test_the_cli_refuses_bad_input_in_one_line(case: CliCase, tmp_path: Path) ->
     for fragment in case.fragments:
         assert fragment in lines[0], lines[0]
     assert out.returncode == case.exit_code, out.stderr
+
+
+@pytest.mark.parametrize("second_state", [_set_action({"name": "explode"}), lambda state: state.pop("pending")],
+                         ids=["unknown-action", "missing-variable"])
+def test_a_bad_trace_is_refused_before_torch_loads(second_state: Callable[[dict[str, object]], None],
+                                                    tmp_path: Path) -> None:
+    """Replay checks a trace against the model's schema before it builds a driver (which loads torch and
+    the reference connector): a bad trace is refused in a fraction of a second."""
+    trace = _deferdump_trace(tmp_path, second_state)
+    probe = ("import sys\n"
+             "from deferdump.conformance.errors import TraceInputError\n"
+             "from deferdump.conformance.replay import replay_paths\n"
+             "try:\n"
+             f"    replay_paths([{str(trace)!r}])\n"
+             "except TraceInputError as error:\n"
+             "    print('refused', 'torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["refused", "False"], done.stdout + done.stderr
 
 
 # --------------------------------------------------------------------------------------------- the library
