@@ -33,6 +33,7 @@ from deferdump.tools.tlc.output import (
     TlcOutputError,
     TlcResult,
     TraceState,
+    finished_cleanly,
     interpret,
     parse_progress,
 )
@@ -167,6 +168,7 @@ def run_tlc(
     keep_dir: Path | None = None,
     jvm_args: Sequence[str] = (),
     expected_states: int | None = None,
+    end_after_report: bool = True,
 ) -> TlcResult:
     """Model-check ``spec`` with ``config`` (default: the ``.cfg`` beside it) and return the typed result.
 
@@ -181,6 +183,12 @@ def run_tlc(
     :class:`~deferdump.tools.tlc.java.JavaError` when Java or the jar is unusable.
     ``expected_states`` (the model's known distinct-state count, if any) picks the JIT flags
     (:func:`~deferdump.tools.tlc.java.jit_args`): a small model starts faster on the C1 compiler alone.
+    ``end_after_report``: once a run has reported a clean finish (no error found, "Finished in", nothing
+    else), the bridge ends the JVM instead of waiting out its shutdown (about 0.3 s: TLC's fingerprint set
+    is an RMI object whose accept thread HotSpot waits for at exit) and records exit status 0, the only
+    one TLC gives such a run. It applies only where nothing is written at exit: no ``extra_args`` (which
+    may ask for dumps or simulation files), no ``keep_dir``, ``jvm_args`` limited to JIT, GC and heap
+    flags (:func:`ends_after_report`), and not while the run writes the class-data-sharing archive.
     """
     spec = Path(spec)
     _check_arguments(spec, workers, heap, timeout, extra_modules)
@@ -210,8 +218,10 @@ def run_tlc(
         sharing = cds_plan(install, jvm_args)
         completed = False
         try:
+            early = (end_after_report and ends_after_report(extra_args, jvm_args, keep_dir)
+                     and sharing.mode is not CdsMode.CREATE)
             result = _execute(command(sharing.args), run_dir, timeout, cancel, progress, install.jar_overridden,
-                              spec=spec, cfg_text=cfg_text)
+                              spec=spec, cfg_text=cfg_text, end_after_report=early)
             if sharing.mode is not CdsMode.OFF and _jvm_never_started_tlc(result):
                 # A JVM that refuses an option, or maps a damaged archive (SIGBUS), dies before TLC prints
                 # its version line; the same run without CDS gives the real verdict.
@@ -235,6 +245,32 @@ def run_tlc(
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
+_QUIET_AT_EXIT = re.compile(
+    r"-Xm[xsn]\S+|-Xss\S+|-XX:[+-]Use\w*GC|-XX:ParallelGCThreads=\d+|-XX:TieredStopAtLevel=\d|"
+    r"-XX:[+-]TieredCompilation|-XX:CICompilerCount=\d+")
+"""JVM flags that make a JVM write nothing at exit (JIT, GC and heap settings)."""
+
+EXIT_GRACE_S = 0.05
+"""How long a JVM that reported a clean finish may take to exit by itself before the bridge ends it."""
+
+
+def ends_after_report(extra_args: Sequence[str], jvm_args: Sequence[str], keep_dir: Path | None) -> bool:
+    """May a run with these arguments be ended once it reports a clean finish? Only if nothing the caller
+    may read is still written at exit: TLC's own outputs (``extra_args``: ``-dump``, ``-simulate`` files),
+    a kept run directory, or JVM outputs (a flight recording, logs, a CDS archive from ``jvm_args``)."""
+    return not extra_args and keep_dir is None and all(_QUIET_AT_EXIT.fullmatch(arg) for arg in jvm_args)
+
+
+def _end_after_report(process: subprocess.Popen[str]) -> bool:
+    """Give the JVM a moment to exit by itself, else end it; True if the bridge ended it."""
+    try:
+        process.wait(timeout=EXIT_GRACE_S)
+        return False
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        return True
+
+
 def _jvm_never_started_tlc(result: TlcResult) -> bool:
     """The JVM exited abnormally before TLC printed a single message (TLC's first one is its version)."""
     return result.exit_code not in (None, 0) and not result.messages
@@ -242,7 +278,7 @@ def _jvm_never_started_tlc(result: TlcResult) -> bool:
 
 def _execute(command: list[str], run_dir: Path, timeout: float | None, cancel: threading.Event | None,
              progress: Callable[[Progress], None] | None, jar_overridden: bool, *, spec: Path,
-             cfg_text: str) -> TlcResult:
+             cfg_text: str, end_after_report: bool = False) -> TlcResult:
     started = time.monotonic()
 
     def on_message(message: TlcMessage) -> None:
@@ -259,12 +295,18 @@ def _execute(command: list[str], run_dir: Path, timeout: float | None, cancel: t
                                start_new_session=True)
     watchdog = _Watchdog(process, None if timeout is None else started + timeout, cancel)
     watchdog.start()
+    ended = False
     try:
         assert process.stdout is not None
         for line in process.stdout:
             output.append(line)
             stream.feed(line)
+            if end_after_report and not ended and finished_cleanly(stream):
+                ended = _end_after_report(process)  # the loop then reads whatever is left, up to EOF
         exit_code = process.wait()
+        if ended:
+            log.debug("TLC reported a clean finish: JVM ended without waiting for its shutdown")
+            exit_code = 0
     finally:
         watchdog.done.set()
         if process.poll() is None:
@@ -296,5 +338,5 @@ def _execute(command: list[str], run_dir: Path, timeout: float | None, cancel: t
         depth=verdict.depth, seconds=seconds, trace=verdict.trace, loop_index=verdict.loop_index,
         message=verdict.message, exit_code=exit_code, spec=spec, config=None, tlc_version=verdict.tlc_version,
         stuttering=verdict.stuttering, search_seconds=verdict.search_seconds, output="".join(output),
-        messages=stream.messages, command=command,
+        messages=stream.messages, command=command, ended_after_report=ended,
     )

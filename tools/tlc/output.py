@@ -143,6 +143,7 @@ class TlcResult:
     messages: list[TlcMessage] = field(default_factory=list)
     command: list[str] = field(default_factory=list)
     run_dir: Path | None = None  # the kept run directory (``keep_dir``), else None
+    ended_after_report: bool = False  # the bridge ended the JVM after a clean finish (``run_tlc``'s end_after_report)
 
     @property
     def passed(self) -> bool:
@@ -424,6 +425,17 @@ class Interpretation:
 
 
 _SEARCH_END = (Code.STATS, Code.SUCCESS, Code.SEARCH_DEPTH, Code.FINISHED)
+
+
+def finished_cleanly(stream: MessageStream) -> bool:
+    """Has TLC printed "Finished in" (2186) after "No error has been found" (2193), with no error and no
+    violation message? Then every result is printed and the run can only exit with status 0: what is
+    left of the JVM is its shutdown (see ``run_tlc``'s ``end_after_report``)."""
+    messages = stream.messages
+    if not messages or messages[-1].code != Code.FINISHED:
+        return False
+    return any(m.code == Code.SUCCESS for m in messages) and not any(
+        m.severity in (1, 2) or m.code in _VIOLATION_CODES for m in messages)  # 1 error, 2 TLC bug
 
 
 def search_seconds(stream: MessageStream) -> float | None:
