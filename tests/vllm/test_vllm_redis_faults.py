@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from vllm_harness import (  # noqa: E402
 PROMPTS = token_prompts(6, 100, seed=73)  # 3 full blocks of 32 tokens each, and a partial one
 FULL_BLOCKS = 3
 MAX_TOKENS = 8
+LRU_TICK_S = 1.5  # more than one tick of Redis's LRU clock (1 s resolution, updated every 100 ms)
 
 
 def _config(url: str) -> dict[str, Any]:
@@ -54,7 +56,8 @@ def _used_memory(server: LocalRedis) -> int:
 def _evict_to(server: LocalRedis, limit: int) -> None:
     """Lower maxmemory (Redis evicts at once, by its allkeys-lru policy), then lift it again. Redis's LRU is
     approximate (it evicts the oldest of `maxmemory-samples` random keys); sampling 64 (its maximum, more than
-    the test's keys) makes it exact, so the last prompt dumped survives a partial eviction and is hit."""
+    the test's keys) makes it exact up to its clock's one-second resolution, so the last prompt, dumped a
+    tick after the others, survives a partial eviction and is hit."""
     server.cli("config", "set", "maxmemory-samples", "64")
     server.cli("config", "set", "maxmemory", str(limit))
     server.cli("ping")
@@ -68,7 +71,12 @@ def test_blocks_redis_evicts_are_misses_or_load_errors_and_outputs_stay_identica
         [worker] = deferdump_connectors(worker_connector())
         guard = FreeGuard(llm, [worker])
         empty = _used_memory(server)
-        first = generate_and_drain(llm, PROMPTS, MAX_TOKENS)
+        # Redis's LRU clock counts whole seconds: blocks dumped within one second tie, and a partial eviction
+        # may then keep no prompt's first block (no hit below). The last prompt is dumped a clock tick later,
+        # so its blocks are strictly the newest and survive the eviction of about half.
+        first = generate_and_drain(llm, PROMPTS[:-1], MAX_TOKENS)
+        time.sleep(LRU_TICK_S)
+        first += generate_and_drain(llm, PROMPTS[-1:], MAX_TOKENS)
         stored = int(server.cli("dbsize"))
         assert stored == len(PROMPTS) * FULL_BLOCKS
         assert metric(worker, "deferdump_dumps_completed_total") == metric(worker, "deferdump_dumps_submitted_total")
