@@ -79,7 +79,27 @@ MoveNames == {"several_victims", "split_reports", "some_delayed", "load_failure"
 (* "redo_untracked": a recompute after a failed load is dumped untracked;  *)
 (* "shutdown_no_release": shutdown drains the tasks but keeps the handles; *)
 (* "lookup_sees_running": the lookup sees a prompt whose dump still runs.  *)
-BugNames == {"agg_first", "redo_untracked", "shutdown_no_release", "lookup_sees_running"}
+(* The field's bugs (docs/real-bugs.md, "Saves, preemption, ranks,        *)
+(* windows"; the row in brackets):                                         *)
+(* "preempt_late" [P1]: the worker acts on a preemption only after the    *)
+(*   step's forward (it learns of it from later metadata);                 *)
+(* "extra_not_shipped" [P5]: MultiConnector's count of extra asynchronous *)
+(*   saves never reaches the worker side;                                  *)
+(* "count_not_forwarded" [P6]: ranks other than Rank0 drop their reports  *)
+(*   (the child lowered its finished count to 1) while the aggregator     *)
+(*   still expects one report per rank;                                    *)
+(* "rfag_delays_all" [P7]: request_finished_all_groups lacks the early    *)
+(*   return: it delays requests with no asynchronous save;                 *)
+(* "report_lost_on_error" [P9]: a wait error in get_finished skips the    *)
+(*   request's report;                                                     *)
+(* "wait_one_save" [P13]: get_finished waits one save of a finished       *)
+(*   request and reports it while its other saves still run;              *)
+(* "idle_ignores_delayed" [N12]: the engine loop does not count requests  *)
+(*   held by a delayed free as work, and stops stepping.                   *)
+BugNames == {"agg_first", "redo_untracked", "shutdown_no_release", "lookup_sees_running",
+             "preempt_late", "extra_not_shipped", "count_not_forwarded", "rfag_delays_all",
+             "report_lost_on_error", "wait_one_save", "idle_ignores_delayed"}
+Bug(x) == x \in Bugs
 ASSUME Moves \subseteq MoveNames /\ Bugs \subseteq BugNames
 ASSUME ("some_delayed" \in Moves \/ "split_reports" \in Moves) => Multi
 ASSUME ("load_failure" \in Moves \/ "store_visibility" \in Moves) => StoreHits
@@ -302,7 +322,8 @@ build_connector_meta(S, alloc, preempted, freed, redo) ==
                    finished  |-> S.fin,
                    sibNow    |-> FALSE,
                    sibFin    |-> S.sd,
-                   extra     |-> S.ex,
+                   \* "extra_not_shipped": the count stays in the scheduler process
+                   extra     |-> IF Bug("extra_not_shipped") THEN {} ELSE S.ex,
                    sending   |-> [w \in Rank |-> {}],
                    failed    |-> {}],  \* the step's failed loads, set when it executes (EarlyFail)
          tracked |-> newly]
@@ -310,7 +331,10 @@ build_connector_meta(S, alloc, preempted, freed, redo) ==
 (* Scheduler.has_requests: unfinished requests, or finished ids not yet   *)
 (* shown to the workers (has_finished_requests, scheduler.py ~2813: the     *)
 (* engine steps once more so the workers see the last finished ids).      *)
-CanSchedule(S) == (\E r \in Req : S.rs[r] # "done") \/ S.fin # {}
+(* "idle_ignores_delayed" (N12, before vLLM #46579): has_finished_requests *)
+(* without ~2816-2821, so a request held by a delayed free is no work.     *)
+NoWorkStates == IF Bug("idle_ignores_delayed") THEN {"done", "delayed"} ELSE {"done"}
+CanSchedule(S) == (\E r \in Req : S.rs[r] \notin NoWorkStates) \/ S.fin # {}
 
 (* Scheduler.schedule: each request in `adv` is given a one-block chunk    *)
 (* (admission for waiting/preempted ones, the next prefill chunk for       *)
@@ -617,13 +641,23 @@ wait_for_save(w, m, s, checkErr, submitFails) ==
 (* finished tracked request, report those requests (finished_sending).     *)
 (* Under MultiConnector the second child reports its ids now or later, and *)
 (* an id is emitted only by the last saving child (extra_async_saves).     *)
+(* "wait_one_save" (P13): of each finished request's tasks only the one   *)
+(* with the least id is waited.  "report_lost_on_error" (P9): a request   *)
+(* whose wait raised is neither reported nor untracked.                   *)
+(* "count_not_forwarded" (P6): ranks other than Rank0 report nothing.     *)
 get_finished(w, m, s, sibNow) ==
     LET af   == IF GFLabel \in {"wait_finished", "report_before_wait"}
                 THEN m.finished \cap s.async ELSE {}
+        Of(r) == {t \in s.pending : r \in t.reqs}
         T    == IF GFLabel = "wait_finished" /\ af # {}
-                THEN {t \in s.pending : t.reqs \cap af # {}} ELSE {}
+                THEN IF Bug("wait_one_save")
+                     THEN {CHOOSE t \in Of(r) : \A u \in Of(r) : t.id <= u.id : r \in {x \in af : Of(x) # {}}}
+                     ELSE {t \in s.pending : t.reqs \cap af # {}}
+                ELSE {}
         s1   == WaitTasks(s, T)
-        ucm  == af
+        lost == IF Bug("report_lost_on_error")
+                THEN {r \in af : \E t \in T : r \in t.reqs /\ WaitOutcome(t) = "error"} ELSE {}
+        ucm  == af \ lost
         sibAll == IF Multi THEN s.sib \cup (IF Mv("some_delayed") THEN m.sibFin ELSE m.finished)
                   ELSE {}
         sib  == IF sibNow THEN sibAll ELSE {}
@@ -632,8 +666,8 @@ get_finished(w, m, s, sibNow) ==
         ex1  == ex0 \ ucm
         emitS == sib \ ex1
         ex2  == ex1 \ sib
-        out  == emitU \cup emitS
-    IN  [s |-> [s1 EXCEPT !.async = @ \ af, !.extra = ex2, !.sib = sibAll \ sib],
+        out  == IF Bug("count_not_forwarded") /\ w # Rank0 THEN {} ELSE emitU \cup emitS
+    IN  [s |-> [s1 EXCEPT !.async = @ \ ucm, !.extra = ex2, !.sib = sibAll \ sib],
          out |-> out,
          call |-> IF ~Record THEN NoCall ELSE
                   [name |-> "get_finished", finished_req_ids |-> m.finished,
@@ -671,9 +705,15 @@ DumpsFailed(w, m) ==
 (* The part of a rank's step that no choice of the step changes: the      *)
 (* pre-forward hook and the forward (they read neither the sibling's report *)
 (* timing nor the step's failed loads), computed once per rank and step.   *)
+(* "preempt_late" (P1): the forward runs first, the preemption waits after *)
+(* it (the step's record keeps that order).                               *)
 RankPrefix(w, m, s0) ==
-    LET hp == handle_preemptions(w, m, s0)
-    IN  [hp |-> hp, fw |-> forward(w, m, hp.s)]
+    IF Bug("preempt_late")
+    THEN LET fw == forward(w, m, s0)
+             hp == handle_preemptions(w, m, fw.s)
+         IN  [hp |-> hp, fw |-> [s |-> hp.s, call |-> fw.call]]
+    ELSE LET hp == handle_preemptions(w, m, s0)
+         IN  [hp |-> hp, fw |-> forward(w, m, hp.s)]
 
 (* The rest of the step in two parts, so that the part before the second  *)
 (* child's report (which the report timing `m.sibNow` does not change) is  *)
@@ -686,7 +726,9 @@ RankMid(w, m, c, pf) ==
              IN  [s |-> wfs.s, calls |-> IF ~Record THEN <<>> ELSE skl.calls \o <<wfs.call>>]
 RankEnd(w, m, c, pf, mid) ==
     LET dd == DumpsFailed(w, m)
-        head == IF ~Record THEN <<>> ELSE <<pf.hp.call, pf.fw.call>> \o mid.calls
+        head == IF ~Record THEN <<>>
+                ELSE IF Bug("preempt_late") THEN <<pf.fw.call, pf.hp.call>> \o mid.calls
+                ELSE <<pf.hp.call, pf.fw.call>> \o mid.calls
     IN  IF DeferFinalize
         THEN LET gf  == get_finished(w, m, mid.s, SibNow(m, w))
                  wfs == wait_for_save(w, m, gf.s, c.check, c.submit)
@@ -768,7 +810,11 @@ Sending(post) == [w \in Rank |-> post[w].out]
 (* UCMDirectConnector.request_finished (through the dispatch): delay iff   *)
 (* tracked (and untrack).  Under MultiConnector the second child always    *)
 (* delays, so async_saves = 1 + UCM's answer.                              *)
-request_finished(S, r) == RFLabel = "delay_if_tracked" /\ r \in S.sa
+(* "rfag_delays_all" (P7): on the HMA path (scheduler.py ~3054-3057)      *)
+(* request_finished_all_groups delays every request, tracked or not.      *)
+request_finished(S, r) ==
+    \/ RFLabel = "delay_if_tracked" /\ r \in S.sa
+    \/ Bug("rfag_delays_all") /\ HMA /\ ~Multi
 
 (* Scheduler.update_from_output for a step whose ranks sent `sending`:     *)
 (* requests in `fin` stop or are aborted (running or preempted ones), call *)
@@ -937,7 +983,7 @@ task_complete ==
 (* EngineCore keeps stepping while the scheduler has requests, finished    *)
 (* ids not yet shown to the workers included (has_finished_requests,       *)
 (* scheduler.py ~2813).                                                    *)
-HasWork == (\E r \in Req : reqState[r] # "done") \/ inflight # <<>> \/ finishedIds # {}
+HasWork == (\E r \in Req : reqState[r] \notin NoWorkStates) \/ inflight # <<>> \/ finishedIds # {}
 
 (* "shutdown": the worker process shuts down between two engine phases;   *)
 (* KVConnectorBase_V1.shutdown (base.py ~431: "ensure that all the async   *)
@@ -1075,7 +1121,11 @@ NoDumpOfFailedLoadInv == ~dirtyDumps
 AnyRunningTask == \E w \in Rank : \E t \in pending[w] : t.status = "running"
 EngineFair == []<>(tick = 0 \/ ~HasWork) /\ []<>(tick = 1 \/ ~HasWork)
 StoreFair  == []<>(~AnyRunningTask)
-SiblingFair == []<>(\A w \in Rank : sibPending[w] = {})
+(* Under "idle_ignores_delayed" the sibling's promise is conditional: it   *)
+(* reports in some later step if the engine keeps stepping (a stopped     *)
+(* engine calls no get_finished).                                         *)
+SiblingFair == \/ []<>(\A w \in Rank : sibPending[w] = {})
+               \/ Bug("idle_ignores_delayed") /\ (<>[](tick = 0) \/ <>[](tick = 1))
 Fair == EngineFair /\ StoreFair /\ SiblingFair
 
 DelayedEventuallyFreedProp ==

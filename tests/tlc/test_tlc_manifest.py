@@ -125,6 +125,13 @@ MUTANT_SWITCHES = {
     "RedoUntracked": 'Bugs = {"redo_untracked"}',
     "ShutdownKeepsHandles": 'Bugs = {"shutdown_no_release"}',
     "LookupSeesRunning": 'Bugs = {"lookup_sees_running"}',
+    "PreemptLate": 'Bugs = {"preempt_late"}',
+    "ExtraNotShipped": 'Bugs = {"extra_not_shipped"}',
+    "CountNotForwarded": 'Bugs = {"count_not_forwarded"}',
+    "RfagDelaysAll": 'Bugs = {"rfag_delays_all"}',
+    "ReportLostOnError": 'Bugs = {"report_lost_on_error"}',
+    "WaitOneSave": 'Bugs = {"wait_one_save"}',
+    "IdleIgnoresDelayed": 'Bugs = {"idle_ignores_delayed"}',
 }
 
 
