@@ -121,6 +121,19 @@ def test_reproducing_model_violates_the_property_the_bug_breaks(rows: dict[str, 
     assert row["trace"]
 
 
+def test_p4_wrapper_answers_no_save_for_a_dumped_request(rows: dict[str, dict[str, Any]]) -> None:
+    """UCM#989: r is tracked, yet the wrapper's request_finished is not UCM's: only the sibling delays r, no
+    extra save is counted, the first report frees r and a later one reaches a freed request."""
+    row = rows["OuterNoForward"]
+    i_fin, fin = next((i, c) for i, c in _calls(row, "request_finished") if _set(c["delayed"]))
+    r = _set(fin["delayed"])[0]
+    assert not _set(fin["ucm_delayed"])
+    assert any(r in _set(m["tracked"]) for i, m in _calls(row, "build_connector_meta") if i <= i_fin)
+    emitted = [i for i, u in _calls(row, "_update_from_kv_xfer_finished") if r in _set(u["finished_sending"])]
+    unexpected = [i for i, u in _calls(row, "_update_from_kv_xfer_finished") if r in _set(u["unexpected"])]
+    assert len(emitted) == 2 and emitted[0] > i_fin and unexpected == [emitted[1]]
+
+
 def test_p1_preemption_handled_after_the_forward(rows: dict[str, dict[str, Any]]) -> None:
     """vllm#52360: the step that preempts r and hands its freed block to another request runs the forward
     (writing that block) before the worker waits r's queued save."""
