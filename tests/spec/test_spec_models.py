@@ -56,6 +56,8 @@ EXPECTED_CALLS: dict[str, set[str]] = {
     "ReportLostOnError": {"task_complete", "wait_for_save", "get_finished"},
     "WaitOneSave": {"wait_for_save", "get_finished", "_update_from_kv_xfer_finished", "forward"},
     "IdleIgnoresDelayed": {"request_finished", "get_finished"},
+    "FenceCountsEmpty": {"schedule", "build_connector_meta", "update_from_output"},
+    "PreemptFenced": {"schedule", "build_connector_meta"},
 }
 
 

@@ -132,6 +132,8 @@ MUTANT_SWITCHES = {
     "ReportLostOnError": 'Bugs = {"report_lost_on_error"}',
     "WaitOneSave": 'Bugs = {"wait_one_save"}',
     "IdleIgnoresDelayed": 'Bugs = {"idle_ignores_delayed"}',
+    "PreemptFenced": 'Bugs = {"preempt_fenced"}',
+    "FenceCountsEmpty": '"fence_counts_empty"}',
 }
 
 
