@@ -25,7 +25,7 @@ REPRODUCING = [e for e in MODELS.values() if e.reproduces is not None]
 # The rows this file pins (the "Saves, preemption, ranks, windows" section), by model.
 ROWS = {"OuterNoForward": "P4", "PreemptLate": "P1", "ExtraNotShipped": "P5", "CountNotForwarded": "P6",
         "RfagDelaysAll": "P7", "ReportLostOnError": "P9", "WaitOneSave": "P13", "SlidingWindow": "P14",
-        "IdleIgnoresDelayed": "N12"}
+        "IdleIgnoresDelayed": "N12", "FenceCountsEmpty": "P3", "PreemptFenced": "N1"}
 
 
 @pytest.fixture(scope="module")
@@ -242,3 +242,44 @@ def test_n12_engine_stops_with_a_delayed_request(rows: dict[str, dict[str, Any]]
     assert row["loop_index"] == len(row["trace"]) - 1  # stuttering in the last state
     assert json.dumps(r) in _delayed_at_end(row)
     assert r in _set(_map(_last(row, "sibPending"))["0"])
+
+
+def _seq(value: Any) -> list[Any]:
+    return value["#tup"] if isinstance(value, dict) else value
+
+
+def _parked(row: dict[str, Any], i: int) -> list[dict[str, Any]]:
+    return _set(row["trace"][i]["state"]["parked"])
+
+
+def test_p3_a_fence_on_an_empty_step_is_never_drained(rows: dict[str, dict[str, Any]]) -> None:
+    """UCM#1350: async scheduling with deferred frees; a schedule preempts the fenced requester itself
+    (nothing allocated, an empty step) and parks its block with a fence that counts that empty step; the
+    empty step's output is processed without a drain, and the block is never returned (the lasso)."""
+    row = rows["FenceCountsEmpty"]
+    i, meta = next((i, m) for i, m in _calls(row, "build_connector_meta") if _set(m["preempted_req_ids"]))
+    (schedule,) = [c for c in _steps(row)[i] if c["name"] == "schedule"]
+    assert not _set(schedule["allocated"]), "the preempting step allocates nothing"
+    inflight = _seq(row["trace"][i]["state"]["inflight"])
+    assert len(inflight) == 2 and _set(inflight[0]["ran"]) and not _set(inflight[1]["ran"])
+    assert [e["by"] for e in _parked(row, i)] == ["preempt"]
+    updates = [j for j, _ in _calls(row, "update_from_output") if j > i]
+    assert len(updates) >= 2, "both in-flight steps are processed"
+    assert all(_parked(row, j) for j in range(i, len(row["trace"]))), "the parked block was returned"
+    assert row["loop_index"] is not None
+
+
+def test_n1_preempting_fenced_victims_frees_nothing(rows: dict[str, dict[str, Any]]) -> None:
+    """vllm#49674: the in-flight step ran both requests; the next schedule, short of a block, preempts
+    them both, their blocks are parked by deferred frees, and nothing is allocated."""
+    row = rows["PreemptFenced"]
+    i, meta = next((i, m) for i, m in _calls(row, "build_connector_meta") if _set(m["preempted_req_ids"]))
+    victims = set(_set(meta["preempted_req_ids"]))
+    assert len(victims) == 2
+    before = _seq(row["trace"][i - 1]["state"]["inflight"])
+    assert before and victims <= set(_set(before[-1]["ran"]))
+    (schedule,) = [c for c in _steps(row)[i] if c["name"] == "schedule"]
+    assert not _set(schedule["allocated"])
+    held = {json.dumps(b) for r in victims for b in _seq(_map(row["trace"][i - 1]["state"]["blocksOf"])[json.dumps(r)])}
+    parked = [e for e in _parked(row, i) if e["by"] == "preempt"]
+    assert parked and held == {json.dumps(b) for e in parked for b in _set(e["blocks"])}
