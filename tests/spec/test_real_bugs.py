@@ -1,7 +1,7 @@
 """The CI models that reproduce the field's bugs (manifest key ``reproduces``): each counterexample shows the
 bug's mechanism, its key connector calls in the order the thread describes (docs/real-bugs.md).
 
-Like tests/spec/test_spec_models.py these judge check results and are marked `verify`: under `make verify`
+Like tests/spec/test_spec_models.py the tests that judge check results are marked `verify`: under `make verify`
 they read that run's report, alone (``pytest -m verify tests/spec/test_real_bugs.py``) they run
 ``deferdump check`` on the reproducing models only.
 """
@@ -18,7 +18,7 @@ import pytest
 from support.verify_report import verify_report
 from deferdump.tools.tlc.manifest import load_manifest
 
-pytestmark = [pytest.mark.slow, pytest.mark.verify]
+pytestmark = pytest.mark.slow
 
 MODELS = {e.name: e for e in load_manifest().models}
 REPRODUCING = [e for e in MODELS.values() if e.reproduces is not None]
@@ -115,12 +115,14 @@ def test_every_row_of_the_section_is_reproduced_by_a_ci_mutant() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(ROWS))
+@pytest.mark.verify
 def test_reproducing_model_violates_the_property_the_bug_breaks(rows: dict[str, dict[str, Any]], name: str) -> None:
     row = rows[name]
     assert row["status"] == "violation" and row["property"] == MODELS[name].expect.violation, row["message"]
     assert row["trace"]
 
 
+@pytest.mark.verify
 def test_p4_wrapper_answers_no_save_for_a_dumped_request(rows: dict[str, dict[str, Any]]) -> None:
     """UCM#989: r is tracked, yet the wrapper's request_finished is not UCM's: only the sibling delays r, no
     extra save is counted, the first report frees r and a later one reaches a freed request."""
@@ -134,6 +136,7 @@ def test_p4_wrapper_answers_no_save_for_a_dumped_request(rows: dict[str, dict[st
     assert len(emitted) == 2 and emitted[0] > i_fin and unexpected == [emitted[1]]
 
 
+@pytest.mark.verify
 def test_p1_preemption_handled_after_the_forward(rows: dict[str, dict[str, Any]]) -> None:
     """vllm#52360: the step that preempts r and hands its freed block to another request runs the forward
     (writing that block) before the worker waits r's queued save."""
@@ -152,6 +155,7 @@ def test_p1_preemption_handled_after_the_forward(rows: dict[str, dict[str, Any]]
     assert any(w["blocking"] and victim & {json.dumps(r) for r in _set(w["reqs"])} for w in waited)
 
 
+@pytest.mark.verify
 def test_p5_extra_saves_never_reach_the_worker(rows: dict[str, dict[str, Any]]) -> None:
     """vllm#18246: both children delay r, the metadata showing r finished ships no extra save, the worker
     emits UCM's report alone (r is freed), and the second child's later report is unexpected."""
@@ -169,6 +173,7 @@ def test_p5_extra_saves_never_reach_the_worker(rows: dict[str, dict[str, Any]]) 
     assert i_unexp == i_sib
 
 
+@pytest.mark.verify
 def test_p6_silent_ranks_against_a_world_size_count(rows: dict[str, dict[str, Any]]) -> None:
     """vllm#53903: rank 0 reports r; rank 1 saw r finish yet reports nothing; the aggregator, expecting one
     report per rank, never emits r, which stays delayed on the lasso."""
@@ -184,6 +189,7 @@ def test_p6_silent_ranks_against_a_world_size_count(rows: dict[str, dict[str, An
     assert json.dumps(r) in _delayed_at_end(row) and row["loop_index"] is not None
 
 
+@pytest.mark.verify
 def test_p7_all_groups_delays_a_request_with_no_save(rows: dict[str, dict[str, Any]]) -> None:
     """vllm-ascend#10843: r is never dumped nor tracked, yet the HMA entry point delays it; no rank ever
     reports it."""
@@ -196,6 +202,7 @@ def test_p7_all_groups_delays_a_request_with_no_save(rows: dict[str, dict[str, A
     assert json.dumps(r) in _delayed_at_end(row)
 
 
+@pytest.mark.verify
 def test_p9_a_wait_error_loses_the_report(rows: dict[str, dict[str, Any]]) -> None:
     """vllm#43742: r's save fails, the poll's check raises and keeps it, get_finished's wait of it raises
     and r is never reported."""
@@ -211,6 +218,7 @@ def test_p9_a_wait_error_loses_the_report(rows: dict[str, dict[str, Any]]) -> No
     assert json.dumps(r) in _delayed_at_end(row)
 
 
+@pytest.mark.verify
 def test_p13_one_save_waited_the_other_still_running(rows: dict[str, dict[str, Any]]) -> None:
     """LMCache#5062: r's two saves are submitted in two steps; get_finished waits one and reports r, r is
     freed, and a later forward rewrites r's block under the save still running."""
@@ -230,6 +238,7 @@ def test_p13_one_save_waited_the_other_still_running(rows: dict[str, dict[str, A
     assert blocks & {json.dumps(w["#tup"][0]) for w in _set(last_forward[1]["writes"])}
 
 
+@pytest.mark.verify
 def test_n12_engine_stops_with_a_delayed_request(rows: dict[str, dict[str, Any]]) -> None:
     """vllm#46579: r's free waits for the second child's report; the step that shows r finished reports
     UCM's part only, and then the engine stutters for ever with r delayed and the report pending."""
@@ -252,6 +261,7 @@ def _parked(row: dict[str, Any], i: int) -> list[dict[str, Any]]:
     return _set(row["trace"][i]["state"]["parked"])
 
 
+@pytest.mark.verify
 def test_p3_a_fence_on_an_empty_step_is_never_drained(rows: dict[str, dict[str, Any]]) -> None:
     """UCM#1350: async scheduling with deferred frees; a schedule preempts the fenced requester itself
     (nothing allocated, an empty step) and parks its block with a fence that counts that empty step; the
@@ -269,6 +279,7 @@ def test_p3_a_fence_on_an_empty_step_is_never_drained(rows: dict[str, dict[str, 
     assert row["loop_index"] is not None
 
 
+@pytest.mark.verify
 def test_n1_preempting_fenced_victims_frees_nothing(rows: dict[str, dict[str, Any]]) -> None:
     """vllm#49674: the in-flight step ran both requests; the next schedule, short of a block, preempts
     them both, their blocks are parked by deferred frees, and nothing is allocated."""
