@@ -1179,6 +1179,12 @@ NoDumpOfFailedLoadInv == ~dirtyDumps
 (* more victims).                                                          *)
 NoFruitlessPreemptionInv == \A e \in parked : e.by # "preempt"
 
+(* A deferred free is returned as soon as its fence has passed ("defer_block_free"): *)
+(* the count of a parked entry reaches 0 only when a non-empty step's output is    *)
+(* processed, and that drain returns it (UCM #1350: a drain skipped after an empty  *)
+(* step leaves it parked, and with every block parked every later step is empty).  *)
+DrainedWhenDueInv == \A e \in parked : e.wait > 0
+
 -----------------------------------------------------------------------------
 (* Liveness, under fairness stated as premises over state predicates      *)
 (* (cheap to check; weak fairness on the big step action is ruinous):      *)

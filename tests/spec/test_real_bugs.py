@@ -265,7 +265,7 @@ def _parked(row: dict[str, Any], i: int) -> list[dict[str, Any]]:
 def test_p3_a_fence_on_an_empty_step_is_never_drained(rows: dict[str, dict[str, Any]]) -> None:
     """UCM#1350: async scheduling with deferred frees; a schedule preempts the fenced requester itself
     (nothing allocated, an empty step) and parks its block with a fence that counts that empty step; the
-    empty step's output is processed without a drain, and the block is never returned (the lasso)."""
+    empty step's output is processed, the fence has passed, and no drain returns the block."""
     row = rows["FenceCountsEmpty"]
     i, meta = next((i, m) for i, m in _calls(row, "build_connector_meta") if _set(m["preempted_req_ids"]))
     (schedule,) = [c for c in _steps(row)[i] if c["name"] == "schedule"]
@@ -274,9 +274,10 @@ def test_p3_a_fence_on_an_empty_step_is_never_drained(rows: dict[str, dict[str, 
     assert len(inflight) == 2 and _set(inflight[0]["ran"]) and not _set(inflight[1]["ran"])
     assert [e["by"] for e in _parked(row, i)] == ["preempt"]
     updates = [j for j, _ in _calls(row, "update_from_output") if j > i]
-    assert len(updates) >= 2, "both in-flight steps are processed"
+    assert updates and updates[-1] == len(row["trace"]) - 1, "the violation comes with processing a step"
+    assert not _seq(row["trace"][-1]["state"]["inflight"]) or len(updates) >= 2
     assert all(_parked(row, j) for j in range(i, len(row["trace"]))), "the parked block was returned"
-    assert row["loop_index"] is not None
+    assert [_int(e["wait"]) for e in _parked(row, len(row["trace"]) - 1)] == [0]
 
 
 @pytest.mark.verify

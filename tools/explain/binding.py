@@ -699,6 +699,16 @@ def no_fruitless_preemption(steps: Sequence[Step], i: int) -> list[Offence]:
                     frozenset(lane_id(BLOCKS, show(b)) for b in blocks))]
 
 
+def drained_when_due(steps: Sequence[Step], i: int) -> list[Offence]:
+    """A deferred free whose fence has passed still parked: the drain was skipped (after an empty step)."""
+    due = {b for e in _parked(steps[i]) if _get(e, "wait") == 0 for b in _get(e, "blocks", ())}
+    if not due:
+        return []
+    return [Offence(f"step {i}: blocks {show_set(sorted(due, key=show))} are still parked although the step their "
+                    "deferred free waited for has been processed: the drain was skipped after an empty step",
+                    frozenset(lane_id(BLOCKS, show(b)) for b in due))]
+
+
 def parked_eventually_freed(steps: Sequence[Step], loop: int) -> list[Offence]:
     """Blocks parked by a deferred free through the whole loop: they are never returned to the pool."""
     if not all(_parked(s) for s in steps[loop:]):
@@ -787,6 +797,7 @@ BINDING = LaneBinding(
         "NoLoadWhileDumpingInv": no_load_while_dumping,
         "NoDumpOfFailedLoadInv": no_dump_of_failed_load,
         "NoFruitlessPreemptionInv": no_fruitless_preemption,
+        "DrainedWhenDueInv": drained_when_due,
     }.items()},
     liveness={name: merged_over_ranks(check) for name, check in {
         "DelayedEventuallyFreedProp": delayed_eventually_freed,
