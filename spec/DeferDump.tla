@@ -72,14 +72,44 @@ ASSUME Hybrid \in BOOLEAN /\ (Hybrid => HMA /\ ~Multi /\ ~StoreHits /\ ShortReqs
 (*   step computes (and dumps) the second; with "load_failure" the store   *)
 (*   decides during the step which loads fail, so the worker knows it      *)
 (*   before it submits the step's dumps.                                   *)
+(* "defer_block_free": vLLM's deferred block frees (scheduler.py ~186-192: *)
+(*   async scheduling with a KV consumer): blocks a request frees while a  *)
+(*   non-empty step that ran it is still in flight are parked in          *)
+(*   deferred_frees and returned once that step's output is processed.    *)
 MoveNames == {"several_victims", "split_reports", "some_delayed", "load_failure",
-              "shutdown", "store_visibility", "partial_hits"}
+              "shutdown", "store_visibility", "partial_hits", "defer_block_free"}
 (* The bug switches (one per mutant that is not a class-table change):     *)
 (* "agg_first": the aggregator forwards a request after the first report;  *)
 (* "redo_untracked": a recompute after a failed load is dumped untracked;  *)
 (* "shutdown_no_release": shutdown drains the tasks but keeps the handles; *)
 (* "lookup_sees_running": the lookup sees a prompt whose dump still runs.  *)
-BugNames == {"agg_first", "redo_untracked", "shutdown_no_release", "lookup_sees_running"}
+(* The field's bugs (docs/real-bugs.md, "Saves, preemption, ranks,        *)
+(* windows"; the row in brackets):                                         *)
+(* "preempt_late" [P1]: the worker acts on a preemption only after the    *)
+(*   step's forward (it learns of it from later metadata);                 *)
+(* "extra_not_shipped" [P5]: MultiConnector's count of extra asynchronous *)
+(*   saves never reaches the worker side;                                  *)
+(* "count_not_forwarded" [P6]: ranks other than Rank0 drop their reports  *)
+(*   (the child lowered its finished count to 1) while the aggregator     *)
+(*   still expects one report per rank;                                    *)
+(* "rfag_delays_all" [P7]: request_finished_all_groups lacks the early    *)
+(*   return: it delays requests with no asynchronous save;                 *)
+(* "report_lost_on_error" [P9]: a wait error in get_finished skips the    *)
+(*   request's report;                                                     *)
+(* "wait_one_save" [P13]: get_finished waits one save of a finished       *)
+(*   request and reports it while its other saves still run;              *)
+(* "idle_ignores_delayed" [N12]: the engine loop does not count requests  *)
+(*   held by a delayed free as work, and stops stepping;                   *)
+(* "preempt_fenced" [N1]: the allocation loop preempts victims whose      *)
+(*   blocks a deferred free will hold (their preemption frees nothing);   *)
+(* "fence_counts_empty" [P3]: a deferred free's fence counts every step,  *)
+(*   the current (possibly empty) one included, while the drain runs only *)
+(*   after non-empty steps.                                                *)
+BugNames == {"agg_first", "redo_untracked", "shutdown_no_release", "lookup_sees_running",
+             "preempt_late", "extra_not_shipped", "count_not_forwarded", "rfag_delays_all",
+             "report_lost_on_error", "wait_one_save", "idle_ignores_delayed",
+             "preempt_fenced", "fence_counts_empty"}
+Bug(x) == x \in Bugs
 ASSUME Moves \subseteq MoveNames /\ Bugs \subseteq BugNames
 ASSUME ("some_delayed" \in Moves \/ "split_reports" \in Moves) => Multi
 ASSUME ("load_failure" \in Moves \/ "store_visibility" \in Moves) => StoreHits
@@ -88,6 +118,8 @@ Mv(x) == x \in Moves
 \* the first of two prompt blocks (README "Abstractions").
 ASSUME StoreHits => PromptBlocks = 1 \/ (Mv("partial_hits") /\ PromptBlocks = 2)
 ASSUME Mv("partial_hits") => StoreHits
+ASSUME Mv("defer_block_free") => MaxInflight = 2 /\ ~FusedStep /\ ~Hybrid /\ ~StoreHits
+ASSUME ("preempt_fenced" \in Bugs \/ "fence_counts_empty" \in Bugs) => Mv("defer_block_free")
 \* The store fails a step's loads while the step runs (the worker sees the error before it
 \* dumps) rather than in the scheduler's view of the step's output.
 EarlyFail == Mv("partial_hits") /\ Mv("load_failure")
@@ -124,6 +156,9 @@ VARIABLES
     \* ---- breadth moves (constant unless their move is on) ---------------
     sibDelayed,   \* finished since the last schedule and delayed by the second child
                   \*   ("some_delayed"; else {}): the sibling's own finished ids
+    parked,       \* Scheduler.deferred_frees ("defer_block_free"; else {}): a set of
+                  \*   [blocks, wait, by]: blocks returned to the pool once `wait` more
+                  \*   in-flight steps are processed; `by`: "preempt" or "free"
     recompute,    \* requests whose hit load failed in a processed step: the next
                   \*   schedule recomputes their block ("load_failure"; else {})
     down,         \* has the engine shut down ("shutdown"; else FALSE)?
@@ -144,7 +179,7 @@ VARIABLES
     action        \* the step just taken: [name |-> method/event, params...]
 
 schedVars  == <<reqState, blocksOf, finishedIds, preemptions, inflight, executed, agg,
-                schedAsync, extraSaves, swBlocksOf, freedSince, sibDelayed, recompute>>
+                schedAsync, extraSaves, swBlocksOf, freedSince, sibDelayed, recompute, parked>>
 workerVars == <<workerAsync, pending, live, releaseErrors, workerExtra, sibPending,
                 reported>>
 historyVars == <<unexpectedReports, blockingWaits, preemptOverWaits, dumpOverwrites,
@@ -229,6 +264,7 @@ Init ==
     /\ dumpOverwrites = FALSE
     /\ sibDelayed = {}
     /\ recompute = {}
+    /\ parked = {}
     /\ down = FALSE
     /\ dirtyLoads = FALSE
     /\ dirtyDumps = FALSE
@@ -245,12 +281,14 @@ Init ==
 
 SchedState == [rs |-> reqState, bo |-> blocksOf, fin |-> finishedIds, pre |-> preemptions,
                sa |-> schedAsync, ex |-> extraSaves, agg |-> agg, unexp |-> unexpectedReports,
-               sw |-> swBlocksOf, fs |-> freedSince, sd |-> sibDelayed, rc |-> recompute]
+               sw |-> swBlocksOf, fs |-> freedSince, sd |-> sibDelayed, rc |-> recompute,
+               pk |-> parked]
 
 SetSched(S) ==
     /\ reqState' = S.rs /\ blocksOf' = S.bo /\ finishedIds' = S.fin /\ preemptions' = S.pre
     /\ schedAsync' = S.sa /\ extraSaves' = S.ex /\ agg' = S.agg /\ unexpectedReports' = S.unexp
     /\ swBlocksOf' = S.sw /\ freedSince' = S.fs /\ sibDelayed' = S.sd /\ recompute' = S.rc
+    /\ parked' = S.pk
 
 (* The sliding-window group (Hybrid).  vLLM's null block id is 0.  With a  *)
 (* window below the block size only the block holding the last computed    *)
@@ -270,7 +308,21 @@ Injections(D, F) ==
     ELSE LET d == CHOOSE x \in D : TRUE
          IN  UNION {{(d :> b) @@ f : f \in Injections(D \ {d}, F \ {b})} : b \in F}
 
-HeldIn(S) == UNION {Range(S.bo[r]) \cup SwHeld(S.sw[r]) : r \in Req}
+HeldIn(S) == UNION {Range(S.bo[r]) \cup SwHeld(S.sw[r]) : r \in Req} \cup UNION {e.blocks : e \in S.pk}
+
+(* "defer_block_free": the non-empty steps in flight from position k on   *)
+(* (a step is non-empty iff it ran some request: `ran`), and the requests *)
+(* one of them ran (Request.last_sched_seq > processed_step_seq,           *)
+(* _request_blocks_can_be_freed, scheduler.py ~2759-2764).                 *)
+InflightFrom(k) == {i \in k..Len(inflight) : inflight[i].ran # {}}
+FencedFrom(k) == UNION {inflight[i].ran : i \in k..Len(inflight)}
+(* The fence of a free made now, counted in steps to process: vLLM 0.32   *)
+(* takes sched_step_seq, which counts the non-empty steps scheduled       *)
+(* (~1551); "fence_counts_empty" counts every step, `cur` (1 while        *)
+(* scheduling) the current one included.                                   *)
+FenceWait(k, cur) == IF Bug("fence_counts_empty") THEN Len(inflight) - k + 1 + cur
+                     ELSE Cardinality(InflightFrom(k))
+Park(blocks, wait, by) == IF blocks = {} THEN {} ELSE {[blocks |-> blocks, wait |-> wait, by |-> by]}
 
 (* UCMDirectConnector.build_connector_meta: one dump slice per request     *)
 (* whose scheduled chunk completed a prompt block (a computed one: a block *)
@@ -302,15 +354,20 @@ build_connector_meta(S, alloc, preempted, freed, redo) ==
                    finished  |-> S.fin,
                    sibNow    |-> FALSE,
                    sibFin    |-> S.sd,
-                   extra     |-> S.ex,
+                   \* "extra_not_shipped": the count stays in the scheduler process
+                   extra     |-> IF Bug("extra_not_shipped") THEN {} ELSE S.ex,
                    sending   |-> [w \in Rank |-> {}],
+                   ran       |-> {},  \* requests the step runs ("defer_block_free"; else {})
                    failed    |-> {}],  \* the step's failed loads, set when it executes (EarlyFail)
          tracked |-> newly]
 
 (* Scheduler.has_requests: unfinished requests, or finished ids not yet   *)
 (* shown to the workers (has_finished_requests, scheduler.py ~2813: the     *)
 (* engine steps once more so the workers see the last finished ids).      *)
-CanSchedule(S) == (\E r \in Req : S.rs[r] # "done") \/ S.fin # {}
+(* "idle_ignores_delayed" (N12, before vLLM #46579): has_finished_requests *)
+(* without ~2816-2821, so a request held by a delayed free is no work.     *)
+NoWorkStates == IF Bug("idle_ignores_delayed") THEN {"done", "delayed"} ELSE {"done"}
+CanSchedule(S) == (\E r \in Req : S.rs[r] \notin NoWorkStates) \/ S.fin # {}
 
 (* Scheduler.schedule: each request in `adv` is given a one-block chunk    *)
 (* (admission for waiting/preempted ones, the next prefill chunk for       *)
@@ -338,7 +395,9 @@ ScheduleResults(S) ==
                           THEN {r \in running \ p : r \in adv \/ Len(S.bo[r]) = NeedBlocks(r)}
                           ELSE {}
         SwFreed(adv, p) == UNION {SwOut(S.sw[r]) : r \in Slides(adv, p)}
-        Victims(p) == UNION {Range(S.bo[v]) \cup SwHeld(S.sw[v]) : v \in p}
+        \* "defer_block_free": a fenced victim's blocks are parked, not freed (_free_request_blocks)
+        Fenced == IF Mv("defer_block_free") THEN FencedFrom(1) ELSE {}
+        Victims(p) == UNION {Range(S.bo[v]) \cup SwHeld(S.sw[v]) : v \in p \ Fenced}
         Free(adv, p) == (Block \ HeldIn(S)) \cup SwFreed(adv, p) \cup Victims(p)
         \* "several_victims": the allocation retry loop (scheduler.py ~777-842) may
         \* preempt several running requests for one allocation, and
@@ -346,6 +405,8 @@ ScheduleResults(S) ==
         \* every running request whatever the free blocks.
         Reset(p) == Mv("several_victims") /\ p = running
         OK(adv, p) ==
+            \* vLLM 0.32 never preempts a fenced victim (scheduler.py ~802-804, the fix of #49674)
+            /\ (p # {} /\ ~Bug("preempt_fenced")) => p \cap Fenced = {}
             /\ (p # {}) => /\ S.pre + Cardinality(p) <= MaxPreempt
                            /\ Cardinality(Free(adv, {})) < Need(adv) \/ Reset(p)
                            /\ adv \cap admit = {}
@@ -353,8 +414,18 @@ ScheduleResults(S) ==
             /\ Need(adv) <= Cardinality(Free(adv, p))
         VictimSets == IF Mv("several_victims") THEN (SUBSET running) \ {{}}
                       ELSE {{v} : v \in running}
+        \* "preempt_fenced": the retry loop preempts fenced victims, which free nothing, until it
+        \* preempts the requester q itself (~829-831): a cascade after which q is not scheduled.
+        Cascade(adv, p) ==
+            /\ Bug("preempt_fenced") /\ p # {} /\ p \subseteq Fenced
+            /\ S.pre + Cardinality(p) <= MaxPreempt
+            /\ adv \cap admit = {} /\ p \cap adv = {}
+            /\ Need(adv) <= Cardinality(Free(adv, p))
+            /\ \E q \in (prefill \cap p) \ adv : Cardinality(Free(adv, {})) < Need(adv \cup {q})
+        CascadeSets == IF Bug("preempt_fenced") THEN (SUBSET running) \ {{}} ELSE {}
         Opts == {o \in (SUBSET (admit \cup prefill)) \X ({{}} \cup VictimSets) :
                     OK(o[1], o[2])}
+                \cup {o \in (SUBSET (admit \cup prefill)) \X CascadeSets : Cascade(o[1], o[2])}
         Picks(adv, p) == Injections(adv \X Groups, Free(adv, p))
         \* "partial_hits": a hit takes a second block, for the prompt block the step computes
         \* after the loaded one (a hit needs the free blocks for it).
@@ -425,8 +496,12 @@ ScheduleResults(S) ==
                           !.ex = {},
                           !.fs = {},
                           !.sd = {},
-                          !.rc = {}],
-                 meta |-> bcm.meta,
+                          !.rc = {},
+                          !.pk = @ \cup Park(UNION {Range(S.bo[v]) : v \in p \cap Fenced},
+                                              FenceWait(1, 1), "preempt")],
+                 meta |-> IF Mv("defer_block_free")
+                          THEN [bcm.meta EXCEPT !.ran = {r \in Req : r \in adv \/ (S.rs[r] = "running" /\ r \notin p)}]
+                          ELSE bcm.meta,
                  rec |-> IF ~Record THEN [name |-> "schedule"] ELSE
                          [name |-> "schedule", allocated |-> alloc, preempted |-> p,
                           sw_freed |-> SwFreed(adv, p),
@@ -617,13 +692,23 @@ wait_for_save(w, m, s, checkErr, submitFails) ==
 (* finished tracked request, report those requests (finished_sending).     *)
 (* Under MultiConnector the second child reports its ids now or later, and *)
 (* an id is emitted only by the last saving child (extra_async_saves).     *)
+(* "wait_one_save" (P13): of each finished request's tasks only the one   *)
+(* with the least id is waited.  "report_lost_on_error" (P9): a request   *)
+(* whose wait raised is neither reported nor untracked.                   *)
+(* "count_not_forwarded" (P6): ranks other than Rank0 report nothing.     *)
 get_finished(w, m, s, sibNow) ==
     LET af   == IF GFLabel \in {"wait_finished", "report_before_wait"}
                 THEN m.finished \cap s.async ELSE {}
+        Of(r) == {t \in s.pending : r \in t.reqs}
         T    == IF GFLabel = "wait_finished" /\ af # {}
-                THEN {t \in s.pending : t.reqs \cap af # {}} ELSE {}
+                THEN IF Bug("wait_one_save")
+                     THEN {CHOOSE t \in Of(r) : \A u \in Of(r) : t.id <= u.id : r \in {x \in af : Of(x) # {}}}
+                     ELSE {t \in s.pending : t.reqs \cap af # {}}
+                ELSE {}
         s1   == WaitTasks(s, T)
-        ucm  == af
+        lost == IF Bug("report_lost_on_error")
+                THEN {r \in af : \E t \in T : r \in t.reqs /\ WaitOutcome(t) = "error"} ELSE {}
+        ucm  == af \ lost
         sibAll == IF Multi THEN s.sib \cup (IF Mv("some_delayed") THEN m.sibFin ELSE m.finished)
                   ELSE {}
         sib  == IF sibNow THEN sibAll ELSE {}
@@ -632,8 +717,8 @@ get_finished(w, m, s, sibNow) ==
         ex1  == ex0 \ ucm
         emitS == sib \ ex1
         ex2  == ex1 \ sib
-        out  == emitU \cup emitS
-    IN  [s |-> [s1 EXCEPT !.async = @ \ af, !.extra = ex2, !.sib = sibAll \ sib],
+        out  == IF Bug("count_not_forwarded") /\ w # Rank0 THEN {} ELSE emitU \cup emitS
+    IN  [s |-> [s1 EXCEPT !.async = @ \ ucm, !.extra = ex2, !.sib = sibAll \ sib],
          out |-> out,
          call |-> IF ~Record THEN NoCall ELSE
                   [name |-> "get_finished", finished_req_ids |-> m.finished,
@@ -671,9 +756,15 @@ DumpsFailed(w, m) ==
 (* The part of a rank's step that no choice of the step changes: the      *)
 (* pre-forward hook and the forward (they read neither the sibling's report *)
 (* timing nor the step's failed loads), computed once per rank and step.   *)
+(* "preempt_late" (P1): the forward runs first, the preemption waits after *)
+(* it (the step's record keeps that order).                               *)
 RankPrefix(w, m, s0) ==
-    LET hp == handle_preemptions(w, m, s0)
-    IN  [hp |-> hp, fw |-> forward(w, m, hp.s)]
+    IF Bug("preempt_late")
+    THEN LET fw == forward(w, m, s0)
+             hp == handle_preemptions(w, m, fw.s)
+         IN  [hp |-> hp, fw |-> [s |-> hp.s, call |-> fw.call]]
+    ELSE LET hp == handle_preemptions(w, m, s0)
+         IN  [hp |-> hp, fw |-> forward(w, m, hp.s)]
 
 (* The rest of the step in two parts, so that the part before the second  *)
 (* child's report (which the report timing `m.sibNow` does not change) is  *)
@@ -686,7 +777,9 @@ RankMid(w, m, c, pf) ==
              IN  [s |-> wfs.s, calls |-> IF ~Record THEN <<>> ELSE skl.calls \o <<wfs.call>>]
 RankEnd(w, m, c, pf, mid) ==
     LET dd == DumpsFailed(w, m)
-        head == IF ~Record THEN <<>> ELSE <<pf.hp.call, pf.fw.call>> \o mid.calls
+        head == IF ~Record THEN <<>>
+                ELSE IF Bug("preempt_late") THEN <<pf.fw.call, pf.hp.call>> \o mid.calls
+                ELSE <<pf.hp.call, pf.fw.call>> \o mid.calls
     IN  IF DeferFinalize
         THEN LET gf  == get_finished(w, m, mid.s, SibNow(m, w))
                  wfs == wait_for_save(w, m, gf.s, c.check, c.submit)
@@ -768,7 +861,11 @@ Sending(post) == [w \in Rank |-> post[w].out]
 (* UCMDirectConnector.request_finished (through the dispatch): delay iff   *)
 (* tracked (and untrack).  Under MultiConnector the second child always    *)
 (* delays, so async_saves = 1 + UCM's answer.                              *)
-request_finished(S, r) == RFLabel = "delay_if_tracked" /\ r \in S.sa
+(* "rfag_delays_all" (P7): on the HMA path (scheduler.py ~3054-3057)      *)
+(* request_finished_all_groups delays every request, tracked or not.      *)
+request_finished(S, r) ==
+    \/ RFLabel = "delay_if_tracked" /\ r \in S.sa
+    \/ Bug("rfag_delays_all") /\ HMA /\ ~Multi
 
 (* Scheduler.update_from_output for a step whose ranks sent `sending`:     *)
 (* requests in `fin` stop or are aborted (running or preempted ones), call *)
@@ -791,6 +888,15 @@ UpdateResult(S, sending, fin, sibD, failed) ==
         freed == {r \in emitted : st1[r] = "delayed"}
         sw1 == [r \in Req |-> IF r \in fin THEN SwKeepLast(S.sw[r]) ELSE S.sw[r]]
         gone == freed \cup (fin \ delays)
+        \* "defer_block_free": processing the head step first advances the fences and drains
+        \* (update_from_output ~2044-2048: only after a non-empty step), then a freed request
+        \* that a later in-flight step ran is parked (_free_request_blocks ~2766-2776).
+        h == IF Mv("defer_block_free") THEN Head(inflight) ELSE [ran |-> {}]
+        Advance(e) == IF (h.ran # {} \/ Bug("fence_counts_empty")) /\ e.wait > 0
+                      THEN [e EXCEPT !.wait = @ - 1] ELSE e
+        pk1 == {e \in {Advance(x) : x \in S.pk} : h.ran = {} \/ e.wait > 0}
+        fencedGone == IF Mv("defer_block_free") THEN gone \cap FencedFrom(2) ELSE {}
+        pk2 == pk1 \cup Park(UNION {Range(S.bo[r]) : r \in fencedGone}, FenceWait(2, 0), "free")
         freedBlocks == IF Hybrid
                        THEN UNION {SwOut(S.sw[r]) : r \in fin}
                             \cup UNION {Range(S.bo[r]) \cup SwHeld(sw1[r]) : r \in gone}
@@ -804,6 +910,7 @@ UpdateResult(S, sending, fin, sibD, failed) ==
                   !.ex = @ \cup (IF Multi THEN ucmDelays \cap sibD ELSE {}),
                   !.sd = @ \cup (IF Mv("some_delayed") THEN sibD ELSE {}),
                   !.rc = @ \cup failed,
+                  !.pk = pk2,
                   !.fin = @ \cup fin,
                   !.agg = [r \in Req |-> IF r \in emitted THEN 0 ELSE counts[r]],
                   !.unexp = @ \cup unexpected],
@@ -864,7 +971,7 @@ execute_model ==
          /\ executed' = executed + 1
          /\ action' = ExecRecord(post)
     /\ UNCHANGED <<tick, reqState, blocksOf, finishedIds, preemptions, agg, schedAsync, extraSaves,
-                   swBlocksOf, freedSince, sibDelayed, recompute,
+                   swBlocksOf, freedSince, sibDelayed, recompute, parked,
                    unexpectedReports, down>>
 
 update_from_output ==
@@ -937,7 +1044,7 @@ task_complete ==
 (* EngineCore keeps stepping while the scheduler has requests, finished    *)
 (* ids not yet shown to the workers included (has_finished_requests,       *)
 (* scheduler.py ~2813).                                                    *)
-HasWork == (\E r \in Req : reqState[r] # "done") \/ inflight # <<>> \/ finishedIds # {}
+HasWork == (\E r \in Req : reqState[r] \notin NoWorkStates) \/ inflight # <<>> \/ finishedIds # {}
 
 (* "shutdown": the worker process shuts down between two engine phases;   *)
 (* KVConnectorBase_V1.shutdown (base.py ~431: "ensure that all the async   *)
@@ -993,6 +1100,9 @@ TypeInv ==
     /\ workerExtra \in [Rank -> SUBSET Req] /\ sibPending \in [Rank -> SUBSET Req]
     /\ reported \in [Rank -> [Req -> 0..2]]
     /\ sibDelayed \subseteq Req /\ recompute \subseteq Req
+    /\ \A e \in parked : /\ DOMAIN e = {"blocks", "wait", "by"} /\ e.blocks \subseteq Block
+                         /\ e.wait \in 0..(MaxInflight + 1) /\ e.by \in {"preempt", "free"}
+    /\ (~Mv("defer_block_free") => parked = {})
     /\ down \in BOOLEAN /\ dirtyLoads \in BOOLEAN /\ dirtyDumps \in BOOLEAN
     /\ tick \in {0, 1}
     /\ action.name \in {"init", "schedule", "execute_model", "update_from_output",
@@ -1063,6 +1173,18 @@ NoLoadWhileDumpingInv == ~dirtyLoads
 (* block's key, which every later hit loads.                              *)
 NoDumpOfFailedLoadInv == ~dirtyDumps
 
+(* A preemption frees its victims' blocks for the allocation that made it *)
+(* ("defer_block_free"): no victim's blocks are parked by a deferred free *)
+(* (vLLM #49674: such preemptions free nothing, and the retry preempts    *)
+(* more victims).                                                          *)
+NoFruitlessPreemptionInv == \A e \in parked : e.by # "preempt"
+
+(* A deferred free is returned as soon as its fence has passed ("defer_block_free"): *)
+(* the count of a parked entry reaches 0 only when a non-empty step's output is    *)
+(* processed, and that drain returns it (UCM #1350: a drain skipped after an empty  *)
+(* step leaves it parked, and with every block parked every later step is empty).  *)
+DrainedWhenDueInv == \A e \in parked : e.wait > 0
+
 -----------------------------------------------------------------------------
 (* Liveness, under fairness stated as premises over state predicates      *)
 (* (cheap to check; weak fairness on the big step action is ruinous):      *)
@@ -1075,7 +1197,11 @@ NoDumpOfFailedLoadInv == ~dirtyDumps
 AnyRunningTask == \E w \in Rank : \E t \in pending[w] : t.status = "running"
 EngineFair == []<>(tick = 0 \/ ~HasWork) /\ []<>(tick = 1 \/ ~HasWork)
 StoreFair  == []<>(~AnyRunningTask)
-SiblingFair == []<>(\A w \in Rank : sibPending[w] = {})
+(* Under "idle_ignores_delayed" the sibling's promise is conditional: it   *)
+(* reports in some later step if the engine keeps stepping (a stopped     *)
+(* engine calls no get_finished).                                         *)
+SiblingFair == \/ []<>(\A w \in Rank : sibPending[w] = {})
+               \/ Bug("idle_ignores_delayed") /\ (<>[](tick = 0) \/ <>[](tick = 1))
 Fair == EngineFair /\ StoreFair /\ SiblingFair
 
 DelayedEventuallyFreedProp ==
@@ -1083,6 +1209,9 @@ DelayedEventuallyFreedProp ==
 
 PendingEventuallyDrainedProp ==
     Fair => \A w \in Rank : (pending[w] # {}) ~> (pending[w] = {})
+
+(* "defer_block_free": every deferred free eventually returns its blocks. *)
+ParkedEventuallyFreedProp == Fair => (parked # {} ~> parked = {})
 
 EventsEventuallyReleasedProp ==
     Fair => \A w \in Rank : (live[w] # {}) ~> (live[w] = {})

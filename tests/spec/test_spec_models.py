@@ -48,6 +48,16 @@ EXPECTED_CALLS: dict[str, set[str]] = {
     "LookupSeesRunning": {"build_connector_meta", "forward", "wait_for_save"},
     "DumpsFailedLoads": {"_update_requests_with_invalid_blocks", "build_connector_meta", "forward", "wait_for_save"},
     "DumpsFailedLoadsContent": {"build_connector_meta", "forward", "wait_for_save"},
+    # the field's bugs (docs/real-bugs.md); their mechanisms in order: tests/spec/test_real_bugs.py
+    "PreemptLate": {"build_connector_meta", "forward", "handle_preemptions"},
+    "ExtraNotShipped": {"request_finished", "build_connector_meta", "get_finished", "_update_from_kv_xfer_finished"},
+    "CountNotForwarded": {"request_finished", "get_finished", "_update_from_kv_xfer_finished"},
+    "RfagDelaysAll": {"request_finished", "get_finished"},
+    "ReportLostOnError": {"task_complete", "wait_for_save", "get_finished"},
+    "WaitOneSave": {"wait_for_save", "get_finished", "_update_from_kv_xfer_finished", "forward"},
+    "IdleIgnoresDelayed": {"request_finished", "get_finished"},
+    "FenceCountsEmpty": {"schedule", "build_connector_meta", "update_from_output"},
+    "PreemptFenced": {"schedule", "build_connector_meta"},
 }
 
 

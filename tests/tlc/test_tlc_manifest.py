@@ -55,12 +55,28 @@ def test_loads_entries_and_selects_by_name_and_tier(tmp_path: Path) -> None:
     ({"config": "Missing.cfg"}, "config file"),
     ({"distinct": 5}, "unknown keys: distinct"),
     ({"workers": 0}, "'workers' must be a positive integer"),
+    ({"reproduces": "vllm#52360", "row": "P1", "expect": {"violation": "XInv"}}, "'reproduces' must be a thread"),
+    ({"reproduces": 52360, "row": "P1", "expect": {"violation": "XInv"}}, "'reproduces' must be a thread"),
+    ({"reproduces": "vllm-project/vllm#52360", "row": "Q1", "expect": {"violation": "XInv"}}, "'row' must be"),
+    ({"reproduces": "vllm-project/vllm#52360", "row": "P0", "expect": {"violation": "XInv"}}, "'row' must be"),
+    ({"reproduces": "vllm-project/vllm#52360", "expect": {"violation": "XInv"}}, "'reproduces' and 'row' go together"),
+    ({"row": "P1", "expect": {"violation": "XInv"}}, "'reproduces' and 'row' go together"),
+    ({"reproduces": "vllm-project/vllm#52360", "row": "P1"}, "must expect the violation"),
 ])
 def test_schema_errors_name_model_and_key(tmp_path: Path, change: dict[str, object], fragment: str) -> None:
     with pytest.raises(ManifestError) as raised:
         load_manifest(_write(tmp_path, [_model(**change)]))
     assert fragment in str(raised.value)
     assert str(raised.value).startswith(str(tmp_path / "manifest.json"))
+
+
+def test_reproduces_and_row_are_read(tmp_path: Path) -> None:
+    manifest = load_manifest(_write(tmp_path, [
+        _model(), _model(name="B", expect={"violation": "XInv"}, mutant=True,
+                         reproduces="ModelEngine-Group/unified-cache-management#989", row="P4")]))
+    a, b = manifest.models
+    assert (a.reproduces, a.row) == (None, None)
+    assert (b.reproduces, b.row) == ("ModelEngine-Group/unified-cache-management#989", "P4")
 
 
 def test_structural_errors(tmp_path: Path) -> None:
@@ -109,6 +125,15 @@ MUTANT_SWITCHES = {
     "RedoUntracked": 'Bugs = {"redo_untracked"}',
     "ShutdownKeepsHandles": 'Bugs = {"shutdown_no_release"}',
     "LookupSeesRunning": 'Bugs = {"lookup_sees_running"}',
+    "PreemptLate": 'Bugs = {"preempt_late"}',
+    "ExtraNotShipped": 'Bugs = {"extra_not_shipped"}',
+    "CountNotForwarded": 'Bugs = {"count_not_forwarded"}',
+    "RfagDelaysAll": 'Bugs = {"rfag_delays_all"}',
+    "ReportLostOnError": 'Bugs = {"report_lost_on_error"}',
+    "WaitOneSave": 'Bugs = {"wait_one_save"}',
+    "IdleIgnoresDelayed": 'Bugs = {"idle_ignores_delayed"}',
+    "PreemptFenced": 'Bugs = {"preempt_fenced"}',
+    "FenceCountsEmpty": '"fence_counts_empty"}',
 }
 
 

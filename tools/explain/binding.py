@@ -343,7 +343,16 @@ def _blocks(step: Step) -> Iterable[Value]:
     """Blocks held, read by a task, or written in this step (the spec's Block set is not a variable)."""
     held = {b for blocks in _fn(step, "blocksOf").values() for b in blocks or ()}
     read = {b for rank in _fn(step, "pending") for t in _tasks(step, rank) for b in _get(t, "blocks", ())}
-    return held | read | set(_writes(step))
+    return held | read | set(_writes(step)) | _parked_blocks(step)
+
+
+def _parked(step: Step) -> list[Mapping[str, Any]]:
+    """The deferred frees (the spec's `parked`, move "defer_block_free")."""
+    return [e for e in _set(step, "parked") if isinstance(e, Mapping)]
+
+
+def _parked_blocks(step: Step, by: str | None = None) -> set[Value]:
+    return {b for e in _parked(step) if by is None or _get(e, "by") == by for b in _get(e, "blocks", ())}
 
 
 def _ranks(step: Step) -> Iterable[Value]:
@@ -679,6 +688,36 @@ def no_dump_of_failed_load(steps: Sequence[Step], i: int) -> list[Offence]:
                     frozenset({lane_id(TASKS, _rank_label(rank)) for rank in ranks}))]
 
 
+def no_fruitless_preemption(steps: Sequence[Step], i: int) -> list[Offence]:
+    """A preemption whose victims' blocks a deferred free parked: it freed nothing for its allocation."""
+    blocks = _parked_blocks(steps[i], "preempt")
+    if not blocks:
+        return []
+    when = next(k for k in range(i + 1) if _parked_blocks(steps[k], "preempt"))
+    return [Offence(f"step {when}: a preemption freed nothing: a step that ran the victims is still in flight, so "
+                    f"their blocks {show_set(sorted(blocks, key=show))} were parked by a deferred free",
+                    frozenset(lane_id(BLOCKS, show(b)) for b in blocks))]
+
+
+def drained_when_due(steps: Sequence[Step], i: int) -> list[Offence]:
+    """A deferred free whose fence has passed still parked: the drain was skipped (after an empty step)."""
+    due = {b for e in _parked(steps[i]) if _get(e, "wait") == 0 for b in _get(e, "blocks", ())}
+    if not due:
+        return []
+    return [Offence(f"step {i}: blocks {show_set(sorted(due, key=show))} are still parked although the step their "
+                    "deferred free waited for has been processed: the drain was skipped after an empty step",
+                    frozenset(lane_id(BLOCKS, show(b)) for b in due))]
+
+
+def parked_eventually_freed(steps: Sequence[Step], loop: int) -> list[Offence]:
+    """Blocks parked by a deferred free through the whole loop: they are never returned to the pool."""
+    if not all(_parked(s) for s in steps[loop:]):
+        return []
+    blocks = set.intersection(*(_parked_blocks(s) for s in steps[loop:]))
+    return [Offence(f"blocks {show_set(sorted(blocks, key=show))} stay parked by a deferred free forever: the "
+                    "steps that would drain them never come", frozenset(lane_id(BLOCKS, show(b)) for b in blocks))]
+
+
 def delayed_eventually_freed(steps: Sequence[Step], loop: int) -> list[Offence]:
     last = len(steps) - 1
     offences = []
@@ -757,11 +796,14 @@ BINDING = LaneBinding(
         "ShutdownDrainedInv": shutdown_drained,
         "NoLoadWhileDumpingInv": no_load_while_dumping,
         "NoDumpOfFailedLoadInv": no_dump_of_failed_load,
+        "NoFruitlessPreemptionInv": no_fruitless_preemption,
+        "DrainedWhenDueInv": drained_when_due,
     }.items()},
     liveness={name: merged_over_ranks(check) for name, check in {
         "DelayedEventuallyFreedProp": delayed_eventually_freed,
         "PendingEventuallyDrainedProp": _always_in_loop("pending", "pending dump tasks"),
         "EventsEventuallyReleasedProp": _always_in_loop("live", "live event handles"),
+        "ParkedEventuallyFreedProp": parked_eventually_freed,
     }.items()},
     tones=TONES,
 )

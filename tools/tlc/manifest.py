@@ -8,6 +8,7 @@ spec's meaning changed, and someone must look before the number is updated.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,11 @@ DEADLOCK = "Deadlock"
 """``{"violation": "Deadlock"}`` expects TLC's deadlock check to fail (deadlocks have no property name)."""
 
 _REQUIRED = ("name", "module", "config", "tier", "variant", "expect", "distinct_states", "mutant", "conformance")
-_OPTIONAL = ("workers", "timeout", "description")
+_OPTIONAL = ("workers", "timeout", "description", "reproduces", "row")
+_REPRODUCES = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*#[1-9][0-9]*")
+"""``"reproduces"``: the public thread of the field bug a model reproduces, ``owner/repo#number``."""
+_ROW = re.compile(r"[PN][1-9][0-9]*")
+"""``"row"``: the bug's row in ``docs/real-bugs.md`` (P: in the protocol's scope, N: next to it)."""
 
 
 class ManifestError(UserError):
@@ -70,6 +75,8 @@ class ModelEntry:
     workers: int = 1
     timeout: float | None = None
     description: str | None = None
+    reproduces: str | None = None  # the field bug's thread, owner/repo#number
+    row: str | None = None  # its row id in docs/real-bugs.md, e.g. "P1"
 
     @property
     def module_path(self) -> Path:
@@ -162,11 +169,21 @@ def _entry(raw: Any, index: int, path: Path, root: Path) -> ModelEntry:
     description = raw.get("description")
     if description is not None and not isinstance(description, str):
         raise _problem(path, where, "'description' must be a string")
+    reproduces, row = raw.get("reproduces"), raw.get("row")
+    if reproduces is not None and not (isinstance(reproduces, str) and _REPRODUCES.fullmatch(reproduces)):
+        raise _problem(path, where, f"'reproduces' must be a thread \"owner/repo#number\", not {reproduces!r}")
+    if row is not None and not (isinstance(row, str) and _ROW.fullmatch(row)):
+        raise _problem(path, where, f"'row' must be a bug row id like \"P1\" or \"N3\", not {row!r}")
+    if (reproduces is None) != (row is None):
+        raise _problem(path, where, "'reproduces' and 'row' go together: name the thread and its row")
+    if reproduces is not None and expectation.passes:
+        raise _problem(path, where, "a model that 'reproduces' a bug must expect the violation the bug causes")
 
     entry = ModelEntry(
         name=name, module=module, config=config, tier=raw["tier"], variant=raw["variant"], expect=expectation,
         distinct_states=distinct, mutant=raw["mutant"], conformance=raw["conformance"], spec_dir=root,
         workers=workers, timeout=None if timeout is None else float(timeout), description=description,
+        reproduces=reproduces, row=row,
     )
     if not entry.module_path.is_file():
         raise _problem(path, where, f"module file {entry.module_path} does not exist")
