@@ -99,9 +99,12 @@ BugNames == {"agg_first", "redo_untracked", "shutdown_no_release", "lookup_sees_
 (* "report_send_and_recv": the worker reports finished_sending for an     *)
 (*   aborted request whose receive is still pending;                       *)
 (* "async_empty_hit": a hit with nothing to transfer answers load_async   *)
-(*   but submits no load (vLLM #56640).                                    *)
+(*   but submits no load (vLLM #56640);                                    *)
+(* "retry_failed_hit": the lookup offers a failed load's hit again          *)
+(*   (vLLM #49176).                                                        *)
 AsyncBugNames == {"abort_no_recv_delay", "abort_always_delays", "drop_aborted_recv",
-                  "abort_frees_finished", "report_send_and_recv", "async_empty_hit"}
+                  "abort_frees_finished", "report_send_and_recv", "async_empty_hit",
+                  "retry_failed_hit"}
 ASSUME Moves \subseteq MoveNames /\ Bugs \subseteq BugNames \cup AsyncBugNames
 ASSUME ("some_delayed" \in Moves \/ "split_reports" \in Moves) => Multi
 ASSUME ("load_failure" \in Moves \/ "store_visibility" \in Moves) => StoreHits
@@ -164,6 +167,8 @@ VARIABLES
     recvFailed,   \* Scheduler.failed_recving_kv_req_ids: their receive failed
     aggRecv,      \* KVOutputAggregator._recv_remaining_count: [Req -> receive reports so far]
     aggRecvFail,  \* KVOutputAggregator._failed_recving_pending: failures not yet emitted
+    noHit,        \* requests whose asynchronous load failed: the connector's lookup finds
+                  \*   nothing for them again, so they recompute
     loadTasks,    \* [Rank -> set of LoadTask]: the rank's load tasks not yet reported
     workerRecv,   \* [Rank -> SUBSET Req]: ids whose receive completion the rank will report
     \* ---- history -------------------------------------------------------
@@ -179,7 +184,7 @@ VARIABLES
 
 schedVars  == <<reqState, blocksOf, finishedIds, preemptions, inflight, executed, agg,
                 schedAsync, extraSaves, swBlocksOf, freedSince, sibDelayed, recompute,
-                recvDone, recvFailed, aggRecv, aggRecvFail>>
+                recvDone, recvFailed, aggRecv, aggRecvFail, noHit>>
 workerVars == <<workerAsync, pending, live, releaseErrors, workerExtra, sibPending,
                 reported, loadTasks, workerRecv>>
 historyVars == <<unexpectedReports, blockingWaits, preemptOverWaits, dumpOverwrites,
@@ -272,6 +277,7 @@ Init ==
     /\ recvFailed = {}
     /\ aggRecv = [r \in Req |-> 0]
     /\ aggRecvFail = {}
+    /\ noHit = {}
     /\ loadTasks = [w \in Rank |-> {}]
     /\ workerRecv = [w \in Rank |-> {}]
     /\ tick = 0
@@ -288,13 +294,15 @@ Init ==
 SchedState == [rs |-> reqState, bo |-> blocksOf, fin |-> finishedIds, pre |-> preemptions,
                sa |-> schedAsync, ex |-> extraSaves, agg |-> agg, unexp |-> unexpectedReports,
                sw |-> swBlocksOf, fs |-> freedSince, sd |-> sibDelayed, rc |-> recompute,
-               rd |-> recvDone, rf |-> recvFailed, ar |-> aggRecv, arf |-> aggRecvFail]
+               rd |-> recvDone, rf |-> recvFailed, ar |-> aggRecv, arf |-> aggRecvFail,
+               nh |-> noHit]
 
 SetSched(S) ==
     /\ reqState' = S.rs /\ blocksOf' = S.bo /\ finishedIds' = S.fin /\ preemptions' = S.pre
     /\ schedAsync' = S.sa /\ extraSaves' = S.ex /\ agg' = S.agg /\ unexpectedReports' = S.unexp
     /\ swBlocksOf' = S.sw /\ freedSince' = S.fs /\ sibDelayed' = S.sd /\ recompute' = S.rc
     /\ recvDone' = S.rd /\ recvFailed' = S.rf /\ aggRecv' = S.ar /\ aggRecvFail' = S.arf
+    /\ noHit' = S.nh
 
 (* The sliding-window group (Hybrid).  vLLM's null block id is 0.  With a  *)
 (* window below the block size only the block holding the last computed    *)
@@ -495,9 +503,12 @@ ScheduleResults(S) ==
 (* blocks are cached and the request runs on them (only its last token is *)
 (* computed, ~3168-3172); after a failed one _handle_failed_recving reset   *)
 (* num_computed_tokens to 0 (~3341-3354), so the block is freed (~3147)    *)
-(* and the request waits again, to be admitted afresh.  (The model runs a   *)
-(* promoted request in the same schedule; vLLM may leave it waiting with   *)
-(* its blocks when the budget is short, which changes no block's owner.)   *)
+(* and the request waits again, to be admitted afresh; the connector's    *)
+(* lookup finds nothing for it again (`noHit`), so it recomputes (bug      *)
+(* "retry_failed_hit": it finds the failing hit again, vLLM #49176).       *)
+(* The model runs a promoted request in the same schedule; vLLM may leave *)
+(* it waiting with its blocks when the budget is short, which changes no   *)
+(* block's owner.                                                          *)
 Promote(S) ==
     LET ready == {r \in Req : S.rs[r] = "remote" /\ r \in S.rd}
         bad   == ready \cap S.rf
@@ -505,7 +516,8 @@ Promote(S) ==
                                         ELSE IF r \in bad THEN "waiting" ELSE S.rs[r]],
                   !.bo = [r \in Req |-> IF r \in bad THEN <<>> ELSE S.bo[r]],
                   !.rd = S.rd \ ready,
-                  !.rf = S.rf \ ready]
+                  !.rf = S.rf \ ready,
+                  !.nh = S.nh \cup bad]
 
 (* Then the admissions: get_num_new_matched_tokens answers load_async for  *)
 (* a hit, so the request's block is allocated and it enters                 *)
@@ -535,8 +547,10 @@ AsyncAdmit(S, x) ==
                             failed |-> ready \cap S.rf],
                            [name |-> "get_num_new_matched_tokens", load_async |-> rq]>> \o @]]
 
+NoRehit(S, x) == "retry_failed_hit" \in Bugs \/ \A a \in x.meta.writes : a.hit => a.req \notin S.nh
 SchedResults(S) ==
-    IF AL THEN {AsyncAdmit(S, x) : x \in ScheduleResults(Promote(S))} ELSE ScheduleResults(S)
+    IF AL THEN LET P == Promote(S) IN {AsyncAdmit(S, x) : x \in {y \in ScheduleResults(P) : NoRehit(P, y)}}
+    ELSE ScheduleResults(S)
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
@@ -1048,7 +1062,7 @@ execute_model ==
          /\ executed' = executed + 1
          /\ action' = ExecRecord(post)
     /\ UNCHANGED <<tick, reqState, blocksOf, finishedIds, preemptions, agg, schedAsync, extraSaves,
-                   recvDone, recvFailed, aggRecv, aggRecvFail,
+                   recvDone, recvFailed, aggRecv, aggRecvFail, noHit,
                    swBlocksOf, freedSince, sibDelayed, recompute,
                    unexpectedReports, down>>
 
@@ -1188,7 +1202,8 @@ finish_requests ==
             /\ UNCHANGED <<schedAsync, finishedIds, recvDone, recvFailed>>
             /\ action' = AbortRecord(r, "delayed", {}, {})
     /\ UNCHANGED <<preemptions, inflight, executed, agg, extraSaves, swBlocksOf, freedSince,
-                   sibDelayed, recompute, aggRecv, aggRecvFail, workerVars, historyVars, tick>>
+                   sibDelayed, recompute, aggRecv, aggRecvFail, noHit, workerVars, historyVars,
+                   tick>>
 
 (* The store finishes a load task ("async_loads"): it stops writing its    *)
 (* block, with success or (under "load_failure") an error.                 *)
@@ -1241,10 +1256,10 @@ TypeInv ==
     /\ sibDelayed \subseteq Req /\ recompute \subseteq Req
     /\ down \in BOOLEAN /\ dirtyLoads \in BOOLEAN /\ dirtyDumps \in BOOLEAN
     /\ recvDone \subseteq Req /\ recvFailed \subseteq Req
-    /\ aggRecv \in [Req -> 0..NumRanks] /\ aggRecvFail \subseteq Req
+    /\ aggRecv \in [Req -> 0..NumRanks] /\ aggRecvFail \subseteq Req /\ noHit \subseteq Req
     /\ \A w \in Rank : \A t \in loadTasks[w] : IsLoadTask(t)
     /\ workerRecv \in [Rank -> SUBSET Req]
-    /\ (~AL => /\ recvDone = {} /\ aggRecvFail = {}
+    /\ (~AL => /\ recvDone = {} /\ aggRecvFail = {} /\ noHit = {}
                /\ \A w \in Rank : loadTasks[w] = {} /\ workerRecv[w] = {})
     /\ tick \in {0, 1}
     /\ action.name \in {"init", "schedule", "execute_model", "update_from_output",

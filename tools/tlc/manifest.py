@@ -3,11 +3,13 @@
 Every model names a module and a config in the spec directory, a tier (``ci`` runs in CI, ``deep`` on
 demand), the connector variant, what TLC must find (``"pass"`` or ``{"violation": "<Property>"}``),
 and the distinct-state count it had when it was last reviewed. A changed count fails the check: the
-spec's meaning changed, and someone must look before the number is updated.
+spec's meaning changed, and someone must look before the number is updated. A mutant that reproduces
+a bug reported in the field names its thread (``"reproduces": "owner/repo#number"``).
 """
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +27,9 @@ DEADLOCK = "Deadlock"
 """``{"violation": "Deadlock"}`` expects TLC's deadlock check to fail (deadlocks have no property name)."""
 
 _REQUIRED = ("name", "module", "config", "tier", "variant", "expect", "distinct_states", "mutant", "conformance")
-_OPTIONAL = ("workers", "timeout", "description")
+_OPTIONAL = ("workers", "timeout", "description", "reproduces")
+REPRODUCES = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+#[1-9][0-9]*$")
+"""A field bug's thread, ``owner/repo#number`` (GitHub), as a reproducing mutant's ``reproduces`` names it."""
 
 
 class ManifestError(UserError):
@@ -70,6 +74,7 @@ class ModelEntry:
     workers: int = 1
     timeout: float | None = None
     description: str | None = None
+    reproduces: str | None = None  # the field bug's thread (owner/repo#number) this mutant reproduces
 
     @property
     def module_path(self) -> Path:
@@ -163,16 +168,32 @@ def _entry(raw: Any, index: int, path: Path, root: Path) -> ModelEntry:
     if description is not None and not isinstance(description, str):
         raise _problem(path, where, "'description' must be a string")
 
+    reproduces = _reproduces(raw, expectation, path, where)
+
     entry = ModelEntry(
         name=name, module=module, config=config, tier=raw["tier"], variant=raw["variant"], expect=expectation,
         distinct_states=distinct, mutant=raw["mutant"], conformance=raw["conformance"], spec_dir=root,
         workers=workers, timeout=None if timeout is None else float(timeout), description=description,
+        reproduces=reproduces,
     )
     if not entry.module_path.is_file():
         raise _problem(path, where, f"module file {entry.module_path} does not exist")
     if not entry.config_path.is_file():
         raise _problem(path, where, f"config file {entry.config_path} does not exist")
     return entry
+
+
+def _reproduces(raw: dict[str, Any], expectation: Expectation, path: Path, where: str) -> str | None:
+    """The ``reproduces`` key: a thread ``owner/repo#number``, only on a mutant that expects a violation
+    (a model reproduces a bug by breaking the property the bug broke)."""
+    value = raw.get("reproduces")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not REPRODUCES.match(value):
+        raise _problem(path, where, f"'reproduces' must be a thread \"owner/repo#number\", not {value!r}")
+    if not raw["mutant"] or expectation.passes:
+        raise _problem(path, where, "'reproduces' belongs to a mutant that expects a violation")
+    return value
 
 
 def load_manifest(path: Path | None = None) -> Manifest:
