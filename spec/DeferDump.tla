@@ -33,7 +33,7 @@ CONSTANTS
     HMA,            \* does vLLM call request_finished_all_groups (HMA path)?
     Multi,          \* MultiConnector(UCM, a second delaying child), non-HMA path
     MLA,            \* MLA model: ranks other than 0 track ids but do not dump
-    Faults,         \* SUBSET {"submit", "wait", "check"}: store faults on
+    Faults,         \* SUBSET {"submit", "wait", "check", "lost"}: store faults on
     Lockstep,       \* ranks see the same store events (README "Abstractions")
     FusedStep,      \* sync scheduling as one engine_step action (MaxInflight = 1)
     StoreHits,      \* may an admission's lookup find the whole prompt in the store?
@@ -50,7 +50,7 @@ CONSTANTS
 
 ASSUME TableOK
 ASSUME InnerClass \in Classes /\ (Wrapper => "UCMConnector" \in Classes)
-ASSUME Faults \subseteq {"submit", "wait", "check"}
+ASSUME Faults \subseteq {"submit", "wait", "check", "lost"}   \* "lost": a load never completes
 ASSUME Lockstep \in BOOLEAN /\ FusedStep \in BOOLEAN /\ (FusedStep => MaxInflight = 1)
 ASSUME Rank0 \in Rank /\ PromptBlocks \in Nat \ {0} /\ Layers \in Nat \ {0}
 ASSUME StoreHits \in BOOLEAN /\ ShortReqs \subseteq Req
@@ -101,10 +101,13 @@ BugNames == {"agg_first", "redo_untracked", "shutdown_no_release", "lookup_sees_
 (* "async_empty_hit": a hit with nothing to transfer answers load_async   *)
 (*   but submits no load (vLLM #56640);                                    *)
 (* "retry_failed_hit": the lookup offers a failed load's hit again          *)
-(*   (vLLM #49176).                                                        *)
+(*   (vLLM #49176);                                                        *)
+(* "no_load_expiry": a lost load (fault "lost": a push-mode sender that    *)
+(*   crashed) is never given up, so its receive is never reported (vLLM    *)
+(*   #46283).                                                              *)
 AsyncBugNames == {"abort_no_recv_delay", "abort_always_delays", "drop_aborted_recv",
                   "abort_frees_finished", "report_send_and_recv", "async_empty_hit",
-                  "retry_failed_hit"}
+                  "retry_failed_hit", "no_load_expiry"}
 ASSUME Moves \subseteq MoveNames /\ Bugs \subseteq BugNames \cup AsyncBugNames
 ASSUME ("some_delayed" \in Moves \/ "split_reports" \in Moves) => Multi
 ASSUME ("load_failure" \in Moves \/ "store_visibility" \in Moves) => StoreHits
@@ -121,6 +124,7 @@ EarlyFail == Mv("partial_hits") /\ Mv("load_failure")
 AL == Mv("async_loads")
 ASSUME AL => /\ StoreHits /\ ~Multi /\ ~Hybrid /\ PromptBlocks = 1
              /\ ~Mv("store_visibility") /\ ~Mv("shutdown")
+ASSUME "lost" \in Faults => AL
 
 NumRanks == Cardinality(Rank)
 
@@ -627,10 +631,11 @@ handle_preemptions(w, m, s) ==
 (* receive slice of the step (store.load_data into the request's block),   *)
 (* and will report the request in finished_recving once its loads are over *)
 (* (`recv`).  The task writes its block until it completes.  A LoadTask is *)
-(* [req, block, status]: "running", then "done" or "failed".               *)
+(* [req, block, status]: "running", then "done", "failed" or (fault "lost") *)
+(* "lost": it writes no more and never completes.                          *)
 IsLoadTask(t) ==
     /\ DOMAIN t = {"req", "block", "status"}
-    /\ t.req \in Req /\ t.block \in Block /\ t.status \in {"running", "done", "failed"}
+    /\ t.req \in Req /\ t.block \in Block /\ t.status \in {"running", "done", "failed", "lost"}
 start_load_kv(w, m, s) ==
     LET new == IF AL THEN {[req |-> l.req, block |-> l.block, status |-> "running"] : l \in m.recv}
                ELSE {}
@@ -756,9 +761,12 @@ get_finished(w, m, s, sibNow) ==
                 THEN {t \in s.pending : t.reqs \cap af # {}} ELSE {}
         s1   == WaitTasks(s, T)
         rin  == IF "drop_aborted_recv" \in Bugs THEN s.recv \ m.finished ELSE s.recv
-        Over(r) == \A t \in s.loads : t.req = r => t.status # "running"
+        \* a lost load is given up once its expiry passes (abstracted: at any later get_finished)
+        \* and reported failed; "no_load_expiry" waits for it forever
+        Gone(t) == IF t.status = "lost" THEN "no_load_expiry" \notin Bugs ELSE t.status # "running"
+        Over(r) == \A t \in s.loads : t.req = r => Gone(t)
         rdone == {r \in rin : Over(r)}
-        rfail == {r \in rdone : \E t \in s.loads : t.req = r /\ t.status = "failed"}
+        rfail == {r \in rdone : \E t \in s.loads : t.req = r /\ t.status \in {"failed", "lost"}}
         held == IF "report_send_and_recv" \in Bugs THEN {} ELSE af \cap s.recv
         ucm  == af \ held
         sibAll == IF Multi THEN s.sib \cup (IF Mv("some_delayed") THEN m.sibFin ELSE m.finished)
@@ -1206,8 +1214,10 @@ finish_requests ==
                    tick>>
 
 (* The store finishes a load task ("async_loads"): it stops writing its    *)
-(* block, with success or (under "load_failure") an error.                 *)
-LoadOutcomes == IF Mv("load_failure") THEN {"done", "failed"} ELSE {"done"}
+(* block, with success or (under "load_failure") an error, or (fault       *)
+(* "lost") it is lost: it writes no more and never reports.                *)
+LoadOutcomes == {"done"} \cup (IF Mv("load_failure") THEN {"failed"} ELSE {})
+                \cup (IF "lost" \in Faults THEN {"lost"} ELSE {})
 load_complete ==
     /\ AL /\ ~down
     /\ \E w \in Rank : \E t \in loadTasks[w] : \E o \in LoadOutcomes :

@@ -57,6 +57,7 @@ EXPECTED_CALLS: dict[str, set[str]] = {
     "AsyncEmptyHitLive": {"get_num_new_matched_tokens", "start_load_kv"},
     "AsyncRetryFailedHit": {"get_num_new_matched_tokens", "load_complete", "_update_waiting_for_remote_kv"},
     "AsyncSendAndRecv": {"build_connector_meta", "get_num_new_matched_tokens", "finish_requests", "get_finished"},
+    "AsyncNoLoadExpiry": {"start_load_kv", "finish_requests", "load_complete", "get_finished"},
 }
 
 
@@ -458,3 +459,17 @@ def test_send_report_frees_a_request_still_receiving(ci_results: dict[str, dict[
     last = row["trace"][-1]["state"]
     assert dict(last["reqState"]["#map"])[req] == "done"
     assert any(t["req"] == req for t in _running_loads(last))
+
+
+@pytest.mark.verify
+def test_lost_load_without_expiry_holds_the_aborted_request(ci_results: dict[str, dict[str, Any]]) -> None:
+    """N4: the request is aborted while loading (delayed free), its load is lost, and no receive report
+    ever names it: it stays delayed on the loop."""
+    row = ci_results["AsyncNoLoadExpiry"]
+    delayed = [a for a in _remote_aborts(row) if _set(a["delayed"])]
+    assert delayed
+    req = delayed[0]["req"]
+    assert any(c["req"] == req and c["outcome"] == "lost" for c in _calls(row, "load_complete"))
+    assert _first(_recv_reports(row), lambda c: req in _set(c["finished_recving"])) is None
+    assert row["loop_index"] is not None
+    assert all(dict(step["state"]["reqState"]["#map"])[req] == "delayed" for step in row["trace"][row["loop_index"]:])
