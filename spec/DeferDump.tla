@@ -96,8 +96,9 @@ BugNames == {"agg_first", "redo_untracked", "shutdown_no_release", "lookup_sees_
 (*   whose receive completions it reports (vllm-ascend #16662);            *)
 (* "abort_frees_finished": finish_requests frees a request that already   *)
 (*   finished and waits for its delayed free (vLLM #25067);                *)
-(* "report_send_and_recv": the worker reports finished_sending for an     *)
-(*   aborted request whose receive is still pending;                       *)
+(* "track_through_load": the connector keeps tracking the dumps of a      *)
+(*   request it now loads asynchronously (tracked before a preemption), so *)
+(*   an abort during the load is reported by finished_sending too;         *)
 (* "async_empty_hit": a hit with nothing to transfer answers load_async   *)
 (*   but submits no load (vLLM #56640);                                    *)
 (* "retry_failed_hit": the lookup offers a failed load's hit again          *)
@@ -106,7 +107,7 @@ BugNames == {"agg_first", "redo_untracked", "shutdown_no_release", "lookup_sees_
 (*   crashed) is never given up, so its receive is never reported (vLLM    *)
 (*   #46283).                                                              *)
 AsyncBugNames == {"abort_no_recv_delay", "abort_always_delays", "drop_aborted_recv",
-                  "abort_frees_finished", "report_send_and_recv", "async_empty_hit",
+                  "abort_frees_finished", "track_through_load", "async_empty_hit",
                   "retry_failed_hit", "no_load_expiry"}
 ASSUME Moves \subseteq MoveNames /\ Bugs \subseteq BugNames \cup AsyncBugNames
 ASSUME ("some_delayed" \in Moves \/ "split_reports" \in Moves) => Multi
@@ -527,7 +528,12 @@ Promote(S) ==
 (* a hit, so the request's block is allocated and it enters                 *)
 (* WAITING_FOR_REMOTE_KVS instead of running (scheduler.py ~1320-1340):    *)
 (* the forward does not write the block; the connector's metadata carries *)
-(* a receive slice (`recv`) that every rank's start_load_kv submits.       *)
+(* a receive slice (`recv`) that every rank's start_load_kv submits.  The  *)
+(* load is the request's only transfer until its receive is reported: its  *)
+(* dumps from before a preemption were waited then, so the connector       *)
+(* untracks it (else an abort during the load would be reported twice,    *)
+(* and vLLM frees a finished request on the first report of either kind,  *)
+(* scheduler.py ~3222-3235, while the load still writes).                 *)
 (* Bug "async_empty_hit": the hit had nothing to transfer (vLLM #56640),   *)
 (* so the connector records no load although it answered load_async.      *)
 AsyncAdmit(S, x) ==
@@ -537,7 +543,8 @@ AsyncAdmit(S, x) ==
         ready == {r \in Req : S.rs[r] = "remote" /\ r \in S.rd}
         recv  == IF "async_empty_hit" \in Bugs THEN {}
                  ELSE {[req |-> a.req, block |-> a.block] : a \in hits}
-    IN  [S |-> [x.S EXCEPT !.rs = [r \in Req |-> IF r \in rq THEN "remote" ELSE x.S.rs[r]]],
+    IN  [S |-> [x.S EXCEPT !.rs = [r \in Req |-> IF r \in rq THEN "remote" ELSE x.S.rs[r]],
+                           !.sa = IF "track_through_load" \in Bugs THEN x.S.sa ELSE x.S.sa \ rq],
          meta |-> [writes |-> m.writes \ hits, dump |-> m.dump, load |-> {},
                    preempted |-> m.preempted, freed |-> m.freed, finished |-> m.finished,
                    sibNow |-> m.sibNow, sibFin |-> m.sibFin, extra |-> m.extra,
@@ -630,7 +637,7 @@ handle_preemptions(w, m, s) ==
 (* start_load_kv ("async_loads"): the rank submits one load task per       *)
 (* receive slice of the step (store.load_data into the request's block),   *)
 (* and will report the request in finished_recving once its loads are over *)
-(* (`recv`).  The task writes its block until it completes.  A LoadTask is *)
+(* (`recv`); it untracks the request's dumps (see AsyncAdmit).  The task writes its block until it completes.  A LoadTask is *)
 (* [req, block, status]: "running", then "done", "failed" or (fault "lost") *)
 (* "lost": it writes no more and never completes.                          *)
 IsLoadTask(t) ==
@@ -639,7 +646,9 @@ IsLoadTask(t) ==
 start_load_kv(w, m, s) ==
     LET new == IF AL THEN {[req |-> l.req, block |-> l.block, status |-> "running"] : l \in m.recv}
                ELSE {}
-    IN  [s |-> [s EXCEPT !.loads = @ \cup new, !.recv = @ \cup {t.req : t \in new}],
+        untrack == IF "track_through_load" \in Bugs THEN {} ELSE {t.req : t \in new}
+    IN  [s |-> [s EXCEPT !.loads = @ \cup new, !.recv = @ \cup {t.req : t \in new},
+                         !.async = @ \ untrack],
          call |-> IF ~Record THEN NoCall ELSE
                   [name |-> "start_load_kv", submitted |-> {<<t.req, t.block>> : t \in new}]]
 
@@ -748,12 +757,9 @@ wait_for_save(w, m, s, checkErr, submitFails) ==
 (* an id is emitted only by the last saving child (extra_async_saves).     *)
 (* With "async_loads" it also reports finished_recving: every request it   *)
 (* loads whose load tasks are over (failed_recving: one failed), dropping  *)
-(* those tasks.  A finished request whose receive is still pending on the  *)
-(* rank (aborted while it waited) is reported once, by its receive: vLLM   *)
-(* frees a finished request on the first report of either kind (scheduler.py *)
-(* ~3222-3235), so its dump tasks are waited now and its finished_sending *)
-(* is left out ("report_send_and_recv": reported anyway).  Bug             *)
-(* "drop_aborted_recv": the rank forgets the receives of finished requests.*)
+(* those tasks (a loading request is not tracked for dumps: start_load_kv). *)
+(* Bug "drop_aborted_recv": the rank forgets the receives of finished      *)
+(* requests.                                                               *)
 get_finished(w, m, s, sibNow) ==
     LET af   == IF GFLabel \in {"wait_finished", "report_before_wait"}
                 THEN m.finished \cap s.async ELSE {}
@@ -767,8 +773,7 @@ get_finished(w, m, s, sibNow) ==
         Over(r) == \A t \in s.loads : t.req = r => Gone(t)
         rdone == {r \in rin : Over(r)}
         rfail == {r \in rdone : \E t \in s.loads : t.req = r /\ t.status \in {"failed", "lost"}}
-        held == IF "report_send_and_recv" \in Bugs THEN {} ELSE af \cap s.recv
-        ucm  == af \ held
+        ucm  == af
         sibAll == IF Multi THEN s.sib \cup (IF Mv("some_delayed") THEN m.sibFin ELSE m.finished)
                   ELSE {}
         sib  == IF sibNow THEN sibAll ELSE {}
@@ -1316,7 +1321,7 @@ PreemptWaitsOnlyPreemptedInv == ~preemptOverWaits
 (* a finishing one): a tracked id that outlives its request is never       *)
 (* untracked, a hang in the making.                                        *)
 SchedTracksUnfinishedInv ==
-    \A r \in schedAsync : reqState[r] \in {"waiting", "running", "preempted", "remote"}
+    \A r \in schedAsync : reqState[r] \in {"waiting", "running", "preempted"}
 
 (* Once the steps that dump a request have run, every rank tracks every    *)
 (* request the scheduler tracks: a rank that does not will never report it *)
