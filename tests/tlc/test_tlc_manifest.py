@@ -148,12 +148,14 @@ def test_bug_switch_mutants_turn_their_bug_on() -> None:
 
 
 @pytest.mark.parametrize(("change", "fragment"), [
-    ({"reproduces": "vllm#32255"}, "'reproduces' must be a thread \"owner/repo#number\""),
-    ({"reproduces": "vllm-project/vllm#0"}, "'reproduces' must be a thread"),
-    ({"reproduces": "vllm-project/vllm 32255"}, "'reproduces' must be a thread"),
-    ({"reproduces": ["vllm-project/vllm#32255"]}, "'reproduces' must be a thread"),
-    ({"reproduces": "vllm-project/vllm#32255", "expect": "pass"}, "belongs to a mutant that expects a violation"),
-    ({"reproduces": "vllm-project/vllm#32255", "mutant": False}, "belongs to a mutant that expects a violation"),
+    ({"reproduces": "vllm#32255", "row": "P10"}, "'reproduces' must be a thread \"owner/repo#number\""),
+    ({"reproduces": "vllm-project/vllm#0", "row": "P10"}, "'reproduces' must be a thread"),
+    ({"reproduces": "vllm-project/vllm 32255", "row": "P10"}, "'reproduces' must be a thread"),
+    ({"reproduces": ["vllm-project/vllm#32255"], "row": "P10"}, "'reproduces' must be a thread"),
+    ({"reproduces": "vllm-project/vllm#32255", "row": "X1"}, "'row' must be a bug row id"),
+    ({"reproduces": "vllm-project/vllm#32255"}, "'reproduces' and 'row' go together"),
+    ({"row": "P10"}, "'reproduces' and 'row' go together"),
+    ({"reproduces": "vllm-project/vllm#32255", "row": "P10", "expect": "pass"}, "must expect the violation"),
 ])
 def test_reproduces_names_a_thread_on_a_violating_mutant(tmp_path: Path, change: dict[str, object],
                                                          fragment: str) -> None:
@@ -167,21 +169,22 @@ def test_reproduces_names_a_thread_on_a_violating_mutant(tmp_path: Path, change:
 def test_reproduces_is_read(tmp_path: Path) -> None:
     entry, plain = load_manifest(_write(tmp_path, [
         _model(mutant=True, expect={"violation": "XInv"}, conformance=False,
-               reproduces="vllm-project/vllm-ascend#16662"),
+               reproduces="vllm-project/vllm-ascend#16662", row="P8"),
         _model(name="B"),
     ])).models
-    assert (entry.reproduces, plain.reproduces) == ("vllm-project/vllm-ascend#16662", None)
+    assert (entry.reproduces, entry.row, plain.reproduces, plain.row) == ("vllm-project/vllm-ascend#16662", "P8",
+                                                                          None, None)
 
 
 def test_reproducing_models_name_their_row_and_cover_the_async_bug_switches() -> None:
-    """Every shipped model that reproduces a field bug says which row of docs/real-bugs.md (P<n>/N<n>) in
-    its description, and every asynchronous-load bug switch of DeferDump.tla is some CI mutant's bug."""
+    """Every shipped model that reproduces a field bug is in the CI tier and its description starts with its
+    row, and every asynchronous-load bug switch of DeferDump.tla is some CI mutant's bug."""
     models = load_manifest().models
     reproducing = [e for e in models if e.reproduces]
     assert reproducing
     for entry in reproducing:
-        assert entry.mutant and entry.tier == "ci", entry.name
-        assert re.match(r"^[PN]\d+\b", entry.description or ""), entry.name
+        assert entry.tier == "ci" and entry.row, entry.name
+        assert not entry.name.startswith(("Async", "AbortFrees")) or (entry.description or "").startswith(entry.row)
     spec = (models[0].spec_dir / "DeferDump.tla").read_text()
     switches = set(re.findall(r'"(\w+)"', re.search(r"AsyncBugNames == \{([^}]*)\}", spec).group(1)))
     used = {switch for e in models if e.mutant and e.tier == "ci"

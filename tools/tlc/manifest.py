@@ -4,7 +4,8 @@ Every model names a module and a config in the spec directory, a tier (``ci`` ru
 demand), the connector variant, what TLC must find (``"pass"`` or ``{"violation": "<Property>"}``),
 and the distinct-state count it had when it was last reviewed. A changed count fails the check: the
 spec's meaning changed, and someone must look before the number is updated. A mutant that reproduces
-a bug reported in the field names its thread (``"reproduces": "owner/repo#number"``).
+a bug reported in the field names its thread and its row (``"reproduces": "owner/repo#number"``,
+``"row": "P8"``).
 """
 from __future__ import annotations
 
@@ -27,9 +28,11 @@ DEADLOCK = "Deadlock"
 """``{"violation": "Deadlock"}`` expects TLC's deadlock check to fail (deadlocks have no property name)."""
 
 _REQUIRED = ("name", "module", "config", "tier", "variant", "expect", "distinct_states", "mutant", "conformance")
-_OPTIONAL = ("workers", "timeout", "description", "reproduces")
-REPRODUCES = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+#[1-9][0-9]*$")
-"""A field bug's thread, ``owner/repo#number`` (GitHub), as a reproducing mutant's ``reproduces`` names it."""
+_OPTIONAL = ("workers", "timeout", "description", "reproduces", "row")
+REPRODUCES = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*#[1-9][0-9]*")
+"""``"reproduces"``: the public thread of the field bug a model reproduces, ``owner/repo#number``."""
+ROW = re.compile(r"[PN][1-9][0-9]*")
+"""``"row"``: the bug's row in ``docs/real-bugs.md`` (P: in the protocol's scope, N: next to it)."""
 
 
 class ManifestError(UserError):
@@ -74,7 +77,8 @@ class ModelEntry:
     workers: int = 1
     timeout: float | None = None
     description: str | None = None
-    reproduces: str | None = None  # the field bug's thread (owner/repo#number) this mutant reproduces
+    reproduces: str | None = None  # the field bug's thread (owner/repo#number) this model reproduces
+    row: str | None = None  # that bug's row in docs/real-bugs.md
 
     @property
     def module_path(self) -> Path:
@@ -168,13 +172,13 @@ def _entry(raw: Any, index: int, path: Path, root: Path) -> ModelEntry:
     if description is not None and not isinstance(description, str):
         raise _problem(path, where, "'description' must be a string")
 
-    reproduces = _reproduces(raw, expectation, path, where)
+    reproduces, row = _reproduces(raw, expectation, path, where)
 
     entry = ModelEntry(
         name=name, module=module, config=config, tier=raw["tier"], variant=raw["variant"], expect=expectation,
         distinct_states=distinct, mutant=raw["mutant"], conformance=raw["conformance"], spec_dir=root,
         workers=workers, timeout=None if timeout is None else float(timeout), description=description,
-        reproduces=reproduces,
+        reproduces=reproduces, row=row,
     )
     if not entry.module_path.is_file():
         raise _problem(path, where, f"module file {entry.module_path} does not exist")
@@ -183,17 +187,20 @@ def _entry(raw: Any, index: int, path: Path, root: Path) -> ModelEntry:
     return entry
 
 
-def _reproduces(raw: dict[str, Any], expectation: Expectation, path: Path, where: str) -> str | None:
-    """The ``reproduces`` key: a thread ``owner/repo#number``, only on a mutant that expects a violation
-    (a model reproduces a bug by breaking the property the bug broke)."""
-    value = raw.get("reproduces")
-    if value is None:
-        return None
-    if not isinstance(value, str) or not REPRODUCES.match(value):
-        raise _problem(path, where, f"'reproduces' must be a thread \"owner/repo#number\", not {value!r}")
-    if not raw["mutant"] or expectation.passes:
-        raise _problem(path, where, "'reproduces' belongs to a mutant that expects a violation")
-    return value
+def _reproduces(raw: dict[str, Any], expectation: Expectation, path: Path,
+                where: str) -> tuple[str | None, str | None]:
+    """The ``reproduces`` and ``row`` keys, together or neither, on a model that expects a violation (a
+    model reproduces a bug by breaking the property the bug broke)."""
+    reproduces, row = raw.get("reproduces"), raw.get("row")
+    if reproduces is not None and not (isinstance(reproduces, str) and REPRODUCES.fullmatch(reproduces)):
+        raise _problem(path, where, f"'reproduces' must be a thread \"owner/repo#number\", not {reproduces!r}")
+    if row is not None and not (isinstance(row, str) and ROW.fullmatch(row)):
+        raise _problem(path, where, f"'row' must be a bug row id like \"P1\" or \"N3\", not {row!r}")
+    if (reproduces is None) != (row is None):
+        raise _problem(path, where, "'reproduces' and 'row' go together: name the thread and its row")
+    if reproduces is not None and expectation.passes:
+        raise _problem(path, where, "a model that 'reproduces' a bug must expect the violation the bug causes")
+    return reproduces, row
 
 
 def load_manifest(path: Path | None = None) -> Manifest:
