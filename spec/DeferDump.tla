@@ -637,9 +637,10 @@ handle_preemptions(w, m, s) ==
 (* start_load_kv ("async_loads"): the rank submits one load task per       *)
 (* receive slice of the step (store.load_data into the request's block),   *)
 (* and will report the request in finished_recving once its loads are over *)
-(* (`recv`); it untracks the request's dumps (see AsyncAdmit).  The task writes its block until it completes.  A LoadTask is *)
-(* [req, block, status]: "running", then "done", "failed" or (fault "lost") *)
-(* "lost": it writes no more and never completes.                          *)
+(* (`recv`); it untracks the request's dumps (see AsyncAdmit).  The task   *)
+(* writes its block until it completes.  A LoadTask is [req, block,        *)
+(* status]: "running", then "done", "failed" or (fault "lost") "lost": it  *)
+(* writes no more and never completes.                                     *)
 IsLoadTask(t) ==
     /\ DOMAIN t = {"req", "block", "status"}
     /\ t.req \in Req /\ t.block \in Block /\ t.status \in {"running", "done", "failed", "lost"}
