@@ -33,7 +33,7 @@ CONSTANTS
     HMA,            \* does vLLM call request_finished_all_groups (HMA path)?
     Multi,          \* MultiConnector(UCM, a second delaying child), non-HMA path
     MLA,            \* MLA model: ranks other than 0 track ids but do not dump
-    Faults,         \* SUBSET {"submit", "wait", "check"}: store faults on
+    Faults,         \* SUBSET {"submit", "wait", "check", "lost"}: store faults on
     Lockstep,       \* ranks see the same store events (README "Abstractions")
     FusedStep,      \* sync scheduling as one engine_step action (MaxInflight = 1)
     StoreHits,      \* may an admission's lookup find the whole prompt in the store?
@@ -50,7 +50,7 @@ CONSTANTS
 
 ASSUME TableOK
 ASSUME InnerClass \in Classes /\ (Wrapper => "UCMConnector" \in Classes)
-ASSUME Faults \subseteq {"submit", "wait", "check"}
+ASSUME Faults \subseteq {"submit", "wait", "check", "lost"}   \* "lost": a load never completes
 ASSUME Lockstep \in BOOLEAN /\ FusedStep \in BOOLEAN /\ (FusedStep => MaxInflight = 1)
 ASSUME Rank0 \in Rank /\ PromptBlocks \in Nat \ {0} /\ Layers \in Nat \ {0}
 ASSUME StoreHits \in BOOLEAN /\ ShortReqs \subseteq Req
@@ -71,13 +71,19 @@ ASSUME Hybrid \in BOOLEAN /\ (Hybrid => HMA /\ ~Multi /\ ~StoreHits /\ ShortReqs
 (* "partial_hits": a hit loads the first of two prompt blocks and the same *)
 (*   step computes (and dumps) the second; with "load_failure" the store   *)
 (*   decides during the step which loads fail, so the worker knows it      *)
-(*   before it submits the step's dumps.                                   *)
+(*   before it submits the step's dumps;                                   *)
 (* "defer_block_free": vLLM's deferred block frees (scheduler.py ~186-192: *)
 (*   async scheduling with a KV consumer): blocks a request frees while a  *)
 (*   non-empty step that ran it is still in flight are parked in          *)
-(*   deferred_frees and returned once that step's output is processed.    *)
+(*   deferred_frees and returned once that step's output is processed;    *)
+(* "async_loads": every hit loads asynchronously (README "Asynchronous     *)
+(*   loads"): get_num_new_matched_tokens answers load_async, the request   *)
+(*   waits in WAITING_FOR_REMOTE_KVS holding its block, start_load_kv      *)
+(*   submits a load task, get_finished reports finished_recving (with      *)
+(*   "load_failure": failed_recving), and requests may be aborted          *)
+(*   (finish_requests) while they wait.                                    *)
 MoveNames == {"several_victims", "split_reports", "some_delayed", "load_failure",
-              "shutdown", "store_visibility", "partial_hits", "defer_block_free"}
+              "shutdown", "store_visibility", "partial_hits", "defer_block_free", "async_loads"}
 (* The bug switches (one per mutant that is not a class-table change):     *)
 (* "agg_first": the aggregator forwards a request after the first report;  *)
 (* "redo_untracked": a recompute after a failed load is dumped untracked;  *)
@@ -109,8 +115,31 @@ BugNames == {"agg_first", "redo_untracked", "shutdown_no_release", "lookup_sees_
              "preempt_late", "extra_not_shipped", "count_not_forwarded", "rfag_delays_all",
              "report_lost_on_error", "wait_one_save", "idle_ignores_delayed",
              "preempt_fenced", "fence_counts_empty"}
+(* The bug switches of the asynchronous-load mutants (README "Asynchronous *)
+(* loads"; the rows of docs/real-bugs.md):                                 *)
+(* "abort_no_recv_delay": finish_requests frees a request waiting for     *)
+(*   remote KV at once (vLLM before #32255);                               *)
+(* "abort_always_delays": it delays the free even when the receive had    *)
+(*   already finished (the hole #32255's review found);                    *)
+(* "drop_aborted_recv": the worker drops an aborted request from the ids  *)
+(*   whose receive completions it reports (vllm-ascend #16662);            *)
+(* "abort_frees_finished": finish_requests frees a request that already   *)
+(*   finished and waits for its delayed free (vLLM #25067);                *)
+(* "track_through_load": the connector keeps tracking the dumps of a      *)
+(*   request it now loads asynchronously (tracked before a preemption), so *)
+(*   an abort during the load is reported by finished_sending too;         *)
+(* "async_empty_hit": a hit with nothing to transfer answers load_async   *)
+(*   but submits no load (vLLM #56640);                                    *)
+(* "retry_failed_hit": the lookup offers a failed load's hit again          *)
+(*   (vLLM #49176);                                                        *)
+(* "no_load_expiry": a lost load (fault "lost": a push-mode sender that    *)
+(*   crashed) is never given up, so its receive is never reported (vLLM    *)
+(*   #46283).                                                              *)
+AsyncBugNames == {"abort_no_recv_delay", "abort_always_delays", "drop_aborted_recv",
+                  "abort_frees_finished", "track_through_load", "async_empty_hit",
+                  "retry_failed_hit", "no_load_expiry"}
+ASSUME Moves \subseteq MoveNames /\ Bugs \subseteq BugNames \cup AsyncBugNames
 Bug(x) == x \in Bugs
-ASSUME Moves \subseteq MoveNames /\ Bugs \subseteq BugNames
 ASSUME ("some_delayed" \in Moves \/ "split_reports" \in Moves) => Multi
 ASSUME ("load_failure" \in Moves \/ "store_visibility" \in Moves) => StoreHits
 Mv(x) == x \in Moves
@@ -123,6 +152,12 @@ ASSUME ("preempt_fenced" \in Bugs \/ "fence_counts_empty" \in Bugs) => Mv("defer
 \* The store fails a step's loads while the step runs (the worker sees the error before it
 \* dumps) rather than in the scheduler's view of the step's output.
 EarlyFail == Mv("partial_hits") /\ Mv("load_failure")
+\* Asynchronous loads: whole-prompt hits of one block, one KV-cache group, no MultiConnector (its
+\* finished_recving is an uncounted union), and none of the moves that name a hit's source.
+AL == Mv("async_loads")
+ASSUME AL => /\ StoreHits /\ ~Multi /\ ~Hybrid /\ PromptBlocks = 1
+             /\ ~Mv("store_visibility") /\ ~Mv("shutdown")
+ASSUME "lost" \in Faults => AL
 
 NumRanks == Cardinality(Rank)
 
@@ -167,6 +202,15 @@ VARIABLES
     dirtyDumps,   \* has a rank submitted a dump of a block its forward computed over a
                   \*   load that failed in the same step (history; FALSE unless a failed
                   \*   step dumps, i.e. "partial_hits" with "load_failure")?
+    \* ---- asynchronous loads (constant unless "async_loads" is on) -------
+    recvDone,     \* Scheduler.finished_recving_kv_req_ids: received, not yet promoted
+    recvFailed,   \* Scheduler.failed_recving_kv_req_ids: their receive failed
+    aggRecv,      \* KVOutputAggregator._recv_remaining_count: [Req -> receive reports so far]
+    aggRecvFail,  \* KVOutputAggregator._failed_recving_pending: failures not yet emitted
+    noHit,        \* requests whose asynchronous load failed: the connector's lookup finds
+                  \*   nothing for them again, so they recompute
+    loadTasks,    \* [Rank -> set of LoadTask]: the rank's load tasks not yet reported
+    workerRecv,   \* [Rank -> SUBSET Req]: ids whose receive completion the rank will report
     \* ---- history -------------------------------------------------------
     dumpOverwrites, \* has a forward rewritten a block that a still-running
                   \*   dump task was reading (freed and reused under the dump)?
@@ -179,9 +223,10 @@ VARIABLES
     action        \* the step just taken: [name |-> method/event, params...]
 
 schedVars  == <<reqState, blocksOf, finishedIds, preemptions, inflight, executed, agg,
-                schedAsync, extraSaves, swBlocksOf, freedSince, sibDelayed, recompute, parked>>
+                schedAsync, extraSaves, swBlocksOf, freedSince, sibDelayed, recompute, parked,
+                recvDone, recvFailed, aggRecv, aggRecvFail, noHit>>
 workerVars == <<workerAsync, pending, live, releaseErrors, workerExtra, sibPending,
-                reported>>
+                reported, loadTasks, workerRecv>>
 historyVars == <<unexpectedReports, blockingWaits, preemptOverWaits, dumpOverwrites,
                  dirtyLoads, dirtyDumps, down>>
 vars == <<schedVars, workerVars, historyVars, tick, action>>
@@ -221,7 +266,8 @@ SliceLabel == Effective(InnerClass, InnerClass, "_dumping_requests")
 -----------------------------------------------------------------------------
 (* Value domains.                                                          *)
 
-ReqStates == {"waiting", "running", "preempted", "delayed", "done"}
+\* "remote": WAITING_FOR_REMOTE_KVS, an admitted request whose asynchronous load runs ("async_loads")
+ReqStates == {"waiting", "running", "preempted", "delayed", "done", "remote"}
 MaxTasks  == Cardinality(Req) * PromptBlocks * (MaxPreempt + 1) * Layers + 1
 TaskIds   == 1..MaxTasks
 TaskStatus == {"running", "done", "failed"}
@@ -268,6 +314,13 @@ Init ==
     /\ down = FALSE
     /\ dirtyLoads = FALSE
     /\ dirtyDumps = FALSE
+    /\ recvDone = {}
+    /\ recvFailed = {}
+    /\ aggRecv = [r \in Req |-> 0]
+    /\ aggRecvFail = {}
+    /\ noHit = {}
+    /\ loadTasks = [w \in Rank |-> {}]
+    /\ workerRecv = [w \in Rank |-> {}]
     /\ tick = 0
     /\ action = [name |-> "init"]
 
@@ -282,13 +335,16 @@ Init ==
 SchedState == [rs |-> reqState, bo |-> blocksOf, fin |-> finishedIds, pre |-> preemptions,
                sa |-> schedAsync, ex |-> extraSaves, agg |-> agg, unexp |-> unexpectedReports,
                sw |-> swBlocksOf, fs |-> freedSince, sd |-> sibDelayed, rc |-> recompute,
-               pk |-> parked]
+               pk |-> parked, rd |-> recvDone, rf |-> recvFailed, ar |-> aggRecv, arf |-> aggRecvFail,
+               nh |-> noHit]
 
 SetSched(S) ==
     /\ reqState' = S.rs /\ blocksOf' = S.bo /\ finishedIds' = S.fin /\ preemptions' = S.pre
     /\ schedAsync' = S.sa /\ extraSaves' = S.ex /\ agg' = S.agg /\ unexpectedReports' = S.unexp
     /\ swBlocksOf' = S.sw /\ freedSince' = S.fs /\ sibDelayed' = S.sd /\ recompute' = S.rc
     /\ parked' = S.pk
+    /\ recvDone' = S.rd /\ recvFailed' = S.rf /\ aggRecv' = S.ar /\ aggRecvFail' = S.arf
+    /\ noHit' = S.nh
 
 (* The sliding-window group (Hybrid).  vLLM's null block id is 0.  With a  *)
 (* window below the block size only the block holding the last computed    *)
@@ -519,6 +575,68 @@ ScheduleResults(S) ==
                       : hits \in Hits(o[1], o[2])}
                : o \in Opts}
 
+(* Scheduler.schedule's waiting loop, asynchronous loads ("async_loads"): *)
+(* First _handle_blocked_waiting_request (scheduler.py ~3175-3199) promotes *)
+(* every request in WAITING_FOR_REMOTE_KVS whose receive has finished       *)
+(* (_update_waiting_for_remote_kv, ~3123-3173): after a good load the       *)
+(* blocks are cached and the request runs on them (only its last token is *)
+(* computed, ~3168-3172); after a failed one _handle_failed_recving reset   *)
+(* num_computed_tokens to 0 (~3341-3354), so the block is freed (~3147)    *)
+(* and the request waits again, to be admitted afresh; the connector's    *)
+(* lookup finds nothing for it again (`noHit`), so it recomputes (bug      *)
+(* "retry_failed_hit": it finds the failing hit again, vLLM #49176).       *)
+(* The model runs a promoted request in the same schedule; vLLM may leave *)
+(* it waiting with its blocks when the budget is short, which changes no   *)
+(* block's owner.                                                          *)
+Promote(S) ==
+    LET ready == {r \in Req : S.rs[r] = "remote" /\ r \in S.rd}
+        bad   == ready \cap S.rf
+    IN  [S EXCEPT !.rs = [r \in Req |-> IF r \in ready \ bad THEN "running"
+                                        ELSE IF r \in bad THEN "waiting" ELSE S.rs[r]],
+                  !.bo = [r \in Req |-> IF r \in bad THEN <<>> ELSE S.bo[r]],
+                  !.rd = S.rd \ ready,
+                  !.rf = S.rf \ ready,
+                  !.nh = S.nh \cup bad]
+
+(* Then the admissions: get_num_new_matched_tokens answers load_async for  *)
+(* a hit, so the request's block is allocated and it enters                 *)
+(* WAITING_FOR_REMOTE_KVS instead of running (scheduler.py ~1320-1340):    *)
+(* the forward does not write the block; the connector's metadata carries *)
+(* a receive slice (`recv`) that every rank's start_load_kv submits.  The  *)
+(* load is the request's only transfer until its receive is reported: its  *)
+(* dumps from before a preemption were waited then, so the connector       *)
+(* untracks it (else an abort during the load would be reported twice,    *)
+(* and vLLM frees a finished request on the first report of either kind,  *)
+(* scheduler.py ~3222-3235, while the load still writes).                 *)
+(* Bug "async_empty_hit": the hit had nothing to transfer (vLLM #56640),   *)
+(* so the connector records no load although it answered load_async.      *)
+AsyncAdmit(S, x) ==
+    LET m     == x.meta
+        hits  == {a \in m.writes : a.hit}
+        rq    == {a.req : a \in hits}
+        ready == {r \in Req : S.rs[r] = "remote" /\ r \in S.rd}
+        recv  == IF "async_empty_hit" \in Bugs THEN {}
+                 ELSE {[req |-> a.req, block |-> a.block] : a \in hits}
+    IN  [S |-> [x.S EXCEPT !.rs = [r \in Req |-> IF r \in rq THEN "remote" ELSE x.S.rs[r]],
+                           !.sa = IF "track_through_load" \in Bugs THEN x.S.sa ELSE x.S.sa \ rq],
+         meta |-> [writes |-> m.writes \ hits, dump |-> m.dump, load |-> {},
+                   preempted |-> m.preempted, freed |-> m.freed, finished |-> m.finished,
+                   sibNow |-> m.sibNow, sibFin |-> m.sibFin, extra |-> m.extra,
+                   sending |-> m.sending, failed |-> m.failed,
+                   recv |-> recv,                            \* receive slices to submit
+                   recving |-> [w \in Rank |-> {}],          \* set when the step runs
+                   rfailed |-> [w \in Rank |-> {}]],
+         rec |-> IF ~Record THEN x.rec
+                 ELSE [x.rec EXCEPT !.calls =
+                         <<[name |-> "_update_waiting_for_remote_kv", reqs |-> ready,
+                            failed |-> ready \cap S.rf],
+                           [name |-> "get_num_new_matched_tokens", load_async |-> rq]>> \o @]]
+
+NoRehit(S, x) == "retry_failed_hit" \in Bugs \/ \A a \in x.meta.writes : a.hit => a.req \notin S.nh
+SchedResults(S) ==
+    IF AL THEN LET P == Promote(S) IN {AsyncAdmit(S, x) : x \in {y \in ScheduleResults(P) : NoRehit(P, y)}}
+    ELSE ScheduleResults(S)
+
 -----------------------------------------------------------------------------
 (***************************************************************************)
 (* Worker ranks.  A rank's connector state is a record                     *)
@@ -533,7 +651,8 @@ ScheduleResults(S) ==
 Local(w) == [async |-> workerAsync[w], pending |-> pending[w], live |-> live[w],
              relErr |-> releaseErrors[w], extra |-> workerExtra[w],
              sib |-> sibPending[w], blocked |-> FALSE, overWait |-> FALSE,
-             overwrote |-> FALSE, dirty |-> FALSE, dirtyDump |-> FALSE]
+             overwrote |-> FALSE, dirty |-> FALSE, dirtyDump |-> FALSE,
+             loads |-> loadTasks[w], recv |-> workerRecv[w]]
 
 (* A call's record when `action` records no calls (Record = FALSE).        *)
 NoCall == <<>>
@@ -588,6 +707,25 @@ handle_preemptions(w, m, s) ==
          call |-> IF ~Record THEN NoCall ELSE
                   [name |-> "handle_preemptions", preempted_req_ids |-> m.preempted,
                    freed_blocks |-> m.freed, waited |-> WaitRecords(T)]]
+
+(* start_load_kv ("async_loads"): the rank submits one load task per       *)
+(* receive slice of the step (store.load_data into the request's block),   *)
+(* and will report the request in finished_recving once its loads are over *)
+(* (`recv`); it untracks the request's dumps (see AsyncAdmit).  The task   *)
+(* writes its block until it completes.  A LoadTask is [req, block,        *)
+(* status]: "running", then "done", "failed" or (fault "lost") "lost": it  *)
+(* writes no more and never completes.                                     *)
+IsLoadTask(t) ==
+    /\ DOMAIN t = {"req", "block", "status"}
+    /\ t.req \in Req /\ t.block \in Block /\ t.status \in {"running", "done", "failed", "lost"}
+start_load_kv(w, m, s) ==
+    LET new == IF AL THEN {[req |-> l.req, block |-> l.block, status |-> "running"] : l \in m.recv}
+               ELSE {}
+        untrack == IF "track_through_load" \in Bugs THEN {} ELSE {t.req : t \in new}
+    IN  [s |-> [s EXCEPT !.loads = @ \cup new, !.recv = @ \cup {t.req : t \in new},
+                         !.async = @ \ untrack],
+         call |-> IF ~Record THEN NoCall ELSE
+                  [name |-> "start_load_kv", submitted |-> {<<t.req, t.block>> : t \in new}]]
 
 (* The model's forward: each newly allocated block is written with its     *)
 (* request's prompt block (by the attention layers, or by the load of a    *)
@@ -696,6 +834,11 @@ wait_for_save(w, m, s, checkErr, submitFails) ==
 (* with the least id is waited.  "report_lost_on_error" (P9): a request   *)
 (* whose wait raised is neither reported nor untracked.                   *)
 (* "count_not_forwarded" (P6): ranks other than Rank0 report nothing.     *)
+(* With "async_loads" it also reports finished_recving: every request it   *)
+(* loads whose load tasks are over (failed_recving: one failed), dropping  *)
+(* those tasks (a loading request is not tracked for dumps: start_load_kv). *)
+(* Bug "drop_aborted_recv": the rank forgets the receives of finished      *)
+(* requests.                                                               *)
 get_finished(w, m, s, sibNow) ==
     LET af   == IF GFLabel \in {"wait_finished", "report_before_wait"}
                 THEN m.finished \cap s.async ELSE {}
@@ -708,6 +851,13 @@ get_finished(w, m, s, sibNow) ==
         s1   == WaitTasks(s, T)
         lost == IF Bug("report_lost_on_error")
                 THEN {r \in af : \E t \in T : r \in t.reqs /\ WaitOutcome(t) = "error"} ELSE {}
+        rin  == IF "drop_aborted_recv" \in Bugs THEN s.recv \ m.finished ELSE s.recv
+        \* a lost load is given up once its expiry passes (abstracted: at any later get_finished)
+        \* and reported failed; "no_load_expiry" waits for it forever
+        Gone(t) == IF t.status = "lost" THEN "no_load_expiry" \notin Bugs ELSE t.status # "running"
+        Over(r) == \A t \in s.loads : t.req = r => Gone(t)
+        rdone == {r \in rin : Over(r)}
+        rfail == {r \in rdone : \E t \in s.loads : t.req = r /\ t.status \in {"failed", "lost"}}
         ucm  == af \ lost
         sibAll == IF Multi THEN s.sib \cup (IF Mv("some_delayed") THEN m.sibFin ELSE m.finished)
                   ELSE {}
@@ -718,12 +868,20 @@ get_finished(w, m, s, sibNow) ==
         emitS == sib \ ex1
         ex2  == ex1 \ sib
         out  == IF Bug("count_not_forwarded") /\ w # Rank0 THEN {} ELSE emitU \cup emitS
-    IN  [s |-> [s1 EXCEPT !.async = @ \ ucm, !.extra = ex2, !.sib = sibAll \ sib],
+    IN  [s |-> [s1 EXCEPT !.async = @ \ ucm, !.extra = ex2, !.sib = sibAll \ sib,
+                          !.loads = {t \in @ : t.req \notin rdone}, !.recv = rin \ rdone],
          out |-> out,
-         call |-> IF ~Record THEN NoCall ELSE
-                  [name |-> "get_finished", finished_req_ids |-> m.finished,
-                   waited |-> WaitRecords(T), ucm_sending |-> ucm,
-                   sibling_sending |-> sib, finished_sending |-> out]]
+         recv |-> rdone,
+         rfail |-> rfail,
+         call |-> IF ~Record THEN NoCall
+                  ELSE IF AL
+                  THEN [name |-> "get_finished", finished_req_ids |-> m.finished,
+                        waited |-> WaitRecords(T), ucm_sending |-> ucm,
+                        sibling_sending |-> sib, finished_sending |-> out,
+                        finished_recving |-> rdone, failed_recving |-> rfail]
+                  ELSE [name |-> "get_finished", finished_req_ids |-> m.finished,
+                        waited |-> WaitRecords(T), ucm_sending |-> ucm,
+                        sibling_sending |-> sib, finished_sending |-> out]]
 
 (* The nondeterministic choices of one rank's step, offered only where     *)
 (* they are observable: which submits fail, whether check raises in the    *)
@@ -760,11 +918,13 @@ DumpsFailed(w, m) ==
 (* it (the step's record keeps that order).                               *)
 RankPrefix(w, m, s0) ==
     IF Bug("preempt_late")
-    THEN LET fw == forward(w, m, s0)
+    THEN LET sl == start_load_kv(w, m, s0)
+             fw == forward(w, m, sl.s)
              hp == handle_preemptions(w, m, fw.s)
-         IN  [hp |-> hp, fw |-> [s |-> hp.s, call |-> fw.call]]
+         IN  [hp |-> hp, sl |-> sl, fw |-> [s |-> hp.s, call |-> fw.call]]
     ELSE LET hp == handle_preemptions(w, m, s0)
-         IN  [hp |-> hp, fw |-> forward(w, m, hp.s)]
+             sl == start_load_kv(w, m, hp.s)
+         IN  [hp |-> hp, sl |-> sl, fw |-> forward(w, m, sl.s)]
 
 (* The rest of the step in two parts, so that the part before the second  *)
 (* child's report (which the report timing `m.sibNow` does not change) is  *)
@@ -778,15 +938,19 @@ RankMid(w, m, c, pf) ==
 RankEnd(w, m, c, pf, mid) ==
     LET dd == DumpsFailed(w, m)
         head == IF ~Record THEN <<>>
-                ELSE IF Bug("preempt_late") THEN <<pf.fw.call, pf.hp.call>> \o mid.calls
-                ELSE <<pf.hp.call, pf.fw.call>> \o mid.calls
+                ELSE IF Bug("preempt_late")
+                THEN (IF AL THEN <<pf.sl.call>> ELSE <<>>) \o <<pf.fw.call, pf.hp.call>> \o mid.calls
+                ELSE <<pf.hp.call>> \o (IF AL THEN <<pf.sl.call>> ELSE <<>>) \o <<pf.fw.call>>
+                     \o mid.calls
     IN  IF DeferFinalize
         THEN LET gf  == get_finished(w, m, mid.s, SibNow(m, w))
                  wfs == wait_for_save(w, m, gf.s, c.check, c.submit)
              IN  [s |-> [wfs.s EXCEPT !.dirtyDump = dd], out |-> gf.out, failed |-> m.failed,
+                  recv |-> gf.recv, rfail |-> gf.rfail,
                   calls |-> IF ~Record THEN <<>> ELSE head \o <<gf.call, wfs.call>>]
         ELSE LET gf  == get_finished(w, m, mid.s, SibNow(m, w))
              IN  [s |-> [gf.s EXCEPT !.dirtyDump = dd], out |-> gf.out, failed |-> m.failed,
+                  recv |-> gf.recv, rfail |-> gf.rfail,
                   calls |-> IF ~Record THEN <<>> ELSE head \o <<gf.call>>]
 RankStep(w, m, c, pf) == RankEnd(w, m, c, pf, RankMid(w, m, c, pf))
 
@@ -844,6 +1008,8 @@ SetWorkers(post) ==
     /\ dumpOverwrites' = (dumpOverwrites \/ \E w \in Rank : post[w].s.overwrote)
     /\ dirtyLoads' = (dirtyLoads \/ \E w \in Rank : post[w].s.dirty)
     /\ dirtyDumps' = (dirtyDumps \/ \E w \in Rank : post[w].s.dirtyDump)
+    /\ loadTasks' = [w \in Rank |-> post[w].s.loads]
+    /\ workerRecv' = [w \in Rank |-> post[w].s.recv]
 
 Failed(post) == post[Rank0].failed
 ExecRecord(post) == IF ~Record THEN [name |-> "execute_model"]
@@ -852,6 +1018,8 @@ ExecRecord(post) == IF ~Record THEN [name |-> "execute_model"]
                           load_errors |-> Failed(post)]
                     ELSE [name |-> "execute_model", ranks |-> [w \in Rank |-> post[w].calls]]
 Sending(post) == [w \in Rank |-> post[w].out]
+Recving(post) == [w \in Rank |-> post[w].recv]
+RecvFails(post) == [w \in Rank |-> post[w].rfail]
 
 -----------------------------------------------------------------------------
 (***************************************************************************)
@@ -945,6 +1113,45 @@ UpdateResults(S, sending, loads, lf) ==
            IN  {UpdateResult(S, sending, fin, sibD, failed) : sibD \in SibDs, failed \in Fails}
            : fin \in SUBSET {r \in Req : S.rs[r] \in {"running", "preempted"}}}
 
+(* The receive side of update_from_output ("async_loads"): the aggregator  *)
+(* counts each rank's finished_recving like finished_sending and emits an *)
+(* id's failed_recving with its completion (KVOutputAggregator.aggregate, *)
+(* kv_connector/utils.py ~102-185); _handle_failed_recving marks a waiting *)
+(* request's receive failed (scheduler.py ~3341-3354, policy "recompute"), *)
+(* and _update_from_kv_xfer_finished (~3222-3231) marks a waiting request  *)
+(* received, frees a finished one (aborted while it waited), and asserts   *)
+(* on any other (`unexpected`).  vLLM processes the receives before the    *)
+(* sends of the same output; here they come after the sends, which        *)
+(* changes only which of two reports for one request is the unexpected   *)
+(* one.                                                                    *)
+RecvUpdate(z, recving, rfailed) ==
+    LET S == z.S
+        counts  == [r \in Req |-> S.ar[r] + Cardinality({w \in Rank : r \in recving[w]})]
+        fpend   == S.arf \cup UNION {rfailed[w] : w \in Rank}
+        emitted == {r \in Req : counts[r] >= NumRanks}
+        efail   == fpend \cap emitted
+        remote  == {r \in emitted : S.rs[r] = "remote"}
+        freed   == {r \in emitted : S.rs[r] = "delayed"}
+        unexpected == emitted \ (remote \cup freed)
+    IN  [S |-> [S EXCEPT !.rs = [r \in Req |-> IF r \in freed THEN "done" ELSE S.rs[r]],
+                         !.bo = [r \in Req |-> IF r \in freed THEN <<>> ELSE S.bo[r]],
+                         !.rd = @ \cup remote,
+                         !.rf = @ \cup (efail \cap remote),
+                         !.ar = [r \in Req |-> IF r \in emitted THEN 0 ELSE counts[r]],
+                         !.arf = fpend \ emitted,
+                         !.unexp = @ \cup unexpected],
+         rec |-> IF ~Record THEN z.rec
+                 ELSE [z.rec EXCEPT !.calls =
+                         @ \o <<[name |-> "_update_from_kv_xfer_finished",
+                                 finished_recving |-> emitted, failed_recving |-> efail,
+                                 unexpected |-> unexpected]>>]]
+
+UpdResults(S, sending, loads, lf, recving, rfailed) ==
+    IF AL THEN {RecvUpdate(z, recving, rfailed) : z \in UpdateResults(S, sending, loads, lf)}
+    ELSE UpdateResults(S, sending, loads, lf)
+
+NoRecv == [w \in Rank |-> {}]
+
 -----------------------------------------------------------------------------
 (***************************************************************************)
 (* The engine loop's actions.                                              *)
@@ -954,7 +1161,7 @@ schedule ==
     /\ ~FusedStep /\ ~down
     /\ Len(inflight) < MaxInflight
     /\ CanSchedule(SchedState)
-    /\ \E x \in ScheduleResults(SchedState) :
+    /\ \E x \in SchedResults(SchedState) :
          /\ SetSched(x.S)
          /\ inflight' = Append(inflight, x.meta)
          /\ action' = x.rec
@@ -966,11 +1173,17 @@ execute_model ==
     /\ executed < Len(inflight)
     /\ \E post \in ExecResults(inflight[executed + 1], Workers) :
          /\ SetWorkers(post)
-         /\ inflight' = [inflight EXCEPT ![executed + 1].sending = Sending(post),
-                                         ![executed + 1].failed = Failed(post)]
+         /\ inflight' = IF AL
+                         THEN [inflight EXCEPT ![executed + 1].sending = Sending(post),
+                                               ![executed + 1].failed = Failed(post),
+                                               ![executed + 1].recving = Recving(post),
+                                               ![executed + 1].rfailed = RecvFails(post)]
+                         ELSE [inflight EXCEPT ![executed + 1].sending = Sending(post),
+                                               ![executed + 1].failed = Failed(post)]
          /\ executed' = executed + 1
          /\ action' = ExecRecord(post)
     /\ UNCHANGED <<tick, reqState, blocksOf, finishedIds, preemptions, agg, schedAsync, extraSaves,
+                   recvDone, recvFailed, aggRecv, aggRecvFail, noHit,
                    swBlocksOf, freedSince, sibDelayed, recompute, parked,
                    unexpectedReports, down>>
 
@@ -978,8 +1191,10 @@ update_from_output ==
     /\ ~FusedStep
     /\ executed >= 1
     /\ ~down
-    /\ \E z \in UpdateResults(SchedState, Head(inflight).sending, Head(inflight).load,
-                              Head(inflight).failed) :
+    /\ \E z \in UpdResults(SchedState, Head(inflight).sending, Head(inflight).load,
+                           Head(inflight).failed,
+                           IF AL THEN Head(inflight).recving ELSE NoRecv,
+                           IF AL THEN Head(inflight).rfailed ELSE NoRecv) :
          /\ SetSched(z.S)
          /\ action' = z.rec
     /\ inflight' = Tail(inflight)
@@ -996,11 +1211,12 @@ update_from_output ==
 engine_step ==
     /\ FusedStep /\ ~down
     /\ CanSchedule(SchedState)
-    /\ \E x \in ScheduleResults(SchedState) :
+    /\ \E x \in SchedResults(SchedState) :
        \E post \in ExecResults(x.meta, Workers) :
          \* the workers' variables first: once per rank result, not once per update result
          /\ SetWorkers(post)
-         /\ \E z \in UpdateResults(x.S, Sending(post), x.meta.load, Failed(post)) :
+         /\ \E z \in UpdResults(x.S, Sending(post), x.meta.load, Failed(post),
+                                Recving(post), RecvFails(post)) :
               /\ SetSched(z.S)
               /\ action' = IF ~Record THEN [name |-> "engine_step"]
                             ELSE [name |-> "engine_step", phases |-> <<x.rec, ExecRecord(post), z.rec>>]
@@ -1039,7 +1255,7 @@ task_complete ==
                             [name |-> "task_complete", rank |-> w, task |-> t.id,
                             outcome |-> outcome]
     /\ UNCHANGED <<schedVars, workerAsync, live, releaseErrors, workerExtra, sibPending,
-                   reported, historyVars, tick>>
+                   reported, loadTasks, workerRecv, historyVars, tick>>
 
 (* EngineCore keeps stepping while the scheduler has requests, finished    *)
 (* ids not yet shown to the workers included (has_finished_requests,       *)
@@ -1062,15 +1278,76 @@ shutdown ==
                                ELSE [w \in Rank |-> post[w].relErr]
     /\ action' = IF ~Record THEN [name |-> "shutdown"]
                   ELSE [name |-> "shutdown", ranks |-> [w \in Rank |-> WaitRecords(pending[w])]]
-    /\ UNCHANGED <<schedVars, workerAsync, workerExtra, sibPending, reported, unexpectedReports,
+    /\ UNCHANGED <<schedVars, workerAsync, workerExtra, sibPending, reported, loadTasks, workerRecv,
+                   unexpectedReports,
                    blockingWaits, preemptOverWaits, dumpOverwrites, dirtyLoads, dirtyDumps, tick>>
+
+(* Scheduler.finish_requests (scheduler.py ~2649-2712): an abort from the  *)
+(* API server, processed between engine phases.  A request waiting for    *)
+(* remote KV gets a delayed free unless its receive has already finished   *)
+(* (~2702-2708, PR #32255; bugs "abort_no_recv_delay", "abort_always_delays" *)
+(* get it wrong each way); like any finish it calls request_finished       *)
+(* (_free_request -> _connector_finished, ~2714-2744), which may delay the *)
+(* free too, and joins finished_req_ids.  An abort of a finished request   *)
+(* is skipped (~2673: is_finished()); bug "abort_frees_finished" frees a   *)
+(* delayed one.  (Aborts of running requests are the stops of             *)
+(* update_from_output.)                                                    *)
+AbortRecord(r, from, ucmD, delayed) ==
+    IF ~Record THEN [name |-> "finish_requests"]
+    ELSE [name |-> "finish_requests", req |-> r, status |-> from, delayed |-> delayed,
+          calls |-> IF from = "remote"
+                    THEN <<[name |-> "request_finished", reqs |-> {r},
+                            ucm_delayed |-> ucmD, delayed |-> delayed]>>
+                    ELSE <<>>]
+finish_requests ==
+    /\ ~down
+    /\ \E r \in Req :
+         \/ /\ AL /\ reqState[r] = "remote"
+            /\ LET recvDelay == CASE "abort_no_recv_delay" \in Bugs -> FALSE
+                                  [] "abort_always_delays" \in Bugs -> TRUE
+                                  [] OTHER -> r \notin recvDone
+                   ucmD  == request_finished(SchedState, r)
+                   delay == recvDelay \/ ucmD
+               IN  /\ reqState' = [reqState EXCEPT ![r] = IF delay THEN "delayed" ELSE "done"]
+                   /\ blocksOf' = IF delay THEN blocksOf ELSE [blocksOf EXCEPT ![r] = <<>>]
+                   /\ schedAsync' = IF RFLabel = "delay_if_tracked" THEN schedAsync \ {r}
+                                    ELSE schedAsync
+                   /\ finishedIds' = finishedIds \cup {r}
+                   /\ recvDone' = recvDone \ {r}
+                   /\ recvFailed' = recvFailed \ {r}
+                   /\ action' = AbortRecord(r, "remote", IF ucmD THEN {r} ELSE {},
+                                            IF delay THEN {r} ELSE {})
+         \/ /\ "abort_frees_finished" \in Bugs /\ reqState[r] = "delayed"
+            /\ reqState' = [reqState EXCEPT ![r] = "done"]
+            /\ blocksOf' = [blocksOf EXCEPT ![r] = <<>>]
+            /\ UNCHANGED <<schedAsync, finishedIds, recvDone, recvFailed>>
+            /\ action' = AbortRecord(r, "delayed", {}, {})
+    /\ UNCHANGED <<preemptions, inflight, executed, agg, extraSaves, swBlocksOf, freedSince,
+                   sibDelayed, recompute, parked, aggRecv, aggRecvFail, noHit, workerVars,
+                   historyVars, tick>>
+
+(* The store finishes a load task ("async_loads"): it stops writing its    *)
+(* block, with success or (under "load_failure") an error, or (fault       *)
+(* "lost") it is lost: it writes no more and never reports.                *)
+LoadOutcomes == {"done"} \cup (IF Mv("load_failure") THEN {"failed"} ELSE {})
+                \cup (IF "lost" \in Faults THEN {"lost"} ELSE {})
+load_complete ==
+    /\ AL /\ ~down
+    /\ \E w \in Rank : \E t \in loadTasks[w] : \E o \in LoadOutcomes :
+         /\ t.status = "running"
+         /\ loadTasks' = [loadTasks EXCEPT ![w] = (@ \ {t}) \cup {[t EXCEPT !.status = o]}]
+         /\ action' = IF ~Record THEN [name |-> "load_complete"]
+                      ELSE [name |-> "load_complete", rank |-> w, req |-> t.req,
+                            block |-> t.block, outcome |-> o]
+    /\ UNCHANGED <<schedVars, workerAsync, pending, live, releaseErrors, workerExtra, sibPending,
+                   reported, workerRecv, historyVars, tick>>
 
 (* Nothing left, or shut down: the engine idles (stuttering, so TLC sees   *)
 (* no deadlock).                                                           *)
 Idle == (~HasWork \/ down) /\ UNCHANGED vars
 
 Next == schedule \/ execute_model \/ update_from_output \/ engine_step \/ task_complete
-        \/ shutdown \/ Idle
+        \/ shutdown \/ finish_requests \/ load_complete \/ Idle
 
 Spec == Init /\ [][Next]_vars
 
@@ -1104,9 +1381,16 @@ TypeInv ==
                          /\ e.wait \in 0..(MaxInflight + 1) /\ e.by \in {"preempt", "free"}
     /\ (~Mv("defer_block_free") => parked = {})
     /\ down \in BOOLEAN /\ dirtyLoads \in BOOLEAN /\ dirtyDumps \in BOOLEAN
+    /\ recvDone \subseteq Req /\ recvFailed \subseteq Req
+    /\ aggRecv \in [Req -> 0..NumRanks] /\ aggRecvFail \subseteq Req /\ noHit \subseteq Req
+    /\ \A w \in Rank : \A t \in loadTasks[w] : IsLoadTask(t)
+    /\ workerRecv \in [Rank -> SUBSET Req]
+    /\ (~AL => /\ recvDone = {} /\ aggRecvFail = {} /\ noHit = {}
+               /\ \A w \in Rank : loadTasks[w] = {} /\ workerRecv[w] = {})
     /\ tick \in {0, 1}
     /\ action.name \in {"init", "schedule", "execute_model", "update_from_output",
-                        "engine_step", "task_complete", "shutdown"}
+                        "engine_step", "task_complete", "shutdown", "finish_requests",
+                        "load_complete"}
 
 (* No forward ever rewrites a block that a pending, still-running dump     *)
 (* task reads (the block was freed and reused since the submit).  A        *)
@@ -1185,6 +1469,32 @@ NoFruitlessPreemptionInv == \A e \in parked : e.by # "preempt"
 (* step leaves it parked, and with every block parked every later step is empty).  *)
 DrainedWhenDueInv == \A e \in parked : e.wait > 0
 
+(* Asynchronous loads ("async_loads").  No load writes a block after it    *)
+(* was freed or handed to another request: while a load task runs, its     *)
+(* request holds the block and waits for remote KV or for its delayed free *)
+(* (a freed block may be allocated in the next schedule and written by     *)
+(* its new owner's forward while the load still writes it).               *)
+NoLoadIntoFreedBlockInv ==
+    \A w \in Rank : \A t \in loadTasks[w] :
+        t.status = "running" => /\ reqState[t.req] \in {"remote", "delayed"}
+                               /\ t.block \in Range(blocksOf[t.req])
+
+(* A freed request has nothing in flight: no running load of it and no     *)
+(* running dump task reading it, on any rank (a request with both a save   *)
+(* and a load pending is freed only after both).                           *)
+FreedAfterTransfersInv ==
+    \A r \in Req : reqState[r] = "done" =>
+        \A w \in Rank : /\ \A t \in loadTasks[w] : t.status = "running" => t.req # r
+                        /\ \A t \in pending[w] : t.status = "running" => r \notin t.reqs
+
+(* A request waiting for remote KV has a load that will be reported: some  *)
+(* rank still loads it, or the scheduler knows its receive finished (a     *)
+(* request with neither waits forever).                                    *)
+RemoteHasLoadInv ==
+    \A r \in Req : reqState[r] = "remote" =>
+        r \in recvDone \/ aggRecv[r] > 0 \/ \E w \in Rank : r \in workerRecv[w]
+        \/ \E k \in 1..Len(inflight) : r \in {l.req : l \in inflight[k].recv}
+
 -----------------------------------------------------------------------------
 (* Liveness, under fairness stated as premises over state predicates      *)
 (* (cheap to check; weak fairness on the big step action is ruinous):      *)
@@ -1194,7 +1504,8 @@ DrainedWhenDueInv == \A e \in parked : e.wait > 0
 (* completes; submissions are finite).  SiblingFair: the second child      *)
 (* eventually reports what it has seen.  Checked without SYMMETRY.         *)
 
-AnyRunningTask == \E w \in Rank : \E t \in pending[w] : t.status = "running"
+AnyRunningTask == \E w \in Rank : \/ \E t \in pending[w] : t.status = "running"
+                                 \/ \E t \in loadTasks[w] : t.status = "running"
 EngineFair == []<>(tick = 0 \/ ~HasWork) /\ []<>(tick = 1 \/ ~HasWork)
 StoreFair  == []<>(~AnyRunningTask)
 (* Under "idle_ignores_delayed" the sibling's promise is conditional: it   *)
@@ -1215,6 +1526,11 @@ ParkedEventuallyFreedProp == Fair => (parked # {} ~> parked = {})
 
 EventsEventuallyReleasedProp ==
     Fair => \A w \in Rank : (live[w] # {}) ~> (live[w] = {})
+
+(* "async_loads": every request waiting for remote KV eventually runs,     *)
+(* waits afresh (its load failed) or is freed.                             *)
+RemoteEventuallyLeavesProp ==
+    Fair => \A r \in Req : (reqState[r] = "remote") ~> (reqState[r] # "remote")
 
 (* Requests and blocks are interchangeable: safety models only (never     *)
 (* with liveness).                                                         *)

@@ -101,7 +101,10 @@ DD == INSTANCE DeferDump WITH
     live <- [w \in Ranks |-> {}], releaseErrors <- [w \in Ranks |-> {}],
     workerExtra <- [w \in Ranks |-> {}], sibPending <- [w \in Ranks |-> {}],
     reported <- [w \in Ranks |-> [r \in Reqs |-> 0]],
-    tick <- 0, action <- [name |-> "init"]
+    tick <- 0, action <- [name |-> "init"],
+    \* asynchronous loads (move "async_loads", off here): their variables keep their initial values
+    recvDone <- {}, recvFailed <- {}, aggRecv <- [r \in Reqs |-> 0], aggRecvFail <- {}, noHit <- {},
+    loadTasks <- [w \in Ranks |-> {}], workerRecv <- [w \in Ranks |-> {}]
 
 (* The class table's labels, evaluated once (constant-level definitions). *)
 Track == DD!BCMLabel = "track"               \* build_connector_meta tracks dump requests

@@ -58,6 +58,16 @@ EXPECTED_CALLS: dict[str, set[str]] = {
     "IdleIgnoresDelayed": {"request_finished", "get_finished"},
     "FenceCountsEmpty": {"schedule", "build_connector_meta", "update_from_output"},
     "PreemptFenced": {"schedule", "build_connector_meta"},
+    # asynchronous loads (spec/README.md "Asynchronous loads"; docs/real-bugs.md)
+    "AsyncAbortFreesLoading": {"get_num_new_matched_tokens", "start_load_kv", "finish_requests"},
+    "AsyncAbortAfterRecv": {"start_load_kv", "load_complete", "get_finished", "finish_requests"},
+    "AsyncDropAbortedRecv": {"start_load_kv", "finish_requests", "get_finished", "load_complete"},
+    "AsyncAbortLateRecv": {"start_load_kv", "finish_requests", "load_complete", "_update_from_kv_xfer_finished"},
+    "AbortFreesDelayed": {"request_finished", "finish_requests", "get_finished", "_update_from_kv_xfer_finished"},
+    "AsyncEmptyHitLive": {"get_num_new_matched_tokens", "start_load_kv"},
+    "AsyncRetryFailedHit": {"get_num_new_matched_tokens", "load_complete", "_update_waiting_for_remote_kv"},
+    "AsyncSendAndRecv": {"build_connector_meta", "get_num_new_matched_tokens", "finish_requests", "get_finished"},
+    "AsyncNoLoadExpiry": {"start_load_kv", "finish_requests", "load_complete", "get_finished"},
 }
 
 
@@ -319,3 +329,157 @@ def test_the_recompute_models_pass_where_the_merged_table_fails(ci_results: dict
     assert ci_results["LayerWiseRecompute"]["status"] == "pass"
     assert ci_results["DumpsFailedLoads"]["property"] == "NoOverwriteWhileDumpingInv"
     assert ci_results["DumpsFailedLoadsContent"]["property"] == "NoDumpOfFailedLoadInv"
+
+
+# --- asynchronous loads: each mutant's counterexample shows its row's mechanism ----------------------
+
+def _step_calls(row: dict[str, Any], name: str) -> list[list[dict[str, Any]]]:
+    """Per step of the counterexample, the call records named `name` in that step's action."""
+    steps = []
+    for step in row["trace"]:
+        found: list[dict[str, Any]] = []
+
+        def walk(value: Any) -> None:
+            if isinstance(value, dict):
+                if value.get("name") == name:
+                    found.append(value)
+                for item in value.values():
+                    walk(item)
+            elif isinstance(value, list):
+                for item in value:
+                    walk(item)
+
+        walk(step["state"].get("action"))
+        steps.append(found)
+    return steps
+
+
+def _first(steps: list[list[dict[str, Any]]], test: Any) -> int | None:
+    """The index of the first step with a call record that passes `test`."""
+    return next((i for i, calls in enumerate(steps) if any(test(c) for c in calls)), None)
+
+
+def _recv_reports(row: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    """Per step, the scheduler's receive-side records (_update_from_kv_xfer_finished with finished_recving)."""
+    return [[c for c in calls if "finished_recving" in c] for calls in _step_calls(row, "_update_from_kv_xfer_finished")]
+
+
+def _remote_aborts(row: dict[str, Any]) -> list[dict[str, Any]]:
+    return [a for a in _calls(row, "finish_requests") if a["status"] == "remote"]
+
+
+def _running_loads(state: dict[str, Any]) -> list[dict[str, Any]]:
+    return [t for _, tasks in state["loadTasks"]["#map"] for t in _set(tasks) if t["status"] == "running"]
+
+
+@pytest.mark.verify
+def test_abort_without_receive_delay_frees_under_the_load(ci_results: dict[str, dict[str, Any]]) -> None:
+    """P10's first hole: a request waiting for remote KV is aborted and freed at once while its load task
+    still writes its block."""
+    row = ci_results["AsyncAbortFreesLoading"]
+    aborts = _remote_aborts(row)
+    assert aborts and all(not _set(a["delayed"]) for a in aborts)
+    submitted = {t["#tup"][0] for c in _calls(row, "start_load_kv") for t in _set(c["submitted"])}
+    assert {a["req"] for a in aborts} <= submitted
+    last = row["trace"][-1]["state"]
+    states = dict(last["reqState"]["#map"])
+    assert any(states[t["req"]] == "done" for t in _running_loads(last))
+
+
+@pytest.mark.verify
+def test_late_receive_of_an_aborted_request_is_unexpected(ci_results: dict[str, dict[str, Any]]) -> None:
+    """P11: the aborted request was freed; its receive completion reaches a scheduler that no longer knows it."""
+    row = ci_results["AsyncAbortLateRecv"]
+    aborted = {a["req"] for a in _remote_aborts(row) if not _set(a["delayed"])}
+    steps = _recv_reports(row)
+    at = _first(steps, lambda c: set(_set(c["unexpected"])) & aborted & set(_set(c["finished_recving"])))
+    abort_at = _first(_step_calls(row, "finish_requests"), lambda a: a["req"] in aborted)
+    assert at is not None and abort_at is not None and abort_at < at
+
+
+@pytest.mark.verify
+def test_abort_after_the_receive_delays_forever(ci_results: dict[str, dict[str, Any]]) -> None:
+    """P10's second hole: the receive was reported before the abort, the abort still delays the free, and
+    the request stays delayed on the counterexample's loop."""
+    row = ci_results["AsyncAbortAfterRecv"]
+    delayed = [a for a in _remote_aborts(row) if _set(a["delayed"])]
+    assert delayed
+    req = delayed[0]["req"]
+    received = _first(_recv_reports(row), lambda c: req in _set(c["finished_recving"]))
+    aborted = _first(_step_calls(row, "finish_requests"), lambda a: a["req"] == req)
+    assert received is not None and aborted is not None and received < aborted
+    assert row["loop_index"] is not None
+    assert all(dict(step["state"]["reqState"]["#map"])[req] == "delayed" for step in row["trace"][row["loop_index"]:])
+
+
+@pytest.mark.verify
+def test_dropped_receive_never_reports(ci_results: dict[str, dict[str, Any]]) -> None:
+    """P8: the request is aborted while loading (delayed free), the worker sees it finished and drops it;
+    its load completes but no finished_recving names it."""
+    row = ci_results["AsyncDropAbortedRecv"]
+    delayed = [a for a in _remote_aborts(row) if _set(a["delayed"])]
+    assert delayed
+    req = delayed[0]["req"]
+    seen = _first(_step_calls(row, "get_finished"), lambda c: req in _set(c["finished_req_ids"]))
+    assert seen is not None
+    assert any(c["req"] == req for c in _calls(row, "load_complete"))
+    assert _first(_recv_reports(row), lambda c: req in _set(c["finished_recving"])) is None
+
+
+@pytest.mark.verify
+def test_abort_of_a_delayed_request_frees_it(ci_results: dict[str, dict[str, Any]]) -> None:
+    """P12: request_finished delays the request, the abort frees it, its finished_sending is unexpected."""
+    row = ci_results["AbortFreesDelayed"]
+    delayed_at = _first(_step_calls(row, "request_finished"), lambda c: _set(c["delayed"]))
+    abort_at = _first(_step_calls(row, "finish_requests"), lambda a: a["status"] == "delayed")
+    report_at = _first(_step_calls(row, "_update_from_kv_xfer_finished"),
+                       lambda c: set(_set(c.get("finished_sending", {"#set": []}))) & set(_set(c["unexpected"])))
+    assert None not in (delayed_at, abort_at, report_at) and delayed_at < abort_at < report_at
+
+
+@pytest.mark.verify
+def test_empty_async_hit_submits_no_load(ci_results: dict[str, dict[str, Any]]) -> None:
+    """N3: load_async answered, nothing submitted, the request waits for remote KV on the loop."""
+    row = ci_results["AsyncEmptyHitLive"]
+    waiting = {r for c in _calls(row, "get_num_new_matched_tokens") for r in _set(c["load_async"])}
+    submitted = {t["#tup"][0] for c in _calls(row, "start_load_kv") for t in _set(c["submitted"])}
+    assert waiting and not waiting & submitted
+    assert row["loop_index"] is not None
+
+
+@pytest.mark.verify
+def test_failed_hit_is_retried(ci_results: dict[str, dict[str, Any]]) -> None:
+    """N13: a request's load fails, and the lookup answers load_async for it again."""
+    row = ci_results["AsyncRetryFailedHit"]
+    failed = {r for calls in _recv_reports(row) for c in calls for r in _set(c["failed_recving"])}
+    hits = [r for c in _calls(row, "get_num_new_matched_tokens") for r in _set(c["load_async"])]
+    assert any(hits.count(r) >= 2 for r in failed)
+
+
+@pytest.mark.verify
+def test_send_report_frees_a_request_still_receiving(ci_results: dict[str, dict[str, Any]]) -> None:
+    """Not in the note: a tracked request (dumped before a preemption) is re-admitted with an asynchronous
+    load and aborted; both the save and the load delay its free, and the worker's finished_sending frees
+    it while the load still writes its block."""
+    row = ci_results["AsyncSendAndRecv"]
+    both = [a for a in _remote_aborts(row) if _set(a["calls"]["#tup"][0]["ucm_delayed"])]
+    assert both
+    req = both[0]["req"]
+    assert any(req in _set(c["finished_sending"]) for c in _calls(row, "get_finished"))
+    last = row["trace"][-1]["state"]
+    assert dict(last["reqState"]["#map"])[req] == "done"
+    assert any(t["req"] == req for t in _running_loads(last))
+
+
+@pytest.mark.verify
+def test_lost_load_without_expiry_holds_the_aborted_request(ci_results: dict[str, dict[str, Any]]) -> None:
+    """N4: the request is aborted while loading (delayed free), its load is lost, and no receive report
+    ever names it: it stays delayed on the loop."""
+    row = ci_results["AsyncNoLoadExpiry"]
+    delayed = [a for a in _remote_aborts(row) if _set(a["delayed"])]
+    assert delayed
+    req = delayed[0]["req"]
+    assert any(c["req"] == req and c["outcome"] == "lost" for c in _calls(row, "load_complete"))
+    assert _first(_recv_reports(row), lambda c: req in _set(c["finished_recving"])) is None
+    assert row["loop_index"] is not None
+    assert all(dict(step["state"]["reqState"]["#map"])[req] == "delayed" for step in row["trace"][row["loop_index"]:])

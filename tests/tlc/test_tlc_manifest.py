@@ -170,3 +170,49 @@ def test_bug_switch_mutants_turn_their_bug_on() -> None:
                                                 (models["DirectSafety"].spec_dir / "DeferDump.tla").read_text()).group(1)))
     assert bugs == {re.search(r'"(\w+)"', s).group(1) for s in MUTANT_SWITCHES.values()}
 
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    ({"reproduces": "vllm#32255", "row": "P10"}, "'reproduces' must be a thread \"owner/repo#number\""),
+    ({"reproduces": "vllm-project/vllm#0", "row": "P10"}, "'reproduces' must be a thread"),
+    ({"reproduces": "vllm-project/vllm 32255", "row": "P10"}, "'reproduces' must be a thread"),
+    ({"reproduces": ["vllm-project/vllm#32255"], "row": "P10"}, "'reproduces' must be a thread"),
+    ({"reproduces": "vllm-project/vllm#32255", "row": "X1"}, "'row' must be a bug row id"),
+    ({"reproduces": "vllm-project/vllm#32255"}, "'reproduces' and 'row' go together"),
+    ({"row": "P10"}, "'reproduces' and 'row' go together"),
+    ({"reproduces": "vllm-project/vllm#32255", "row": "P10", "expect": "pass"}, "must expect the violation"),
+])
+def test_reproduces_names_a_thread_on_a_violating_mutant(tmp_path: Path, change: dict[str, object],
+                                                         fragment: str) -> None:
+    model = _model(mutant=True, expect={"violation": "XInv"}, conformance=False)
+    model.update(change)
+    with pytest.raises(ManifestError, match="model 'A'") as raised:
+        load_manifest(_write(tmp_path, [model]))
+    assert fragment in str(raised.value)
+
+
+def test_reproduces_is_read(tmp_path: Path) -> None:
+    entry, plain = load_manifest(_write(tmp_path, [
+        _model(mutant=True, expect={"violation": "XInv"}, conformance=False,
+               reproduces="vllm-project/vllm-ascend#16662", row="P8"),
+        _model(name="B"),
+    ])).models
+    assert (entry.reproduces, entry.row, plain.reproduces, plain.row) == ("vllm-project/vllm-ascend#16662", "P8",
+                                                                          None, None)
+
+
+def test_reproducing_models_name_their_row_and_cover_the_async_bug_switches() -> None:
+    """Every shipped model that reproduces a field bug is in the CI tier and its description starts with its
+    row, and every asynchronous-load bug switch of DeferDump.tla is some CI mutant's bug."""
+    models = load_manifest().models
+    reproducing = [e for e in models if e.reproduces]
+    assert reproducing
+    for entry in reproducing:
+        assert entry.tier == "ci" and entry.row, entry.name
+        assert not entry.name.startswith(("Async", "AbortFrees")) or (entry.description or "").startswith(entry.row)
+    spec = (models[0].spec_dir / "DeferDump.tla").read_text()
+    switches = set(re.findall(r'"(\w+)"', re.search(r"AsyncBugNames == \{([^}]*)\}", spec).group(1)))
+    used = {switch for e in models if e.mutant and e.tier == "ci"
+            for switch in re.findall(r'"(\w+)"', (re.search(r"^\s*Bugs = \{([^}]*)\}", strip_comments(
+                e.config_path.read_text()), flags=re.MULTILINE) or re.match("()", "")).group(1))}
+    assert switches and switches <= used, sorted(switches - used)

@@ -743,6 +743,67 @@ def delayed_eventually_freed(steps: Sequence[Step], loop: int) -> list[Offence]:
     return offences
 
 
+def no_load_into_freed_block(steps: Sequence[Step], i: int) -> list[Offence]:
+    """A running load task ("async_loads") writes a block its request no longer holds: freed under the load."""
+    step = steps[i]
+    states, blocks = _fn(step, "reqState"), _fn(step, "blocksOf")
+    offences = []
+    for rank, tasks in _fn(step, "loadTasks").items():
+        for task in tasks:
+            req, block = _get(task, "req"), _get(task, "block")
+            if _get(task, "status") != "running":
+                continue
+            state = _get(states, req)
+            if state not in ("remote", "delayed") or block not in tuple(_get(blocks, req, ()) or ()):
+                offences.append(Offence(
+                    f"rank {show(rank)}: the load of {show(req)} still writes block {show(block)}, but {show(req)} is "
+                    f"{state} and no longer holds it: the block was freed under the load and may be handed to "
+                    "another request", frozenset({lane_id(REQUESTS, show(req)), lane_id(BLOCKS, show(block))})))
+    return offences
+
+
+def freed_after_transfers(steps: Sequence[Step], i: int) -> list[Offence]:
+    """A freed request still has a running load or a running dump task on some rank."""
+    step = steps[i]
+    done = {req for req, state in _fn(step, "reqState").items() if state == "done"}
+    offences = []
+    for rank, tasks in _fn(step, "loadTasks").items():
+        for task in tasks:
+            if _get(task, "status") == "running" and _get(task, "req") in done:
+                offences.append(Offence(
+                    f"rank {show(rank)}: {show(_get(task, 'req'))} was freed while its load still runs",
+                    frozenset({lane_id(REQUESTS, show(_get(task, "req")))})))
+    for rank in _fn(step, "pending"):
+        for task in _tasks(step, rank):
+            for req in set(_get(task, "reqs", ()) or ()) & done:
+                if _get(task, "status") == "running":
+                    offences.append(Offence(
+                        f"rank {show(rank)}: {show(req)} was freed while dump task {_get(task, 'id')} still reads it",
+                        frozenset({lane_id(REQUESTS, show(req)), lane_id(TASKS, _rank_label(rank))})))
+    return offences
+
+
+def remote_has_load(steps: Sequence[Step], i: int) -> list[Offence]:
+    """A request waits for remote KV with no load that will ever be reported."""
+    step = steps[i]
+    loading = {req for reqs in _fn(step, "workerRecv").values() for req in reqs}
+    counted = {req for req, n in _fn(step, "aggRecv").items() if n}
+    queued = {_get(slice_, "req") for meta in (step.values.get("inflight") or ()) for slice_ in _get(meta, "recv", ()) or ()}
+    ready = _set(step, "recvDone")
+    return [Offence(f"{show(req)} waits for remote KV, but no rank loads it and no receive is counted: it waits forever",
+                    frozenset({lane_id(REQUESTS, show(req))}))
+            for req, state in _fn(step, "reqState").items()
+            if state == "remote" and req not in loading | counted | queued | ready]
+
+
+def remote_eventually_leaves(steps: Sequence[Step], loop: int) -> list[Offence]:
+    """A request waits for remote KV in every state of the loop."""
+    return [Offence(f"{show(req)} waits for remote KV (WAITING_FOR_REMOTE_KVS) in every state of the loop: it never "
+                    "runs and is never freed", frozenset({lane_id(REQUESTS, show(req))}))
+            for req in _fn(steps[-1], "reqState")
+            if all(_get(_fn(s, "reqState"), req) == "remote" for s in steps[loop:])]
+
+
 def _rank_of(steps: Sequence[Step], label: str) -> Value:
     return next((rank for rank in _fn(steps[-1], "pending") if show(rank) == label), label)
 
@@ -798,12 +859,16 @@ BINDING = LaneBinding(
         "NoDumpOfFailedLoadInv": no_dump_of_failed_load,
         "NoFruitlessPreemptionInv": no_fruitless_preemption,
         "DrainedWhenDueInv": drained_when_due,
+        "NoLoadIntoFreedBlockInv": no_load_into_freed_block,
+        "FreedAfterTransfersInv": freed_after_transfers,
+        "RemoteHasLoadInv": remote_has_load,
     }.items()},
     liveness={name: merged_over_ranks(check) for name, check in {
         "DelayedEventuallyFreedProp": delayed_eventually_freed,
         "PendingEventuallyDrainedProp": _always_in_loop("pending", "pending dump tasks"),
         "EventsEventuallyReleasedProp": _always_in_loop("live", "live event handles"),
         "ParkedEventuallyFreedProp": parked_eventually_freed,
+        "RemoteEventuallyLeavesProp": remote_eventually_leaves,
     }.items()},
     tones=TONES,
 )

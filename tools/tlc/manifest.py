@@ -3,7 +3,9 @@
 Every model names a module and a config in the spec directory, a tier (``ci`` runs in CI, ``deep`` on
 demand), the connector variant, what TLC must find (``"pass"`` or ``{"violation": "<Property>"}``),
 and the distinct-state count it had when it was last reviewed. A changed count fails the check: the
-spec's meaning changed, and someone must look before the number is updated.
+spec's meaning changed, and someone must look before the number is updated. A mutant that reproduces
+a bug reported in the field names its thread and its row (``"reproduces": "owner/repo#number"``,
+``"row": "P8"``).
 """
 from __future__ import annotations
 
@@ -169,15 +171,7 @@ def _entry(raw: Any, index: int, path: Path, root: Path) -> ModelEntry:
     description = raw.get("description")
     if description is not None and not isinstance(description, str):
         raise _problem(path, where, "'description' must be a string")
-    reproduces, row = raw.get("reproduces"), raw.get("row")
-    if reproduces is not None and not (isinstance(reproduces, str) and _REPRODUCES.fullmatch(reproduces)):
-        raise _problem(path, where, f"'reproduces' must be a thread \"owner/repo#number\", not {reproduces!r}")
-    if row is not None and not (isinstance(row, str) and _ROW.fullmatch(row)):
-        raise _problem(path, where, f"'row' must be a bug row id like \"P1\" or \"N3\", not {row!r}")
-    if (reproduces is None) != (row is None):
-        raise _problem(path, where, "'reproduces' and 'row' go together: name the thread and its row")
-    if reproduces is not None and expectation.passes:
-        raise _problem(path, where, "a model that 'reproduces' a bug must expect the violation the bug causes")
+    reproduces, row = _reproduces(raw, expectation, path, where)
 
     entry = ModelEntry(
         name=name, module=module, config=config, tier=raw["tier"], variant=raw["variant"], expect=expectation,
@@ -190,6 +184,22 @@ def _entry(raw: Any, index: int, path: Path, root: Path) -> ModelEntry:
     if not entry.config_path.is_file():
         raise _problem(path, where, f"config file {entry.config_path} does not exist")
     return entry
+
+
+def _reproduces(raw: dict[str, Any], expectation: Expectation, path: Path,
+                where: str) -> tuple[str | None, str | None]:
+    """The ``reproduces`` and ``row`` keys, together or neither, on a model that expects a violation (a
+    model reproduces a bug by breaking the property the bug broke)."""
+    reproduces, row = raw.get("reproduces"), raw.get("row")
+    if reproduces is not None and not (isinstance(reproduces, str) and _REPRODUCES.fullmatch(reproduces)):
+        raise _problem(path, where, f"'reproduces' must be a thread \"owner/repo#number\", not {reproduces!r}")
+    if row is not None and not (isinstance(row, str) and _ROW.fullmatch(row)):
+        raise _problem(path, where, f"'row' must be a bug row id like \"P1\" or \"N3\", not {row!r}")
+    if (reproduces is None) != (row is None):
+        raise _problem(path, where, "'reproduces' and 'row' go together: name the thread and its row")
+    if reproduces is not None and expectation.passes:
+        raise _problem(path, where, "a model that 'reproduces' a bug must expect the violation the bug causes")
+    return reproduces, row
 
 
 def load_manifest(path: Path | None = None) -> Manifest:
