@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from deferdump.conformance.contractlog import (
-    DELAYED_EVENTUALLY_REPORTED, NO_REUSE_BEFORE_REPORT, NO_WRITE_WHILE_TRANSFER, SENDING_ONLY_DELAYED,
+    DELAYED_EVENTUALLY_REPORTED, NO_REUSE_BEFORE_REPORT, NO_WRITE_WHILE_TRANSFER, RECVING_ONLY_WAITING,
+    SENDING_ONLY_DELAYED,
     ContractVerdict, check_contract_log)
 from deferdump.conformance.tracelog import TraceLogError
 from deferdump.conformance.tracesynth import write_synthetic_run
@@ -177,3 +178,66 @@ def test_bad_input_is_a_user_error(tmp_path: Path) -> None:
     (tmp_path / "s.ndjson").write_text('{"seq": 0}\n')
     with pytest.raises(UserError, match=r"s\.ndjson:1: field"):
         check_contract_log([tmp_path / "s.ndjson"])
+
+
+# ----------------------------------------------------------------------------- async loads (receive side)
+def _async_load_run(*, report: str = "once", reuse: bool = False) -> tuple[list[dict[str, Any]], dict[int, list[dict[str, Any]]]]:
+    """Request a asks the connector (8 matched tokens, load_async), is given blocks 1 and 2 and waits for
+    remote KV; the worker submits the load (task 3) in step 1 and reports it in step 2. `report`: "once",
+    "twice" (a second finished_recving), "none". `reuse`: in step 2, b writes block 2 before a's report."""
+    scheduler: list[dict[str, Any]] = [
+        {"step": 0, "event": "get_num_new_matched_tokens", "req": "a", "num_computed_tokens": 0, "matched": 8,
+         "load_async": True},
+        {"step": 0, "event": "update_state_after_alloc", "req": "a", "block_ids": [1, 2], "num_external_tokens": 8},
+        build(1),
+        build(2, [req("b", [2], 0, 4, new=True)] if reuse else []),
+    ]
+    if report != "none":
+        scheduler.append({"step": 2, "event": "update_connector_output", "finished_sending": [],
+                          "finished_recving": ["a"]})
+    if report == "twice":
+        scheduler.append({"step": 3, "event": "update_connector_output", "finished_sending": [],
+                          "finished_recving": ["a"]})
+    worker = [{"step": 1, "event": "handle_preemptions", "preempted": []},
+              {"step": 1, "event": "start_load_kv", "loads": [{"req": "a", "block_ids": [1, 2], "task": 3}]},
+              {"step": 1, "event": "wait_for_save"},
+              {"step": 1, "event": "get_finished", "finished_req_ids": [], "reported": []},
+              {"step": 2, "event": "handle_preemptions", "preempted": []},
+              {"step": 2, "event": "wait_for_save"},
+              {"step": 2, "event": "get_finished", "finished_req_ids": [], "reported": [],
+               "reported_recving": [] if report == "none" else ["a"]}]
+    return scheduler, {0: worker}
+
+
+def test_an_async_load_reported_once_passes(tmp_path: Path) -> None:
+    verdict = _check(tmp_path, *_async_load_run(), drained=True)
+    assert (verdict.ok, verdict.unchecked) == (True, ()), verdict.detail  # the load is a logged transfer
+
+
+def test_a_second_finished_recving(tmp_path: Path) -> None:
+    verdict = _check(tmp_path, *_async_load_run(report="twice"))
+    assert (verdict.ok, verdict.property) == (False, RECVING_ONLY_WAITING)
+    assert "event update_connector_output, request a" in (verdict.detail or "")
+
+
+def test_a_block_being_loaded_written_for_another_request(tmp_path: Path) -> None:
+    verdict = _check(tmp_path, *_async_load_run(reuse=True))
+    assert (verdict.ok, verdict.property) == (False, NO_REUSE_BEFORE_REPORT)
+    assert "request a, block 2" in (verdict.detail or "") and "async load" in (verdict.detail or "")
+
+
+def test_an_async_load_never_reported_in_a_drained_run(tmp_path: Path) -> None:
+    verdict = _check(tmp_path, *_async_load_run(report="none"), drained=True)
+    assert (verdict.ok, verdict.property) == (False, DELAYED_EVENTUALLY_REPORTED)
+    assert "update_state_after_alloc, request a" in (verdict.detail or "")
+
+
+def test_a_wrappers_connector_line_is_read(tmp_path: Path) -> None:
+    scheduler, workers = _two_requests(delayed=False, flush=False)
+    line = {"step": 0, "event": "connector", "inner": "x.FreeBeforeCopy", "hma": False, "scribble": True}
+    scheduler.insert(0, dict(line))
+    workers[0].insert(0, dict(line))
+    workers[0].insert(2, {"step": 2, "event": "scribble", "block_ids": [1]})  # after step 2's handle_preemptions
+    workers[0].sort(key=lambda e: e["step"])
+    verdict = _check(tmp_path, scheduler, workers)
+    assert (verdict.property, "event scribble" in (verdict.detail or "")) == (NO_WRITE_WHILE_TRANSFER, True)
