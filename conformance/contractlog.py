@@ -217,6 +217,8 @@ class _Checker:
             return
         life.async_asked = False
         life.awaiting_recv, life.recv_at = True, event
+        life.blocks = list(r["block_ids"])  # the request's blocks from here on (vLLM passes all of them)
+        life.groups = [list(g) for g in r.get("group_block_ids") or []]
         size = self.block_size or 1
         first = life.computed_at_ask // size
         last = (life.computed_at_ask + r["num_external_tokens"] - 1) // size
