@@ -26,15 +26,17 @@ Xfer = tuple[frozenset[str], frozenset[int]]
 
 
 def run_contract(design: str, invariants: Sequence[str], *, loads: bool = True, extra: str = "",
-                 live: bool = False) -> TlcResult:
+                 live: bool = False, constraint: str | None = None) -> TlcResult:
     """TLC on the contract with 2 requests x 2 blocks, 3 blocks, one preemption (1 request, 2 blocks when
-    `live`), checking `invariants` (and `extra`: definitions they use, in a generated module)."""
+    `live`), checking `invariants` (and `extra`: definitions they use, in a generated module), exploring
+    only states that satisfy `constraint` (a definition in `extra`) when given."""
     module = "MCContractWitness"
     cfg = "\n".join([
         "CONSTANTS", "    Req = {r1}" if live else "    Req = {r1, r2}",
         "    Block = {b1, b2}" if live else "    Block = {b1, b2, b3}",
         "    Need = 2", "    MaxPreempt = 1", f"    Loads = {'TRUE' if loads else 'FALSE'}", f'    Design = "{design}"',
-        "SPECIFICATION Spec", "INVARIANTS", *[f"    {name}" for name in invariants],
+        "SPECIFICATION Spec", *([f"CONSTRAINT {constraint}"] if constraint else []),
+        "INVARIANTS", *[f"    {name}" for name in invariants],
         *(["PROPERTIES", "    DelayedEventuallyReportedProp"] if live else []), ""])
     text = f"---- MODULE {module} ----\nEXTENDS ConnectorContract\n{extra}\n====\n"
     return run_tlc(spec_dir() / f"{module}.tla", f"{module}.cfg", timeout=600,
