@@ -35,4 +35,6 @@ ContractSendingOnlyDelayedInv == C!SendingOnlyDelayedInv
 ContractRecvingOnlyWaitingInv == C!RecvingOnlyWaitingInv
 ContractNoReuseBeforeReportInv == C!NoReuseBeforeReportInv
 ContractNoWriteWhileTransferInv == C!NoWriteWhileTransferInv
+\* Under the contract's fairness premises (mapped: the engine keeps stepping, no dump task runs infinitely often).
+ContractDelayedEventuallyReportedProp == C!DelayedEventuallyReportedProp
 =============================================================================

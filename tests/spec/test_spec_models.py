@@ -325,10 +325,13 @@ def test_contract_models_cover_each_design_and_each_broken_connector() -> None:
         "DeferDumpRefinesContract": "pass",
         "ContractRefinementReportBeforeWait": "ContractNoWriteWhileTransferInv",
         "ContractRefinementAggFirst": "ContractSendingOnlyDelayedInv",
+        "DeferDumpRefinesContractLive": "pass",
+        "ContractRefinementTrackAfterMLAReturn": "ContractDelayedEventuallyReportedProp",
     }
     designs = {name: _constants(name).get("Design") for name in by_name if by_name[name].module == "ConnectorContract"}
     assert {designs[n] for n in ("ContractDelay", "ContractFlush", "ContractPin")} == {'"delay"', '"flush"', '"pin"'}
-    for name in ("DeferDumpRefinesContract", "ContractRefinementReportBeforeWait", "ContractRefinementAggFirst"):
+    for name in ("DeferDumpRefinesContract", "DeferDumpRefinesContractLive", "ContractRefinementReportBeforeWait",
+                 "ContractRefinementAggFirst"):
         cfg = strip_comments(by_name[name].config_path.read_text())
         assert "ContractSpecProp" in cfg and _constants(name)["FusedStep"] == "FALSE", name
 
