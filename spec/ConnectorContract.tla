@@ -191,13 +191,13 @@ execute_model ==
 (* "any" every answer and report is possible; a request whose free is      *)
 (* delayed may keep only some blocks (the sliding-window ones out of the   *)
 (* window are freed before the call).                                      *)
-Answer(r) == Delays /\ Of(r, xfer) # {}
-Sending ==
+request_finished(r) == Delays /\ Of(r, xfer) # {}
+finished_sending ==
     CASE Design = "delay" -> {r \in Req : rstate[r] = "delayed" /\ Of(r, xfer) = {}}
       [] Design = "report_before_copy" -> {r \in Req : rstate[r] = "delayed"}
       [] Design = "report_undelayed" -> {r \in Req : rstate[r] = "done"}
       [] OTHER -> {}
-Recving ==
+finished_recving ==
     IF Design = "never_report" THEN {}
     ELSE {r \in Req : rstate[r] = "recving" /\ (Of(r, xfer) = {} \/ Design = "report_before_copy")}
 UpdTrans(a, b) ==
@@ -218,15 +218,15 @@ update_from_output ==
             /\ misRecv \subseteq misRecv' /\ misRecv' \ misRecv \subseteq {r \in Req : rstate[r] # "recving"}
             /\ pinned' \ pinned \subseteq UNION {held[r] \ held'[r] : r \in Req}
        ELSE \E fin \in SUBSET {r \in Req : rstate[r] \in {"running", "preempted"}} :
-            LET st == [r \in Req |-> IF r \in fin THEN IF Answer(r) THEN "delayed" ELSE "done"
-                                     ELSE IF r \in Sending /\ rstate[r] = "delayed" THEN "done"
-                                     ELSE IF r \in Recving THEN "running" ELSE rstate[r]]
+            LET st == [r \in Req |-> IF r \in fin THEN IF request_finished(r) THEN "delayed" ELSE "done"
+                                     ELSE IF r \in finished_sending /\ rstate[r] = "delayed" THEN "done"
+                                     ELSE IF r \in finished_recving THEN "running" ELSE rstate[r]]
                 freed == UNION {held[r] : r \in {q \in Req : st[q] = "done" /\ rstate[q] # "done"}}
             IN  /\ rstate' = st
                 /\ held' = [r \in Req |-> IF st[r] = "done" THEN {} ELSE held[r]]
                 /\ pinned' = Pin(freed)
-                /\ misSent' = misSent \cup {r \in Sending : rstate[r] # "delayed"}
-                /\ misRecv' = misRecv \cup {r \in Recving : rstate[r] # "recving"}
+                /\ misSent' = misSent \cup {r \in finished_sending : rstate[r] # "delayed"}
+                /\ misRecv' = misRecv \cup {r \in finished_recving : rstate[r] # "recving"}
     /\ phase' = "sched"
     /\ UNCHANGED <<toWrite, xfer, preempts, overwrote>>
 
