@@ -25,7 +25,9 @@ from deferdump.tools.tlc.specfiles import spec_dir
 pytestmark = pytest.mark.slow
 
 CI_MODELS = [entry for entry in load_manifest().models if entry.tier == "ci"]
-MUTANTS = [entry.name for entry in CI_MODELS if entry.mutant]
+# The connector contract's models (spec/ConnectorContract.tla, DeferDump against it): no `action` history.
+CONTRACT_MODELS = [entry for entry in CI_MODELS if entry.variant == "Contract"]
+MUTANTS = [entry.name for entry in CI_MODELS if entry.mutant and entry.variant != "Contract"]
 
 # Connector calls / engine events each mutant's counterexample must contain (names in `action`).
 EXPECTED_CALLS: dict[str, set[str]] = {
@@ -142,7 +144,7 @@ def test_ci_model_meets_manifest(ci_results: dict[str, dict[str, Any]], name: st
 def test_ci_tier_covers_the_issue() -> None:
     """Every variant passes in CI, every named mutant is there, conformance models are passing ones."""
     passing = [e for e in CI_MODELS if e.expect.passes]
-    assert {e.variant for e in passing} == {"Direct", "LayerWise", "CP"}
+    assert {e.variant for e in passing} == {"Direct", "LayerWise", "CP", "Contract"}
     assert set(MUTANTS) == set(EXPECTED_CALLS)
     assert all(e.expect.passes and not e.mutant for e in CI_MODELS if e.conformance)
     assert all(e.distinct_states for e in CI_MODELS)
@@ -483,3 +485,56 @@ def test_lost_load_without_expiry_holds_the_aborted_request(ci_results: dict[str
     assert _first(_recv_reports(row), lambda c: req in _set(c["finished_recving"])) is None
     assert row["loop_index"] is not None
     assert all(dict(step["state"]["reqState"]["#map"])[req] == "delayed" for step in row["trace"][row["loop_index"]:])
+
+
+def test_contract_models_cover_each_design_and_each_broken_connector() -> None:
+    """Each safety design passes the contract, each broken connector fails the clause it breaks, and
+    DeferDump is checked against the contract's spec and invariants, with two mutants that break it."""
+    by_name = {e.name: e for e in CONTRACT_MODELS}
+    expect = {name: (e.expect.violation if not e.expect.passes else "pass") for name, e in by_name.items()}
+    assert expect == {
+        "ContractDelay": "pass", "ContractFlush": "pass", "ContractPin": "pass", "ContractDelayLive": "pass",
+        "ContractReportBeforeCopy": "NoWriteWhileTransferInv", "ContractFreeBeforeCopy": "NoWriteWhileTransferInv",
+        "ContractNeverReports": "DelayedEventuallyReportedProp", "ContractReportUndelayed": "SendingOnlyDelayedInv",
+        "DeferDumpRefinesContract": "pass",
+        "ContractRefinementReportBeforeWait": "ContractNoWriteWhileTransferInv",
+        "ContractRefinementAggFirst": "ContractSendingOnlyDelayedInv",
+        "DeferDumpRefinesContractLive": "pass",
+        "ContractRefinementTrackAfterMLAReturn": "ContractDelayedEventuallyReportedProp",
+    }
+    designs = {name: _constants(name).get("Design") for name in by_name if by_name[name].module == "ConnectorContract"}
+    assert {designs[n] for n in ("ContractDelay", "ContractFlush", "ContractPin")} == {'"delay"', '"flush"', '"pin"'}
+    for name in ("DeferDumpRefinesContract", "DeferDumpRefinesContractLive", "ContractRefinementReportBeforeWait",
+                 "ContractRefinementAggFirst"):
+        cfg = strip_comments(by_name[name].config_path.read_text())
+        assert "ContractSpecProp" in cfg and _constants(name)["FusedStep"] == "FALSE", name
+
+
+def _states(row: dict[str, Any]) -> list[dict[str, Any]]:
+    return [step["state"] for step in row["trace"]]
+
+
+def _fun(value: Any) -> dict[str, Any]:
+    return {json.dumps(k): v for k, v in value["#map"]}
+
+
+@pytest.mark.verify
+def test_contract_counterexamples_show_each_fault(ci_results: dict[str, dict[str, Any]]) -> None:
+    """Report before copy: a delayed request is freed while a transfer of it still runs. Free before copy:
+    a request's free is not delayed while a transfer of it runs. Report undelayed: the reported request
+    was never delayed. Never reports: a delayed request stays delayed in the loop."""
+    def running_reqs(state: dict[str, Any]) -> set[str]:
+        return {json.dumps(r) for x in _set(state["xfer"]) for r in _set(x["reqs"])}
+
+    early = _states(ci_results["ContractReportBeforeCopy"])
+    assert any(_fun(a["rstate"])[r] == "delayed" and _fun(b["rstate"])[r] == "done" and r in running_reqs(a)
+               for a, b in zip(early, early[1:]) for r in _fun(a["rstate"]))
+    free = _states(ci_results["ContractFreeBeforeCopy"])
+    assert any(_fun(a["rstate"])[r] in ("running", "preempted") and _fun(b["rstate"])[r] in ("done", "preempted")
+               and r in running_reqs(a) and not _set(b["pinned"]) for a, b in zip(free, free[1:]) for r in _fun(a["rstate"]))
+    undelayed = _states(ci_results["ContractReportUndelayed"])
+    reported = {json.dumps(r) for r in _set(undelayed[-1]["misSent"])}
+    assert reported and not any(_fun(s["rstate"])[r] == "delayed" for s in undelayed for r in reported)
+    never = ci_results["ContractNeverReports"]
+    loop = _states(never)[never["loop_index"]:] if never.get("loop_index") is not None else _states(never)[-1:]
+    assert any(v == "delayed" for s in loop for v in _fun(s["rstate"]).values())

@@ -1,7 +1,9 @@
-"""``deferdump validate PATH... [--json]``: is a real vLLM run's connector event log a behaviour of the model?
+"""``deferdump validate PATH... [--contract] [--drained] [--json]``: is a real vLLM run's log a behaviour of the model?
 
-PATH: log files or a directory holding one run's logs (written by the vLLM adapter with the
-`trace_log` key of `kv_connector_extra_config`). Exit status 0 matched, 1 not matched, 2 bad input.
+PATH: log files or a directory holding one run's logs: the reference connector's own event log (the vLLM
+adapter's `trace_log` key), checked against the DeferDump model with TLC; or any connector's boundary log
+(a watching wrapper's, first line `connector`, or with `--contract`), checked against the connector contract
+(docs/contract.md). Exit status 0 matched / ok, 1 not, 2 bad input.
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from deferdump.conformance.contractlog import ContractVerdict, check_events
+from deferdump.conformance.tracelog import load_events
 from deferdump.conformance.tracevalidate import ValidationResult, render_state, validate as run_validation
 
 
@@ -43,12 +47,42 @@ def _explain(result: ValidationResult, console: Console) -> None:
     console.print(table)
 
 
+def contract_json(verdict: ContractVerdict) -> dict[str, object]:
+    """Exactly the object `deferdump validate --contract --json` prints."""
+    return {"ok": verdict.ok, "property": verdict.property, "detail": verdict.detail, "events": verdict.events,
+            "unchecked": list(verdict.unchecked)}
+
+
+def _explain_contract(verdict: ContractVerdict, console: Console) -> None:
+    """The contract verdict: the broken clause and the first bad event, and the clauses left unchecked."""
+    header = f"{verdict.events} events"
+    if verdict.ok:
+        console.print(Panel(header, title="ConnectorContract: ok", border_style="green"))
+    else:
+        console.print(Panel(header, title=f"ConnectorContract: {verdict.property} violated", border_style="red"))
+        console.print(Text("  " + (verdict.detail or ""), style="red"), soft_wrap=True)
+    for name in verdict.unchecked:
+        console.print(Text(f"  not decided by this log: {name}", style="yellow"))
+
+
 def validate(
     paths: list[Path] = typer.Argument(..., help="Log files, or a directory holding one run's *.ndjson logs."),
+    contract: bool = typer.Option(False, "--contract",
+                                  help="Check against the connector contract (any connector's boundary log)."),
+    drained: bool = typer.Option(False, "--drained",
+                                 help="The run ended with nothing in flight: every delayed free must be reported."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (the verdict) on stdout."),
     timeout: Optional[float] = typer.Option(600.0, "--timeout", help="TLC time limit in seconds."),
 ) -> int:
-    """Check a real run's connector event log against the TLA+ model (TraceDeferDump) with TLC."""
+    """Check a real run's log against the TLA+ model (TraceDeferDump, with TLC) or the connector contract."""
+    events = load_events(paths)
+    if contract or events[0].event == "connector":
+        verdict = check_events(events, drained=drained)
+        if as_json:
+            typer.echo(json.dumps(contract_json(verdict)))
+        else:
+            _explain_contract(verdict, Console())
+        return 0 if verdict.ok else 1
     result = run_validation(paths, timeout=timeout)
     if as_json:
         typer.echo(json.dumps(result.as_json()))

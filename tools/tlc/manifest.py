@@ -23,7 +23,7 @@ from deferdump.tools.tlc.values import to_itf
 from deferdump.tools.tlc.bridge import Kind, Progress, Status, TlcResult, run_tlc
 
 TIERS = ("ci", "deep")
-VARIANTS = ("Direct", "LayerWise", "CP")
+VARIANTS = ("Direct", "LayerWise", "CP", "Contract")  # Contract: spec/ConnectorContract.tla and DeferDump against it
 DEADLOCK = "Deadlock"
 """``{"violation": "Deadlock"}`` expects TLC's deadlock check to fail (deadlocks have no property name)."""
 
