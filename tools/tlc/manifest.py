@@ -18,6 +18,7 @@ from deferdump.reference.errors import UserError
 from deferdump.tools.tlc.specfiles import spec_dir
 from deferdump.tools.tlc.values import to_itf
 from deferdump.tools.tlc.bridge import Kind, Progress, Status, TlcResult, run_tlc
+from deferdump.tools.tlc.simulate import SimulationPlan, SimulationStats, simulate
 
 TIERS = ("ci", "deep")
 VARIANTS = ("Direct", "LayerWise", "CP")
@@ -219,6 +220,7 @@ class CheckOutcome:
     mismatches: tuple[str, ...] = ()
     entry: ModelEntry | None = None
     expectation: Expectation = field(default_factory=Expectation)
+    simulation: SimulationStats | None = None  # set for a ``--simulate`` run
 
     @property
     def summary(self) -> str:
@@ -244,6 +246,7 @@ class CheckOutcome:
             "loop_index": result.loop_index,
             "message": (self.summary or None) if self.entry is not None and not self.expected_ok else result.message,
             "expected_ok": self.expected_ok,
+            **({} if self.simulation is None else self.simulation.to_json()),
         }
 
 
@@ -303,6 +306,29 @@ def check_spec(spec: Path, config: Path | None = None, *, workers: int = 1, time
     mismatches = compare(Expectation(), None, result)
     return CheckOutcome(model=Path(spec).stem, result=result, expected_ok=not mismatches,
                         mismatches=tuple(mismatches))
+
+
+def simulate_model(entry: ModelEntry, plan: SimulationPlan, *, config: Path | str | None = None,
+                   extra_modules: dict[str, str] | None = None,
+                   progress: Callable[[Progress], None] | None = None,
+                   cancel: threading.Event | None = None) -> CheckOutcome:
+    """Simulate a manifest model (``config``: another cfg for its module, e.g. bigger bounds) and judge the
+    verdict as :func:`check_model` does; simulations count no distinct states, so none is compared."""
+    result, stats = simulate(entry.module_path, config if config is not None else entry.config_path, plan,
+                             extra_modules=extra_modules or {}, progress=progress, cancel=cancel)
+    mismatches = compare(entry.expect, None, result)
+    return CheckOutcome(model=entry.name, result=result, expected_ok=not mismatches, mismatches=tuple(mismatches),
+                        entry=entry, expectation=entry.expect, simulation=stats)
+
+
+def simulate_spec(spec: Path, config: Path | None, plan: SimulationPlan, *,
+                  progress: Callable[[Progress], None] | None = None,
+                  cancel: threading.Event | None = None) -> CheckOutcome:
+    """Simulate any spec; it is as expected when no violation turns up."""
+    result, stats = simulate(spec, config, plan, progress=progress, cancel=cancel)
+    mismatches = compare(Expectation(), None, result)
+    return CheckOutcome(model=Path(spec).stem, result=result, expected_ok=not mismatches,
+                        mismatches=tuple(mismatches), simulation=stats)
 
 
 def outcomes_json(outcomes: Iterable[CheckOutcome]) -> list[dict[str, Any]]:
