@@ -41,6 +41,7 @@ def manifest(tmp_path: Path) -> Path:
         _model("DeadlockMutant", "Deadlock", {"violation": "Deadlock"}, 3),
         _model("WalkMutant", "Walk", {"violation": "FarInv"}, None, tier="deep"),
         _model("CounterDeep", "Counter", "pass", 9, tier="deep"),
+        _model("WalkSim", "Walk", {"violation": "FarInv"}, None, tier="sim"),
     ]}))
     return path
 
@@ -96,6 +97,16 @@ def test_a_simulation_repeats_by_seed_and_its_shards_merge(manifest: Path, tmp_p
     walk_m, counter_m = json.loads(merged.stdout)
     assert counter_m["behaviours"] == 1200 and counter_m["status"] == "pass"
     assert walk_m["trace"] == walk["trace"] and walk_m["expected_ok"] is True
+
+
+def test_the_sim_tier_is_simulated_only_and_joins_the_default_simulation(manifest: Path) -> None:
+    refused = deferdump("check", "--manifest", str(manifest), "--tier", "sim")
+    assert refused.returncode == 2 and "tier sim is simulated only (add --simulate): WalkSim" in refused.stderr
+    out = deferdump("check", "--manifest", str(manifest), "--simulate", "--seed", "2", "--num", "100", "--depth", "30",
+                    "--json")
+    assert out.returncode == 0, out.stderr
+    # the deep tier's safety models and the sim tier (Counter's cfg lists no PROPERTY)
+    assert [item["model"] for item in json.loads(out.stdout)] == ["WalkMutant", "CounterDeep", "WalkSim"]
 
 
 def test_a_simulation_table_names_the_seed(manifest: Path) -> None:

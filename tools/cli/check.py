@@ -66,6 +66,7 @@ class Tier(str, enum.Enum):
 
     ci = "ci"
     deep = "deep"
+    sim = "sim"
 
 
 class CheckUsageError(UserError):
@@ -83,8 +84,9 @@ def _is_safety_model(entry: ModelEntry) -> bool:
 
 
 def simulation_tier(manifest: Manifest) -> list[ModelEntry]:
-    """What ``deferdump check --simulate`` covers by default: the deep tier's safety models."""
-    return [entry for entry in manifest.select(tier=Tier.deep.value) if _is_safety_model(entry)]
+    """What ``deferdump check --simulate`` covers by default: the deep tier's safety models and the sim tier."""
+    return [entry for entry in manifest.models
+            if entry.tier == Tier.sim.value or (entry.tier == Tier.deep.value and _is_safety_model(entry))]
 
 
 def _plan(targets: list[str], config: Path | None, workers: int | None, timeout: float | None,
@@ -123,6 +125,9 @@ def _plan(targets: list[str], config: Path | None, workers: int | None, timeout:
             entry for entry in entries if entry.tier == Tier.ci.value]
     if simulation is not None:
         return [(entry.name, _simulation_job(entry, simulation)) for entry in entries]
+    too_big = [entry.name for entry in entries if entry.tier == Tier.sim.value]
+    if too_big:
+        raise CheckUsageError(f"tier sim is simulated only (add --simulate): {', '.join(too_big)}")
     if shard is not None:
         entries = shard_models(entries, shard)
     return [(entry.name, model_job(entry, workers=workers, timeout=timeout)) for entry in entries]

@@ -1,7 +1,8 @@
 """The model manifest (``spec/manifest.json``) and checking models against their expectations.
 
 Every model names a module and a config in the spec directory, a tier (``ci`` runs in CI, ``deep`` on
-demand), the connector variant, what TLC must find (``"pass"`` or ``{"violation": "<Property>"}``),
+demand, ``sim`` only by ``deferdump check --simulate``: beyond exhaustive reach, no state count), the
+connector variant, what TLC must find (``"pass"`` or ``{"violation": "<Property>"}``),
 and the distinct-state count it had when it was last reviewed. A changed count fails the check: the
 spec's meaning changed, and someone must look before the number is updated.
 """
@@ -20,7 +21,9 @@ from deferdump.tools.tlc.values import to_itf
 from deferdump.tools.tlc.bridge import Kind, Progress, Status, TlcResult, run_tlc
 from deferdump.tools.tlc.simulate import SimulationPlan, SimulationStats, simulate
 
-TIERS = ("ci", "deep")
+TIERS = ("ci", "deep", "sim")
+SIMULATED_ONLY = "sim"
+"""The tier of models too big to check exhaustively: simulated only, their ``distinct_states`` null."""
 VARIANTS = ("Direct", "LayerWise", "CP")
 DEADLOCK = "Deadlock"
 """``{"violation": "Deadlock"}`` expects TLC's deadlock check to fail (deadlocks have no property name)."""
@@ -151,6 +154,8 @@ def _entry(raw: Any, index: int, path: Path, root: Path) -> ModelEntry:
     distinct = raw["distinct_states"]
     if distinct is not None and (type(distinct) is not int or distinct < 1):
         raise _problem(path, where, f"'distinct_states' must be a positive integer or null, not {distinct!r}")
+    if raw["tier"] == SIMULATED_ONLY and distinct is not None:
+        raise _problem(path, where, "'distinct_states' must be null in tier sim (a simulation counts none)")
     for key in ("mutant", "conformance"):
         if not isinstance(raw[key], bool):
             raise _problem(path, where, f"'{key}' must be true or false, not {raw[key]!r}")
