@@ -118,6 +118,8 @@ def test_a_simulation_table_names_the_seed(manifest: Path) -> None:
 
 @pytest.mark.parametrize(("args", "fragment"), [
     (["--seed", "3"], "apply to --simulate"),
+    (["--simulate", "--workers", "2"], "do not apply"),
+    (["--simulate", "--num", "0"], "--num"),
     (["--shard", "3/2"], "shard must be K/N"),
     (["--shard", "x"], "shard must look like K/N"),
     (["--merge"], "--merge needs the JSON files"),

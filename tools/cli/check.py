@@ -271,6 +271,9 @@ def check(
             return
         part = None if shard is None else Shard.parse(shard)
         plan = None
+        if simulate and (workers is not None or timeout is not None):
+            raise CheckUsageError("--simulate runs one TLC worker per batch and stops at --time-budget; "
+                                  "--workers and --timeout do not apply")
         if simulate:
             plan = SimulationPlan(depth=depth, seed=secrets.randbits(31) if seed is None else seed, num=num,
                                   time_budget=time_budget if time_budget is not None or num is not None else 60.0,
