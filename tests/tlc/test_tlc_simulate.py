@@ -67,3 +67,9 @@ def test_plans_that_cannot_work_are_refused(settings: dict[str, object], message
 def test_a_parse_error_is_reported_not_simulated() -> None:
     result, stats = simulate(FIXTURES / "ParseError.tla", None, SimulationPlan(num=10))
     assert result.status is Status.ERROR and result.kind is Kind.PARSE and stats.behaviours == 0
+
+
+def test_a_shard_without_a_batch_is_an_error() -> None:
+    plan = SimulationPlan(num=100, batch=500, shard=Shard(2, 2))
+    with pytest.raises(SimulationUsageError, match="shard 2/2 has no batch: 100 behaviours make 1 batch"):
+        simulate(FIXTURES / "Counter.tla", None, plan)

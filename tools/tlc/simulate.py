@@ -140,6 +140,10 @@ def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
             break
         behaviours += size
         batches += 1
+    if last is None and not budget_spent:
+        raise SimulationUsageError(f"shard {plan.shard} has no batch: {plan.num} behaviours make "
+                                   f"{math.ceil((plan.num or 0) / plan.batch)} batch(es) of {plan.batch}, "
+                                   "fewer than the shards")
     if last is None:
         raise SimulationUsageError(f"the time budget ({plan.time_budget} s) ended before a first batch of "
                                    f"{plan.batch} behaviours finished: give a larger --time-budget")
