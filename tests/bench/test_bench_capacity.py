@@ -1,25 +1,14 @@
 """The bench's capacity figures: real TLC on fixture models standing in for AllFeatures and DirectDeep."""
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 from deferdump.tools.bench.capacity import measure_capacity
-from support import FIXTURES as ALL_FIXTURES
-
-FIXTURES = ALL_FIXTURES / "tla"
+from support.manifests import fixture_manifest, fixture_model
 
 
 def _manifest(tmp_path: Path, models: list[tuple[str, str, object, int | None]], tier: str = "ci") -> Path:
-    for source in FIXTURES.iterdir():
-        shutil.copyfile(source, tmp_path / source.name)
-    path = tmp_path / "manifest.json"
-    path.write_text(json.dumps({"models": [
-        {"name": name, "module": module, "config": f"{module}.cfg", "tier": tier, "variant": "Direct",
-         "expect": expect, "distinct_states": distinct, "mutant": expect != "pass", "conformance": False}
-        for name, module, expect, distinct in models]}))
-    return path
+    return fixture_manifest(tmp_path, [fixture_model(*model, tier=tier) for model in models])
 
 
 def test_the_figures_come_from_a_real_check_and_a_real_simulation(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ the simulation of the same seed; bad merges and bad flags are one line and exit 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from support import FIXTURES as ALL_FIXTURES
+from support.manifests import fixture_manifest
+from support.manifests import fixture_model as _model
 
-FIXTURES = ALL_FIXTURES / "tla"
 DEFERDUMP = str(Path(sys.executable).parent / "deferdump")
 
 
@@ -24,17 +23,9 @@ def deferdump(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([DEFERDUMP, *args], capture_output=True, text=True, timeout=300)
 
 
-def _model(name: str, module: str, expect: object, distinct: int | None, tier: str = "ci") -> dict[str, object]:
-    return {"name": name, "module": module, "config": f"{module}.cfg", "tier": tier, "variant": "Direct",
-            "expect": expect, "distinct_states": distinct, "mutant": expect != "pass", "conformance": False}
-
-
 @pytest.fixture
 def manifest(tmp_path: Path) -> Path:
-    for source in FIXTURES.iterdir():
-        shutil.copyfile(source, tmp_path / source.name)
-    path = tmp_path / "manifest.json"
-    path.write_text(json.dumps({"models": [
+    return fixture_manifest(tmp_path, [
         _model("CounterOk", "Counter", "pass", 9),
         _model("QueueMutant", "Queue", {"violation": "LogBoundInv"}, 4),
         _model("CounterDrifted", "Counter", "pass", 10),  # fails: the manifest's count is wrong
@@ -42,8 +33,7 @@ def manifest(tmp_path: Path) -> Path:
         _model("WalkMutant", "Walk", {"violation": "FarInv"}, None, tier="deep"),
         _model("CounterDeep", "Counter", "pass", 9, tier="deep"),
         _model("WalkSim", "Walk", {"violation": "FarInv"}, None, tier="sim"),
-    ]}))
-    return path
+    ])
 
 
 def _verdicts(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
