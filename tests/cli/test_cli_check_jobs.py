@@ -23,6 +23,8 @@ from deferdump.tools.tlc.parallel import default_jobs
 from deferdump.tools.tlc.bridge import Progress as TlcProgress
 from deferdump.tools.tlc.manifest import CheckOutcome, check_spec
 from support import FIXTURES as ALL_FIXTURES
+from support.manifests import fixture_manifest
+from support.manifests import fixture_model as _model
 
 FIXTURES = ALL_FIXTURES / "tla"
 DEFERDUMP = str(Path(sys.executable).parent / "deferdump")
@@ -32,24 +34,15 @@ def deferdump(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([DEFERDUMP, *args], capture_output=True, text=True, timeout=180)
 
 
-def _model(name: str, module: str, expect: object, distinct: int | None) -> dict[str, object]:
-    return {"name": name, "module": module, "config": f"{module}.cfg", "tier": "ci", "variant": "Direct",
-            "expect": expect, "distinct_states": distinct, "mutant": expect != "pass", "conformance": False}
-
-
 @pytest.fixture
 def manifest(tmp_path: Path) -> Path:
-    for source in FIXTURES.iterdir():
-        shutil.copyfile(source, tmp_path / source.name)
-    path = tmp_path / "manifest.json"
-    path.write_text(json.dumps({"models": [
+    return fixture_manifest(tmp_path, [
         _model("CounterOk", "Counter", "pass", 9),
         _model("QueueMutant", "Queue", {"violation": "LogBoundInv"}, None),
         _model("CounterDrifted", "Counter", "pass", 10),  # fails: the manifest's count is wrong
         _model("DeadlockMutant", "Deadlock", {"violation": "Deadlock"}, 3),
         _model("CounterAgain", "Counter", "pass", 9),
-    ]}))
-    return path
+    ])
 
 
 def _without_seconds(results: list[dict[str, object]]) -> list[dict[str, object]]:

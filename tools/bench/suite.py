@@ -30,6 +30,7 @@ from deferdump.reference.stores.base import ReadyPayload, StoreError
 
 from deferdump.reference.errors import UserError
 from deferdump.conformance.corecov import CORE_BRANCH_TARGET
+from deferdump.tools.bench.capacity import capacity_skipped, measure_capacity
 from deferdump.tools.engine.forward import ModelShape, make_kv_caches
 from deferdump.tools.engine.phase_timer import PhaseTimer, summarize
 from deferdump.tools.engine.scheduler import WorkloadConfig
@@ -740,6 +741,11 @@ def run_bench(
         if include_tlc:
             progress("TLC")
             report.update(measure_tlc(config.tlc_timeout_s, model_limit=config.model_limit))
+            if config.model_limit is None:
+                progress("capacity: the all-features model and the simulation tier")
+                report.update(measure_capacity(config.tlc_timeout_s))
+            else:
+                report.update(capacity_skipped("--quick skips the all-features model and the simulation tier"))
             progress("trace validation")
             report.update(measure_trace_validation(max(config.tlc_timeout_s, 300.0),
                                                    events=200 if config.model_limit is not None else 1000))

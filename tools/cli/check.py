@@ -1,5 +1,9 @@
 """``deferdump check``: model-check one spec, or the manifest's models against their expectations.
 
+``--simulate`` runs TLC's random simulation instead (:mod:`deferdump.tools.tlc.simulate`); ``--shard K/N``
+checks a deterministic part of the selection (or, simulating, part of every simulation's batches); and
+``--merge FILE...`` merges the ``--json`` results of the shards into one run's (:mod:`...tlc.merge`).
+
 Exit status: 0 when every result is as expected, 1 when some result is not (a violation of a spec that
 should pass, a TLC error, a changed state count…), 2 for bad input found before TLC ran (a missing
 file, a malformed manifest, no Java, a corrupted jar). Bad input always gives one line on stderr.
@@ -8,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import json
+import secrets
 import logging
 import threading
 from collections.abc import Callable
@@ -22,8 +27,21 @@ from rich.text import Text
 
 from deferdump.reference.errors import UserError
 from deferdump.tools.tlc.java import locate_tlc
-from deferdump.tools.tlc.manifest import CheckOutcome, check_spec, load_manifest, outcomes_json
+from deferdump.tools.tlc.cfg import strip_comments
+from deferdump.tools.tlc.manifest import (
+    CheckOutcome,
+    Manifest,
+    ModelEntry,
+    check_spec,
+    load_manifest,
+    outcomes_json,
+    simulate_model,
+    simulate_spec,
+)
+from deferdump.tools.tlc.merge import load_results, merge_results
 from deferdump.tools.tlc.parallel import Job, default_jobs, model_job, run_checks
+from deferdump.tools.tlc.shard import Shard, shard_models
+from deferdump.tools.tlc.simulate import DEFAULT_DEPTH, SimulationPlan
 from deferdump.tools.tlc.values import format_value
 from deferdump.tools.tlc.bridge import Progress as TlcProgress
 from deferdump.tools.tlc.bridge import Status
@@ -48,6 +66,7 @@ class Tier(str, enum.Enum):
 
     ci = "ci"
     deep = "deep"
+    sim = "sim"
 
 
 class CheckUsageError(UserError):
@@ -58,8 +77,21 @@ def _is_spec(target: str) -> bool:
     return target.endswith(".tla") or Path(target).is_file()
 
 
+def _is_safety_model(entry: ModelEntry) -> bool:
+    """No PROPERTY in the cfg: a simulation's finite traces judge invariants only."""
+    text = strip_comments(entry.config_path.read_text(encoding="utf-8", errors="replace"))
+    return not any(word in ("PROPERTY", "PROPERTIES") for word in text.split())
+
+
+def simulation_tier(manifest: Manifest) -> list[ModelEntry]:
+    """What ``deferdump check --simulate`` covers by default: the deep tier's safety models and the sim tier."""
+    return [entry for entry in manifest.models
+            if entry.tier == Tier.sim.value or (entry.tier == Tier.deep.value and _is_safety_model(entry))]
+
+
 def _plan(targets: list[str], config: Path | None, workers: int | None, timeout: float | None,
-          tier: Tier | None, manifest: Path | None) -> list[tuple[str, Job]]:
+          tier: Tier | None, manifest: Path | None, simulation: SimulationPlan | None = None,
+          shard: Shard | None = None) -> list[tuple[str, Job]]:
     """The checks to run, each a label and a function of (progress callback, cancel event)."""
     specs = [target for target in targets if _is_spec(target)]
     if specs:
@@ -75,16 +107,36 @@ def _plan(targets: list[str], config: Path | None, workers: int | None, timeout:
         if config is None and not spec.with_suffix(".cfg").is_file():
             raise CheckUsageError(f"config not found: {spec.with_suffix('.cfg')} (pass --config)")
 
+        if shard is not None and simulation is None:
+            raise CheckUsageError("--shard splits manifest models or a simulation, not the check of one SPEC")
+
         def run_spec(progress: Callable[[TlcProgress], None], cancel: threading.Event) -> CheckOutcome:
+            if simulation is not None:
+                return simulate_spec(spec, config, simulation, progress=progress, cancel=cancel)
             return check_spec(spec, config, workers=workers or 1, timeout=timeout, progress=progress, cancel=cancel)
 
         return [(spec.stem, run_spec)]
     if config is not None:
         raise CheckUsageError("--config applies to a SPEC; manifest models name their own configs")
-    entries = load_manifest(manifest).select(targets, None if tier is None else tier.value)
+    loaded = load_manifest(manifest)
+    entries = loaded.select(targets, None if tier is None else tier.value)
     if not targets and tier is None:
-        entries = [entry for entry in entries if entry.tier == Tier.ci.value]
+        entries = simulation_tier(loaded) if simulation is not None else [
+            entry for entry in entries if entry.tier == Tier.ci.value]
+    if simulation is not None:
+        return [(entry.name, _simulation_job(entry, simulation)) for entry in entries]
+    too_big = [entry.name for entry in entries if entry.tier == Tier.sim.value]
+    if too_big:
+        raise CheckUsageError(f"tier sim is simulated only (add --simulate): {', '.join(too_big)}")
+    if shard is not None:
+        entries = shard_models(entries, shard)
     return [(entry.name, model_job(entry, workers=workers, timeout=timeout)) for entry in entries]
+
+
+def _simulation_job(entry: ModelEntry, plan: SimulationPlan) -> Job:
+    def run_simulation(progress: Callable[[TlcProgress], None], cancel: threading.Event) -> CheckOutcome:
+        return simulate_model(entry, plan, progress=progress, cancel=cancel)
+    return run_simulation
 
 
 def _run(jobs: list[tuple[str, Job]], show_progress: bool, parallel: int = 1) -> list[CheckOutcome]:
@@ -110,19 +162,28 @@ def _cell(value: object) -> str:
 
 
 def _print_table(outcomes: list[CheckOutcome], console: Console) -> None:
-    table = Table(title="deferdump check")
-    for header, justify in (("Model", "left"), ("Expected", "left"), ("Result", "left"), ("Property", "left"),
-                            ("Distinct", "right"), ("Generated", "right"), ("Depth", "right"),
-                            ("Seconds", "right"), ("OK", "center")):
+    _print_rows([(outcome.expectation.describe(), row) for outcome, row in
+                 zip(outcomes, outcomes_json(outcomes), strict=True)], console)
+
+
+def _print_rows(rows: list[tuple[str, dict[str, object]]], console: Console) -> None:
+    """(expected, ``--json`` object) rows as the result table; simulations add their behaviours and seed."""
+    simulated = any(row.get("mode") == "simulate" for _, row in rows)
+    table = Table(title="deferdump check --simulate" if simulated else "deferdump check")
+    headers = [("Model", "left"), ("Expected", "left"), ("Result", "left"), ("Property", "left"),
+               ("Distinct", "right"), ("Generated", "right"), ("Depth", "right")]
+    if simulated:
+        headers += [("Behaviours", "right"), ("Seed", "right")]
+    for header, justify in headers + [("Seconds", "right"), ("OK", "center")]:
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
-    for outcome in outcomes:
-        result = outcome.result
-        verdict = result.status.value + (f" ({result.kind.value})" if result.kind else "")
-        table.add_row(
-            outcome.model, outcome.expectation.describe(), verdict, _cell(result.property),
-            _cell(result.distinct_states), _cell(result.generated_states), _cell(result.depth),
-            f"{result.seconds:.1f}", Text("yes", style="green") if outcome.expected_ok else Text("NO", style="bold red"),
-        )
+    for expected, row in rows:
+        verdict = f"{row['status']}" + (f" ({row['kind']})" if row.get("kind") else "")
+        cells = [str(row["model"]), expected, verdict, _cell(row.get("property")), _cell(row.get("distinct_states")),
+                 _cell(row.get("generated_states")), _cell(row.get("depth"))]
+        if simulated:
+            cells += [_cell(row.get("behaviours")), _cell(row.get("seed"))]
+        ok = Text("yes", style="green") if row["expected_ok"] else Text("NO", style="bold red")
+        table.add_row(*cells, f"{float(row['seconds']):.1f}", ok)  # type: ignore[arg-type]
     console.print(table)
 
 
@@ -145,10 +206,32 @@ def _positive(value: float | None) -> float | None:
     return value
 
 
+def _merge(files: list[str], tier: Tier | None, manifest: Path | None) -> tuple[list[tuple[str, dict]], bool]:
+    """``--merge``: the merged rows (expected, JSON object) and whether every one is as expected."""
+    if not files:
+        raise CheckUsageError("--merge needs the JSON files of the shards (deferdump check --json output)")
+    loaded = load_manifest(manifest)
+    known = {entry.name: entry for entry in loaded.models}
+
+    def judge(model: str, item: dict) -> bool:
+        entry = known.get(model)
+        expect = entry.expect if entry is not None else None
+        violated = item.get("property") or ("Deadlock" if item.get("kind") == "deadlock" else None)
+        if expect is None or expect.passes:
+            return item["status"] == "pass"
+        return item["status"] == "violation" and violated == expect.violation
+
+    expected_models = None if tier is None else [entry.name for entry in loaded.select(tier=tier.value)]
+    merged = merge_results([(name, load_results(Path(name))) for name in files], expected_models=expected_models,
+                           judge=judge)
+    rows = [(known[item["model"]].expect.describe() if item["model"] in known else "pass", item) for item in merged]
+    return rows, all(item["expected_ok"] for item in merged)
+
+
 def check(
     targets: Optional[list[str]] = typer.Argument(  # noqa: UP045 - typer reads the annotation
-        None, metavar="[SPEC.tla | NAME...]",
-        help="A TLA+ module to check, or manifest model names (default: the ci tier)."),
+        None, metavar="[SPEC.tla | NAME... | FILE.json...]",
+        help="A TLA+ module to check, or manifest model names (default: the ci tier); with --merge, JSON files."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="Config for SPEC (default: SPEC.cfg)."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1,
                                           help="TLC worker threads (default 1; manifest models: their own)."),
@@ -160,15 +243,47 @@ def check(
     json_output: bool = typer.Option(False, "--json", help="Print one JSON list of results on stdout."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1,
                                        help="Models checked at once (default: the number of CPUs)."),
+    simulate: bool = typer.Option(False, "--simulate",
+                                  help="TLC's random simulation instead of model checking (default models: "
+                                       "the deep tier's safety models)."),
+    depth: int = typer.Option(DEFAULT_DEPTH, "--depth", min=1, help="Simulation: the longest behaviour."),
+    seed: Optional[int] = typer.Option(None, "--seed", min=0,
+                                       help="Simulation: the seed (default: a random one, printed in the result)."),
+    num: Optional[int] = typer.Option(None, "--num", min=1,
+                                      help="Simulation: behaviours in all (over every shard)."),
+    time_budget: Optional[float] = typer.Option(None, "--time-budget", callback=_positive,
+                                                help="Simulation: seconds per model (default 60 without --num)."),
+    shard: Optional[str] = typer.Option(None, "--shard", metavar="K/N",
+                                        help="Check part K of N of the selection (simulating: of its batches)."),
+    merge: bool = typer.Option(False, "--merge", help="Merge the --json results of shards (FILE.json...)."),
 ) -> None:
     """Model-check a SPEC, or the manifest's models against their expected results."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     _show_info_logs()
     try:
-        plan = _plan(list(targets or []), config, workers, timeout, tier, manifest)
-        if plan:
+        if merge:
+            if simulate or shard is not None or config is not None:
+                raise CheckUsageError("--merge takes the JSON files of finished runs; it checks nothing itself")
+            rows, all_ok = _merge(list(targets or []), tier, manifest)
+            _report_rows(rows, json_output)
+            if not all_ok:
+                raise typer.Exit(EXIT_UNEXPECTED)
+            return
+        part = None if shard is None else Shard.parse(shard)
+        plan = None
+        if simulate and (workers is not None or timeout is not None):
+            raise CheckUsageError("--simulate runs one TLC worker per batch and stops at --time-budget; "
+                                  "--workers and --timeout do not apply")
+        if simulate:
+            plan = SimulationPlan(depth=depth, seed=secrets.randbits(31) if seed is None else seed, num=num,
+                                  time_budget=time_budget if time_budget is not None or num is not None else 60.0,
+                                  shard=part or Shard())
+        elif seed is not None or num is not None or time_budget is not None or depth != DEFAULT_DEPTH:
+            raise CheckUsageError("--depth, --seed, --num and --time-budget apply to --simulate")
+        checks = _plan(list(targets or []), config, workers, timeout, tier, manifest, plan, part)
+        if checks:
             locate_tlc()  # fail on Java or the jar before any progress output
-        outcomes = _run(plan, show_progress=not json_output, parallel=jobs or default_jobs())
+        outcomes = _run(checks, show_progress=not json_output, parallel=jobs or default_jobs())
     except UserError as error:
         err.print(Text(f"deferdump check: {error}"))
         raise typer.Exit(EXIT_BAD_INPUT) from None
@@ -176,14 +291,16 @@ def check(
         err.print(Text("deferdump check: interrupted"))
         raise typer.Exit(130) from None
 
+    results = outcomes_json(outcomes)
+    if part is not None and plan is None:
+        for item in results:
+            item["shard"] = str(part)  # for --merge: which part of the selection this run was
     if json_output:
-        typer.echo(json.dumps(outcomes_json(outcomes), indent=2))
+        typer.echo(json.dumps(results, indent=2))
     else:
-        out = Console(highlight=False, soft_wrap=True)
-        if not out.is_terminal:
-            out = Console(highlight=False, soft_wrap=True, width=160)  # logs: keep table rows whole
+        out = _out_console()
         if outcomes:
-            _print_table(outcomes, out)
+            _print_rows([(o.expectation.describe(), item) for o, item in zip(outcomes, results, strict=True)], out)
             for outcome in outcomes:
                 if not outcome.expected_ok:
                     _print_details(outcome, out)
@@ -194,3 +311,26 @@ def check(
             err.print(Text(f"deferdump check: {outcome.model}: {outcome.result.message or outcome.summary}"))
     if not all(outcome.expected_ok for outcome in outcomes):
         raise typer.Exit(EXIT_UNEXPECTED)
+
+
+def _out_console() -> Console:
+    out = Console(highlight=False, soft_wrap=True)
+    if not out.is_terminal:
+        out = Console(highlight=False, soft_wrap=True, width=160)  # logs: keep table rows whole
+    return out
+
+
+def _report_rows(rows: list[tuple[str, dict]], json_output: bool) -> None:
+    """Merged results: the JSON list, or the table and each unexpected result's counterexample."""
+    if json_output:
+        typer.echo(json.dumps([item for _, item in rows], indent=2))
+        return
+    out = _out_console()
+    if rows:
+        _print_rows(rows, out)
+    for _, item in rows:
+        if item["expected_ok"]:
+            continue
+        out.print(Text(f"{item['model']}: {item.get('message') or item['status']}", style="bold"))
+        for index, step in enumerate(item.get("trace") or []):
+            out.print(Text(f"  {index}: <{step.get('action') or 'Initial predicate'}>", style="cyan"))

@@ -1,7 +1,8 @@
 """The model manifest (``spec/manifest.json``) and checking models against their expectations.
 
 Every model names a module and a config in the spec directory, a tier (``ci`` runs in CI, ``deep`` on
-demand), the connector variant, what TLC must find (``"pass"`` or ``{"violation": "<Property>"}``),
+demand, ``sim`` only by ``deferdump check --simulate``: beyond exhaustive reach, no state count), the
+connector variant, what TLC must find (``"pass"`` or ``{"violation": "<Property>"}``),
 and the distinct-state count it had when it was last reviewed. A changed count fails the check: the
 spec's meaning changed, and someone must look before the number is updated. A mutant that reproduces
 a bug reported in the field names its thread and its row (``"reproduces": "owner/repo#number"``,
@@ -21,8 +22,11 @@ from deferdump.reference.errors import UserError
 from deferdump.tools.tlc.specfiles import spec_dir
 from deferdump.tools.tlc.values import to_itf
 from deferdump.tools.tlc.bridge import Kind, Progress, Status, TlcResult, run_tlc
+from deferdump.tools.tlc.simulate import SimulationPlan, SimulationStats, simulate
 
-TIERS = ("ci", "deep")
+TIERS = ("ci", "deep", "sim")
+SIMULATED_ONLY = "sim"
+"""The tier of models too big to check exhaustively: simulated only, their ``distinct_states`` null."""
 VARIANTS = ("Direct", "LayerWise", "CP", "Contract")  # Contract: spec/ConnectorContract.tla and DeferDump against it
 DEADLOCK = "Deadlock"
 """``{"violation": "Deadlock"}`` expects TLC's deadlock check to fail (deadlocks have no property name)."""
@@ -159,6 +163,8 @@ def _entry(raw: Any, index: int, path: Path, root: Path) -> ModelEntry:
     distinct = raw["distinct_states"]
     if distinct is not None and (type(distinct) is not int or distinct < 1):
         raise _problem(path, where, f"'distinct_states' must be a positive integer or null, not {distinct!r}")
+    if raw["tier"] == SIMULATED_ONLY and distinct is not None:
+        raise _problem(path, where, "'distinct_states' must be null in tier sim (a simulation counts none)")
     for key in ("mutant", "conformance"):
         if not isinstance(raw[key], bool):
             raise _problem(path, where, f"'{key}' must be true or false, not {raw[key]!r}")
@@ -246,6 +252,7 @@ class CheckOutcome:
     mismatches: tuple[str, ...] = ()
     entry: ModelEntry | None = None
     expectation: Expectation = field(default_factory=Expectation)
+    simulation: SimulationStats | None = None  # set for a ``--simulate`` run
 
     @property
     def summary(self) -> str:
@@ -271,6 +278,7 @@ class CheckOutcome:
             "loop_index": result.loop_index,
             "message": (self.summary or None) if self.entry is not None and not self.expected_ok else result.message,
             "expected_ok": self.expected_ok,
+            **({} if self.simulation is None else self.simulation.to_json()),
         }
 
 
@@ -330,6 +338,29 @@ def check_spec(spec: Path, config: Path | None = None, *, workers: int = 1, time
     mismatches = compare(Expectation(), None, result)
     return CheckOutcome(model=Path(spec).stem, result=result, expected_ok=not mismatches,
                         mismatches=tuple(mismatches))
+
+
+def simulate_model(entry: ModelEntry, plan: SimulationPlan, *, config: Path | str | None = None,
+                   extra_modules: dict[str, str] | None = None,
+                   progress: Callable[[Progress], None] | None = None,
+                   cancel: threading.Event | None = None) -> CheckOutcome:
+    """Simulate a manifest model (``config``: another cfg for its module, e.g. bigger bounds) and judge the
+    verdict as :func:`check_model` does; simulations count no distinct states, so none is compared."""
+    result, stats = simulate(entry.module_path, config if config is not None else entry.config_path, plan,
+                             extra_modules=extra_modules or {}, progress=progress, cancel=cancel)
+    mismatches = compare(entry.expect, None, result)
+    return CheckOutcome(model=entry.name, result=result, expected_ok=not mismatches, mismatches=tuple(mismatches),
+                        entry=entry, expectation=entry.expect, simulation=stats)
+
+
+def simulate_spec(spec: Path, config: Path | None, plan: SimulationPlan, *,
+                  progress: Callable[[Progress], None] | None = None,
+                  cancel: threading.Event | None = None) -> CheckOutcome:
+    """Simulate any spec; it is as expected when no violation turns up."""
+    result, stats = simulate(spec, config, plan, progress=progress, cancel=cancel)
+    mismatches = compare(Expectation(), None, result)
+    return CheckOutcome(model=Path(spec).stem, result=result, expected_ok=not mismatches,
+                        mismatches=tuple(mismatches), simulation=stats)
 
 
 def outcomes_json(outcomes: Iterable[CheckOutcome]) -> list[dict[str, Any]]:

@@ -1,0 +1,121 @@
+"""`deferdump check --shard / --merge / --simulate` end to end: the console script, real TLC, fixture models.
+
+Two shards run side by side and their merged result equals one run's; a simulation's shards merge into
+the simulation of the same seed; bad merges and bad flags are one line and exit 2.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.manifests import fixture_manifest
+from support.manifests import fixture_model as _model
+
+DEFERDUMP = str(Path(sys.executable).parent / "deferdump")
+
+
+def deferdump(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([DEFERDUMP, *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def manifest(tmp_path: Path) -> Path:
+    return fixture_manifest(tmp_path, [
+        _model("CounterOk", "Counter", "pass", 9),
+        _model("QueueMutant", "Queue", {"violation": "LogBoundInv"}, 4),
+        _model("CounterDrifted", "Counter", "pass", 10),  # fails: the manifest's count is wrong
+        _model("DeadlockMutant", "Deadlock", {"violation": "Deadlock"}, 3),
+        _model("WalkMutant", "Walk", {"violation": "FarInv"}, None, tier="deep"),
+        _model("CounterDeep", "Counter", "pass", 9, tier="deep"),
+        _model("WalkSim", "Walk", {"violation": "FarInv"}, None, tier="sim"),
+    ])
+
+
+def _verdicts(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{key: value for key, value in result.items() if key not in ("seconds", "shard")} for result in results]
+
+
+def test_two_shards_side_by_side_merge_into_one_run(manifest: Path, tmp_path: Path) -> None:
+    common = [DEFERDUMP, "check", "--manifest", str(manifest), "--tier", "ci", "--json", "--jobs", "1"]
+    shards = [subprocess.Popen([*common, "--shard", f"{k}/2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True) for k in (1, 2)]
+    outputs = [shard.communicate(timeout=300) for shard in shards]
+    assert [shard.returncode for shard in shards].count(1) == 1  # CounterDrifted fails its shard only
+    parts = [json.loads(stdout) for stdout, _ in outputs]
+    assert all(item["shard"] == f"{k}/2" for k, part in zip((1, 2), parts, strict=True) for item in part)
+    assert {len(part) for part in parts} == {2}
+    files = []
+    for k, (stdout, _) in enumerate(outputs, start=1):
+        files.append(tmp_path / f"shard{k}.json")
+        files[-1].write_text(stdout)
+    merged = deferdump("check", "--merge", *map(str, files), "--manifest", str(manifest), "--tier", "ci", "--json")
+    single = deferdump("check", "--manifest", str(manifest), "--tier", "ci", "--json")
+    assert merged.returncode == single.returncode == 1, merged.stderr
+    assert _verdicts(json.loads(merged.stdout)) == _verdicts(json.loads(single.stdout))
+    table = deferdump("check", "--merge", *map(str, files), "--manifest", str(manifest))
+    assert table.returncode == 1 and "CounterDrifted" in table.stdout and "NO" in table.stdout
+
+    missing = deferdump("check", "--merge", str(files[0]), "--manifest", str(manifest))
+    assert missing.returncode == 2 and missing.stderr.strip() == (
+        "deferdump check: missing shards: 2/2 (merge the results of every shard)")
+    twice = deferdump("check", "--merge", str(files[0]), str(files[0]), str(files[1]), "--manifest", str(manifest))
+    assert twice.returncode == 2 and "duplicate result" in twice.stderr and "Traceback" not in twice.stderr
+
+
+def test_a_simulation_repeats_by_seed_and_its_shards_merge(manifest: Path, tmp_path: Path) -> None:
+    args = ["check", "--manifest", str(manifest), "WalkMutant", "CounterDeep", "--simulate", "--seed", "21",
+            "--depth", "30", "--num", "1200", "--json"]
+    first, again = deferdump(*args), deferdump(*args)
+    assert first.returncode == 0, first.stderr
+    one, two = json.loads(first.stdout), json.loads(again.stdout)
+    walk, counter = one
+    assert walk["mode"] == "simulate" and walk["seed"] == 21 and walk["status"] == "violation"
+    assert walk["property"] == "FarInv" and walk["trace"] == two[0]["trace"] and walk["distinct_states"] is None
+    assert counter["status"] == "pass" and counter["behaviours"] == 1200 and counter["batches"] == 3
+    files = []
+    for k in (1, 2):
+        out = deferdump(*args, "--shard", f"{k}/2")
+        files.append(tmp_path / f"sim{k}.json")
+        files[-1].write_text(out.stdout)
+    merged = deferdump("check", "--merge", *map(str, files), "--manifest", str(manifest), "--json")
+    assert merged.returncode == 0, merged.stderr
+    walk_m, counter_m = json.loads(merged.stdout)
+    assert counter_m["behaviours"] == 1200 and counter_m["status"] == "pass"
+    assert walk_m["trace"] == walk["trace"] and walk_m["expected_ok"] is True
+
+
+def test_the_sim_tier_is_simulated_only_and_joins_the_default_simulation(manifest: Path) -> None:
+    refused = deferdump("check", "--manifest", str(manifest), "--tier", "sim")
+    assert refused.returncode == 2 and "tier sim is simulated only (add --simulate): WalkSim" in refused.stderr
+    out = deferdump("check", "--manifest", str(manifest), "--simulate", "--seed", "2", "--num", "100", "--depth", "30",
+                    "--json")
+    assert out.returncode == 0, out.stderr
+    # the deep tier's safety models and the sim tier (Counter's cfg lists no PROPERTY)
+    assert [item["model"] for item in json.loads(out.stdout)] == ["WalkMutant", "CounterDeep", "WalkSim"]
+
+
+def test_a_simulation_table_names_the_seed(manifest: Path) -> None:
+    out = deferdump("check", "--manifest", str(manifest), "CounterDeep", "--simulate", "--seed", "4", "--num", "10",
+                    "--depth", "12")
+    assert out.returncode == 0, out.stderr
+    assert "deferdump check --simulate" in out.stdout and "Behaviours" in out.stdout and " 4 " in out.stdout
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--seed", "3"], "apply to --simulate"),
+    (["--simulate", "--workers", "2"], "do not apply"),
+    (["--simulate", "--num", "0"], "--num"),
+    (["--shard", "3/2"], "shard must be K/N"),
+    (["--shard", "x"], "shard must look like K/N"),
+    (["--merge"], "--merge needs the JSON files"),
+    (["--merge", "--simulate", "a.json"], "checks nothing itself"),
+    (["--merge", "nope.json"], "nope.json: no such file"),
+])
+def test_bad_flags_are_one_line_and_exit_2(args: list[str], fragment: str) -> None:
+    out = deferdump("check", *args)
+    assert out.returncode == 2 and fragment in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr

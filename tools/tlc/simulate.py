@@ -1,0 +1,159 @@
+"""TLC's random simulation of models beyond exhaustive reach, in repeatable batches of behaviours.
+
+TLC 2.15's ``-simulate`` counts neither the behaviours it generated nor distinct states (its statistics
+print ``-1``), and a correct spec without ``num=`` runs forever. So a simulation here is a sequence of
+batches, each one TLC run of ``-simulate num=B -depth D -seed S_i`` with one worker (one worker makes a
+seed's traces identical run to run): the behaviours are counted exactly (``B`` per finished batch), the
+batch seeds are derived from the one seed given, so the same seed replays the same batches and finds the
+same counterexample, and the batches of one simulation can be spread over machines (``shard``: batch
+``i`` belongs to shard ``i mod N``). A time budget stops the simulation; the batch it interrupts is
+discarded and not counted. A simulation that finds nothing reports ``pass``: no violation in so many
+behaviours, not a proof.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deferdump.reference.errors import UserError
+from deferdump.tools.tlc.bridge import Kind, Progress, Status, TlcResult, run_tlc
+from deferdump.tools.tlc.shard import Shard
+
+__all__ = ["BATCH_BEHAVIOURS", "DEFAULT_DEPTH", "Shard", "SimulationPlan", "SimulationStats", "batch_seed",
+           "simulate"]
+
+BATCH_BEHAVIOURS = 500
+"""Behaviours per TLC run: large enough that the JVM start (about 1 s) is a small share of a batch."""
+
+DEFAULT_DEPTH = 100
+"""TLC's own default trace depth."""
+
+_SEED_MASK = (1 << 62) - 1
+
+
+class SimulationUsageError(UserError):
+    """Simulation settings that cannot work (no bound, a zero depth, a seed out of range)."""
+
+
+@dataclass(frozen=True)
+class SimulationPlan:
+    """What to simulate: trace depth, the seed, how many behaviours or how long, and which shard."""
+
+    depth: int = DEFAULT_DEPTH
+    seed: int = 0
+    num: int | None = None  # behaviours in all (over every shard); None: until the time budget
+    time_budget: float | None = None  # seconds, per shard
+    batch: int = BATCH_BEHAVIOURS
+    shard: Shard = Shard()
+
+    def __post_init__(self) -> None:
+        if self.depth < 1:
+            raise SimulationUsageError(f"depth must be at least 1, not {self.depth}")
+        if self.num is None and self.time_budget is None:
+            raise SimulationUsageError("a simulation needs --num or --time-budget (TLC would run forever)")
+        if self.num is not None and self.num < 1:
+            raise SimulationUsageError(f"num must be at least 1, not {self.num}")
+        if self.time_budget is not None and self.time_budget <= 0:
+            raise SimulationUsageError(f"time budget must be positive, not {self.time_budget}")
+        if self.batch < 1:
+            raise SimulationUsageError(f"batch must be at least 1, not {self.batch}")
+        if not 0 <= self.seed <= _SEED_MASK:
+            raise SimulationUsageError(f"seed must be in 0..{_SEED_MASK}, not {self.seed}")
+
+    def batches(self) -> Iterator[tuple[int, int]]:
+        """(global batch index, behaviours) of this shard's batches, in order; endless without ``num``."""
+        index = self.shard.index - 1
+        total = None if self.num is None else math.ceil(self.num / self.batch)
+        while total is None or index < total:
+            size = self.batch if self.num is None else min(self.batch, self.num - index * self.batch)
+            yield index, size
+            index += self.shard.count
+
+
+@dataclass(frozen=True)
+class SimulationStats:
+    """What a simulation explored: the figures ``deferdump check --simulate --json`` adds to a result."""
+
+    seed: int
+    depth: int
+    behaviours: int  # behaviours of the finished batches (an interrupted batch is not counted)
+    batches: int
+    shard: Shard
+    budget_spent: bool  # the time budget stopped it (rather than ``num`` or a violation)
+    batch_seed: int | None = None  # the seed of the batch whose result is reported (a violation's replays it)
+    batch_index: int | None = None  # that batch's place in the simulation's sequence of batches
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": "simulate", "seed": self.seed, "depth_bound": self.depth, "behaviours": self.behaviours,
+                "batches": self.batches, "shard": str(self.shard), "budget_spent": self.budget_spent,
+                "batch_seed": self.batch_seed, "batch_index": self.batch_index}
+
+
+def batch_seed(seed: int, index: int) -> int:
+    """The TLC seed of batch ``index``: the seed itself for batch 0, then a pseudo-random derivation
+    (distinct batches must not replay each other's traces, and the mapping must never change)."""
+    if index == 0:
+        return seed
+    return random.Random(f"deferdump-sim:{seed}:{index}").getrandbits(62) & _SEED_MASK
+
+
+def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
+             extra_modules: Mapping[str, str] = {},  # noqa: B006 - read only
+             progress: Callable[[Progress], None] | None = None,
+             cancel: threading.Event | None = None) -> tuple[TlcResult, SimulationStats]:
+    """Run the plan's batches until ``num`` behaviours, the time budget, a violation or an error.
+
+    The result is the violating (or failing) batch's, with ``generated_states`` summed over the batches,
+    ``seconds`` the whole simulation's wall time and ``distinct_states`` None (TLC does not count them).
+    TLC's "states generated" of a batch stopped by a violation depends on timing (its last progress
+    report), so only the verdict, the trace and the behaviour counts repeat exactly for a seed.
+    """
+    started = time.monotonic()
+    deadline = None if plan.time_budget is None else started + plan.time_budget
+    behaviours = generated = batches = 0
+    last: TlcResult | None = None
+    last_seed: int | None = None
+    last_index: int | None = None
+    budget_spent = False
+    for index, size in plan.batches():
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            budget_spent = True
+            break
+        seed = batch_seed(plan.seed, index)
+        result = run_tlc(spec, config, workers=1, timeout=remaining, extra_modules=extra_modules,
+                         extra_args=["-simulate", f"num={size}", "-depth", str(plan.depth), "-seed", str(seed)],
+                         progress=progress, cancel=cancel)
+        if result.kind is Kind.TIMEOUT:  # the only timeout given is the budget's: the batch is discarded
+            budget_spent = True
+            break
+        last, last_seed, last_index = result, seed, index
+        generated += result.generated_states or 0
+        if result.status is not Status.PASS:
+            break
+        behaviours += size
+        batches += 1
+    if last is None and not budget_spent:
+        raise SimulationUsageError(f"shard {plan.shard} has no batch: {plan.num} behaviours make "
+                                   f"{math.ceil((plan.num or 0) / plan.batch)} batch(es) of {plan.batch}, "
+                                   "fewer than the shards")
+    if last is None:
+        raise SimulationUsageError(f"the time budget ({plan.time_budget} s) ended before a first batch of "
+                                   f"{plan.batch} behaviours finished: give a larger --time-budget")
+    seconds = time.monotonic() - started
+    message = last.message
+    if last.status is Status.PASS:
+        message = f"no violation in {behaviours:,} behaviours of depth <= {plan.depth} (seed {plan.seed})"
+    result = dataclasses.replace(last, distinct_states=None, generated_states=generated, seconds=seconds,
+                                 message=message)
+    stats = SimulationStats(seed=plan.seed, depth=plan.depth, behaviours=behaviours, batches=batches,
+                            shard=plan.shard, budget_spent=budget_spent, batch_seed=last_seed,
+                            batch_index=last_index)
+    return result, stats
