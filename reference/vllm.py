@@ -36,12 +36,14 @@ try:  # vLLM is optional: the adapter is the only module that needs it.
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (
         KVConnectorBase_V1,
         KVConnectorRole,
+        KVConnectorTransferResults,
         SupportsHMA,
     )
 
     _VLLM_IMPORT_ERROR: ImportError | None = None
 except ImportError as _exc:  # pragma: no cover - exercised by the main suite, which has no vLLM
     KVConnectorRole = None  # type: ignore[assignment]
+    KVConnectorTransferResults = None  # type: ignore[assignment,misc]
 
     class KVConnectorBase_V1:  # type: ignore[no-redef]
         """Stand-in base when vLLM is missing (the connector then cannot be constructed)."""
@@ -317,8 +319,8 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
         return self.core.get_num_new_matched_tokens(request_view(request), num_computed_tokens)
 
     def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks", num_external_tokens: int) -> None:
-        block_ids, _ = split_groups(blocks.get_block_ids(), self._group_order, f"request {request.request_id}")
-        self.core.update_state_after_alloc(request_view(request), block_ids, num_external_tokens)
+        block_ids, others = split_groups(blocks.get_block_ids(), self._group_order, f"request {request.request_id}")
+        self.core.update_state_after_alloc(request_view(request), block_ids, num_external_tokens, others)
 
     def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> DeferDumpMetadata:
         view = step_view(scheduler_output, self._group_order)
@@ -337,8 +339,9 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
         return delayed, params
 
     def update_connector_output(self, connector_output: Any) -> None:
-        """vLLM's aggregated worker output for a step (logged only: this connector keeps no state of it)."""
+        """vLLM's aggregated worker output for a step: finished_recving ends a request's asynchronous load."""
         super().update_connector_output(connector_output)
+        self.core.update_connector_output(connector_output.finished_recving or ())
         if self._trace is not None:
             self._trace.write(
                 "update_connector_output",
@@ -411,6 +414,17 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
                               reported=ids(finished[0]))
         self._export_metrics()
         return finished
+
+    def get_transfer_results(self, finished_req_ids: set[str]) -> Any:
+        """vLLM's per-step worker results: `get_finished`'s two sets, and `failed_recving`, the asynchronous
+        loads that failed under several KV-cache groups (vLLM 0.32 raises on block-level load errors there:
+        scheduler.py `_handle_invalid_blocks`; a failed receive restarts the request instead)."""
+        sending, recving = self.get_finished(finished_req_ids)
+        return KVConnectorTransferResults(
+            finished_sending=set(sending or ()),
+            finished_recving=set(recving or ()),
+            failed_recving=self.core.take_failed_recving(),
+        )
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         return set(self.core.get_block_ids_with_load_errors())
