@@ -22,11 +22,13 @@ ALLOWED: dict[str, set[str]] = {
     "reference": set(),
     "tools.tlc": {"reference"},
     "tools.engine": {"reference"},
+    "tools.vllmrun": {"reference"},
     "conformance": {"reference", "tools.tlc"},
     "tools.explain": {"reference", "tools.tlc"},
     "tools.mro": {"reference", "tools.tlc"},
-    "tools.bench": {"reference", "tools.tlc", "tools.engine", "conformance"},
-    "tools.cli": {"reference", "tools.tlc", "tools.engine", "conformance", "tools.explain", "tools.mro", "tools.bench"},
+    "tools.bench": {"reference", "tools.tlc", "tools.engine", "tools.vllmrun", "conformance"},
+    "tools.cli": {"reference", "tools.tlc", "tools.engine", "tools.vllmrun", "conformance", "tools.explain", "tools.mro",
+                  "tools.bench"},
 }
 # inside reference: the stores sit below the connector and know nothing of it.
 STORES_MAY_IMPORT = ("deferdump.reference.errors", "deferdump.reference.stores")

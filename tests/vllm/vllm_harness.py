@@ -15,7 +15,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-# The tiny models live in the package (deferdump watch and bench build them too); re-exported here.
+# The engine runner and the tiny models live in the package (deferdump's own vLLM drivers use them too);
+# re-exported here.
 from deferdump.reference.testing.tinymodel import (  # noqa: F401
     SLIDING_WINDOW,
     TINY_HYBRID_CONFIG,
@@ -23,6 +24,8 @@ from deferdump.reference.testing.tinymodel import (  # noqa: F401
     VOCAB_SIZE,
     write_tiny_model,
 )
+from deferdump.tools.vllmrun import engine
+from deferdump.tools.vllmrun.engine import drain, engine_core, scheduler_connector, shutdown, worker_connector  # noqa: F401
 
 CONNECTOR_CLASS = "DeferDumpConnector"
 CONNECTOR_MODULE = "deferdump.reference.vllm"
@@ -81,53 +84,17 @@ def greedy(max_tokens: int):
     return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
 
 
+# Every test engine: the tiny model's dummy weights (a test comparing outputs passes load_format="auto" with a
+# model written with weights), token-id prompts, eager mode, short sequences, a small explicit KV cache.
+TEST_ENGINE_OPTIONS: dict[str, Any] = dict(
+    load_format="dummy", max_model_len=256, block_size=BLOCK_SIZE, kv_cache_memory_bytes=16 << 20,
+)
+
+
 def build_llm(model_dir: Path, kv_transfer_config: Mapping[str, Any] | None, **overrides: Any):
     """An in-process (or, by environment, multiprocess) `LLM` on the tiny model with the connector
     (none when `kv_transfer_config` is None)."""
-    from vllm import LLM
-
-    kwargs: dict[str, Any] = dict(
-        model=str(model_dir),
-        load_format="dummy",
-        skip_tokenizer_init=True,
-        enforce_eager=True,
-        max_model_len=256,
-        block_size=BLOCK_SIZE,
-        kv_cache_memory_bytes=16 << 20,
-    )
-    if kv_transfer_config is not None:
-        kwargs["kv_transfer_config"] = dict(kv_transfer_config)
-    kwargs.update(overrides)
-    return LLM(**kwargs)
-
-
-def engine_core(llm):
-    """The in-process `EngineCore` (scheduler and executor live in this process)."""
-    return llm.llm_engine.engine_core.engine_core
-
-
-def scheduler_connector(llm):
-    """The scheduler-side connector instance vLLM built (in-process mode only)."""
-    return engine_core(llm).scheduler.connector
-
-
-def worker_connector():
-    """The worker-side connector instance vLLM built (in-process mode only)."""
-    from vllm.distributed.kv_transfer import get_kv_transfer_group
-
-    return get_kv_transfer_group()
-
-
-def drain(llm, *, max_steps: int = 10_000) -> int:
-    """Step the engine until the scheduler holds no request, delayed frees included; returns steps."""
-    scheduler = engine_core(llm).scheduler
-    steps = 0
-    while scheduler.has_requests():
-        llm.llm_engine.step()
-        steps += 1
-        if steps >= max_steps:
-            raise AssertionError(f"engine did not drain within {max_steps} steps: {len(scheduler.requests)} held")
-    return steps
+    return engine.build_llm(model_dir, kv_transfer_config, **{**TEST_ENGINE_OPTIONS, **overrides})
 
 
 def free_block_count(llm) -> int:
@@ -139,22 +106,11 @@ def total_block_count(llm) -> int:
     return engine_core(llm).scheduler.kv_cache_manager.block_pool.num_gpu_blocks
 
 
-def shutdown(llm) -> None:
-    """Shut the engine down (connector `shutdown` on both sides) and reset vLLM's process globals."""
-    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-
-    llm.llm_engine.engine_core.shutdown()
-    cleanup_dist_env_and_memory()
-
-
 @contextlib.contextmanager
 def running_llm(model_dir: Path, kv_transfer_config: Mapping[str, Any] | None, **overrides: Any) -> Iterator[Any]:
     """An engine that is always shut down, so the next test can build its own in this process."""
-    llm = build_llm(model_dir, kv_transfer_config, **overrides)
-    try:
+    with engine.running_llm(model_dir, kv_transfer_config, **{**TEST_ENGINE_OPTIONS, **overrides}) as llm:
         yield llm
-    finally:
-        shutdown(llm)
 
 
 def deferdump_connectors(connector: Any) -> list[Any]:
