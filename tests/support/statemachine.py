@@ -49,6 +49,8 @@ class Deployment:
     kv_load_failure_policy: str = "fail"  # vLLM's default; "recompute" breaks an invariant (docs/engine.md)
     sliding_window: int | None = None  # a hybrid model: full attention + a sliding window of this many tokens
     hybrid_fence: str = "freed"  # the connector's fence for hybrid models ("none" is #989 as merged)
+    load_async: bool = False  # asynchronous loads (WAITING_FOR_REMOTE_KVS, finished_recving)
+    test_drop_aborted_recving: bool = False  # TEST-ONLY broken mode: real bug P8
 
     def loop_config(self) -> LoopConfig:
         workload = WorkloadConfig(
@@ -65,6 +67,7 @@ class Deployment:
             variant=self.variant, block_size=self.block_size,
             cp_world_size=self.world_size if self.variant == "cp" else 1, use_layerwise=self.use_layerwise,
             is_mla=self.is_mla, verify_dumps=self.verify_dumps, hybrid_fence=self.hybrid_fence,
+            load_async=self.load_async, test_drop_aborted_recving=self.test_drop_aborted_recving,
         )
         return LoopConfig(
             workload, shape, connector, Mode.DEFERRED, world_size=self.world_size, check_invariants=True, oracle=True,
