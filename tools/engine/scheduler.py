@@ -73,6 +73,8 @@ class SchedulerConnector(Protocol):
         self, request: RequestView, block_ids: tuple[Sequence[int], ...]
     ) -> tuple[bool, dict[str, Any] | None]: ...
 
+    def update_connector_output(self, finished_recving: Iterable[str] = ()) -> None: ...
+
 
 @dataclasses.dataclass(frozen=True)
 class WorkloadConfig:
@@ -637,6 +639,9 @@ class SimScheduler:
             self._finish(request, outcome)
         for req_id, count in (recv_reports or {}).items():
             self._received(req_id, count, outcome)
+        if outcome.received and self.connector is not None:  # vLLM's aggregated output, every rank's report
+            with self._measure("sched_connector"):
+                self.connector.update_connector_output(outcome.received)
         for req_id, count in reports.items():
             request = self.requests.get(req_id)
             if request is None or request.status is not Status.HELD:
