@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.deferdump-installed
 
-.PHONY: setup system-deps verify test test-vllm vllm-env bench clean java-check
+.PHONY: setup system-deps verify test test-vllm vllm-env bench bench-vllm clean java-check
 
 # System programs the tests use, installed through apt when missing (as root on Debian), else one line
 # naming what to install: Java for TLC, Chromium for the explain page's browser test,
@@ -81,12 +81,17 @@ $(VLLM_BASE_STAMP):
 	@touch $(VLLM_BASE_STAMP)
 
 $(VLLM_STAMP): pyproject.toml $(VLLM_BASE_STAMP)
-	set -o pipefail; $(EDITABLE_LOCK) $(VLLM_VENV)/bin/python -m pip install -q -e '.[test,redis]' 2>&1 | { $(PIP_QUIET_LOCATIONS); }
+	set -o pipefail; $(EDITABLE_LOCK) $(VLLM_VENV)/bin/python -m pip install -q -e '.[test,bench,redis]' 2>&1 | { $(PIP_QUIET_LOCATIONS); }
 	@touch $(VLLM_STAMP)
 
 # The vLLM environment alone (.ci/run builds it in the background from the start, beside `make setup` and
 # `make test`).
 vllm-env: $(VLLM_STAMP)
+
+# The connectors inside real vLLM (docs/benchmarks.md, "Inside vLLM"): no connector, ExampleConnector and the
+# reference connector on each store, rounds interleaved; `deferdump bench --vllm --quick` for a short pass.
+bench-vllm: system-deps $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/deferdump bench --vllm --json --plot docs/bench-vllm.png
 
 # On VLLM_TEST_JOBS pytest-xdist workers (default 2; 0 = one process). Each test file stays on one worker
 # (`--dist loadfile`: a file's vLLM import and session fixtures are paid once per worker). Two engines side

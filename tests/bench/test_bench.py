@@ -36,8 +36,8 @@ FIXTURES = ALL_FIXTURES / "tla"
 DEFERDUMP = str(Path(sys.executable).parent / "deferdump")
 ISSUE_KEYS = (
     "wait_for_save_deferred_over_blocking", "step_overhead_over_nosave", "dump_bandwidth_over_memcpy",
-    "python_ms_per_step_256", "replay_steps_per_s", "tlc_distinct_states_per_s", "tlc_generated_states_per_s",
-    "ci_tier_seconds", "device", "torch_threads",
+    "python_ms_per_step_256", "wait_for_save_ms_per_step_256", "replay_steps_per_s", "tlc_distinct_states_per_s",
+    "tlc_generated_states_per_s", "ci_tier_seconds", "device", "torch_threads",
     "copy_threads", "cpu_model",
 )
 
@@ -51,7 +51,8 @@ def test_every_issue_key_is_present_with_sane_values(tiny_bench: tuple[dict, dic
     report, _runs = tiny_bench
     for key in ISSUE_KEYS:
         assert key in report, key
-    for key in ("wait_for_save_deferred_over_blocking", "dump_bandwidth_over_memcpy", "python_ms_per_step_256"):
+    for key in ("wait_for_save_deferred_over_blocking", "dump_bandwidth_over_memcpy", "python_ms_per_step_256",
+                "wait_for_save_ms_per_step_256"):
         assert isinstance(report[key], float) and math.isfinite(report[key]) and report[key] > 0, key
     assert math.isfinite(report["step_overhead_over_nosave"]) and report["step_overhead_over_nosave"] > -1
     assert report["device"] == "cpu" and report["torch_threads"] >= 1 and report["copy_threads"] == 1
@@ -98,8 +99,10 @@ def test_raw_figures_have_medians_and_extremes(tiny_bench: tuple[dict, dict]) ->
         assert report[key]["n"] == 2 and 0 < report[key]["min"] <= report[key]["median"] <= report[key]["max"]
     assert report["python_running_requests"]["min"] >= 256
     assert report["python_ms_raw"]["n"] == 3
-    assert set(report["goals"]) >= {"wait_for_save_deferred_over_blocking", "step_overhead_over_nosave",
+    assert set(report["goals"]) >= {"wait_for_save_ms_per_step_256", "step_overhead_over_nosave",
                                     "dump_bandwidth_over_memcpy", "python_ms_per_step_256", "replay_steps_per_s"}
+    assert "wait_for_save_deferred_over_blocking" not in report["goals"]  # reported, no longer a goal
+    assert report["wait_for_save_ms_per_step_256"] == report["python_ms_by_phase"]["wait_for_save"]["median"]
     assert report["goals"]["replay_steps_per_s"]["met"] in (None, True, False)
 
 
@@ -222,7 +225,8 @@ def test_cli_bench_cuda_without_cuda_is_one_line() -> None:
 
 def test_malloc_tuning_applies_in_a_fresh_process() -> None:
     code = "from deferdump.tools.bench.suite import tune_malloc; print(tune_malloc())"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    # The timeout only guards against a hang: on a loaded machine the import alone took over 60 s.
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
 
 

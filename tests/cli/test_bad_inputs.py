@@ -214,6 +214,10 @@ CLI_CASES: dict[str, CliCase] = {
     "traces-unknown-model": CliCase(
         lambda d: ["traces", "NoSuchModel", "--manifest", str(_manifest(d)), "--out", str(d / "out")],
         ("unknown model 'NoSuchModel'",)),
+    "bench-connector-without-vllm": CliCase(lambda d: ["bench", "--connector", "example"],
+                                            ("--connector and --rounds go with --vllm",)),
+    "bench-vllm-unknown-connector": CliCase(lambda d: ["bench", "--vllm", "--connector", "nixl"],
+                                            ("unknown connector 'nixl'", "reference-memory")),
     "traces-out-is-a-file": CliCase(
         lambda d: ["traces", "Counter", "--manifest", str(_manifest(d)), "--out", str(_write(d / "out", "x"))],
         ("--out", "exists and is not a directory")),

@@ -2,7 +2,8 @@
 # One prepared GPU check (issue 8, "GPU"): the CUDA tests, then `deferdump bench --device cuda --json`
 # (full run) with its plot. Everything it produces goes to $OUT (default ./gpu-out):
 #   gpu_check.log, nvidia-smi.txt, torch.txt, cuda-tests.xml, bench-cuda.json, bench-cuda.png,
-#   bench-cuda-quick.json (a first, quick pass that is kept even if the full run runs out of time).
+#   bench-cuda-quick.json (a first, quick pass that is kept even if the full run runs out of time), and
+#   bench-vllm.json / bench-vllm.png (deferdump bench --vllm --quick) where vLLM is installed.
 # Usage (repository root of a checkout, on a machine with an NVIDIA GPU):
 #   OUT=/some/dir tools/gpu_check.sh
 # It reuses a Python whose torch already sees CUDA (venv with --system-site-packages); otherwise it installs
@@ -53,5 +54,13 @@ report = json.load(open(sys.argv[1]))
 for key, verdict in report["goals"].items():
     print(f"{key}: {verdict['value']} (goal {verdict['goal']}, met {verdict['met']})")
 PYEOF
+# The connectors inside real vLLM (deferdump bench --vllm), where this machine's Python has vLLM: the device
+# machine reaches no package index, so it is used only when already installed there.
+if "$VPY" -c "import vllm, sys; sys.exit(0 if vllm.__version__ else 1)" 2>/dev/null; then
+  echo "gpu_check: deferdump bench --vllm --quick"
+  "$VENV/bin/deferdump" bench --vllm --quick --json --plot "$OUT/bench-vllm.png" > "$OUT/bench-vllm.json" || status=1
+else
+  echo "gpu_check: deferdump bench --vllm skipped: vLLM is not installed for $VPY"
+fi
 echo "gpu_check: done, status $status"
 exit $status

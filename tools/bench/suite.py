@@ -38,7 +38,10 @@ from deferdump.tools.engine.steploop import CONNECTOR_PHASES, LoopConfig, Mode, 
 logger = logging.getLogger(__name__)
 
 GOALS = {
-    "wait_for_save_deferred_over_blocking": ("<=", 0.02),
+    # What the step loop pays inside wait_for_save with 256 running requests (copies negligible): the protocol's
+    # own per-step work, absolute. The deferred/blocking ratio (`wait_for_save_deferred_over_blocking`) stays
+    # reported without a goal: it is bounded by that work, not by anything a user sees (docs/benchmarks.md).
+    "wait_for_save_ms_per_step_256": ("<=", 0.1),
     "step_overhead_over_nosave": ("<=", 0.05),
     "dump_bandwidth_over_memcpy": (">=", 0.70),  # CPU goal; CUDA: 0.80
     "redis_dump_bandwidth_over_raw": (">=", 0.80),  # RedisStore's dump path vs plain pipelined SETs
@@ -361,7 +364,9 @@ def measure_dump_bandwidth(config: BenchConfig) -> dict[str, Any]:
         store.close()
         copier.close()
     ratios = [d / c for d, c in zip(dump_rates, copy_rates)]
-    gbps = lambda rates: {k: (round(v / 1e9, 3) if isinstance(v, float) else v) for k, v in summarize(rates).items()}  # noqa: E731
+    # four significant digits, never decimals: a loaded machine's tiny run can copy under 0.5 MB/s, which
+    # three decimals of GB/s rounded to 0
+    gbps = lambda rates: {k: (float(f"{v / 1e9:.4g}") if isinstance(v, float) else v) for k, v in summarize(rates).items()}  # noqa: E731
     return {
         "dump_bandwidth_over_memcpy": statistics.median(dump_rates) / statistics.median(copy_rates),
         "dump_bandwidth_gbps": gbps(dump_rates),
@@ -424,7 +429,9 @@ def measure_redis_bandwidth(config: BenchConfig) -> dict[str, Any]:
         client.close()
         store.close()
         server.close()
-    gbps = lambda rates: {k: (round(v / 1e9, 3) if isinstance(v, float) else v) for k, v in summarize(rates).items()}  # noqa: E731
+    # four significant digits, never decimals: a loaded machine's tiny run can copy under 0.5 MB/s, which
+    # three decimals of GB/s rounded to 0
+    gbps = lambda rates: {k: (float(f"{v / 1e9:.4g}") if isinstance(v, float) else v) for k, v in summarize(rates).items()}  # noqa: E731
     return {
         "redis_dump_bandwidth_over_raw": statistics.median(store_rates) / statistics.median(raw_rates),
         "redis_dump_gbps": gbps(store_rates),
@@ -465,12 +472,14 @@ def measure_python_time(config: BenchConfig, *, running: int = 256) -> dict[str,
         store.close()
     figures: dict[str, Any] = {
         "python_ms_per_step_256": statistics.median(per_step) * 1000.0 if reached >= running else None,
+        "wait_for_save_ms_per_step_256": by_phase["wait_for_save"]["median"] if reached >= running else None,
         "python_ms_raw": _ms(per_step),
         "python_ms_by_phase": by_phase,
         "python_running_requests": summarize([float(c) for c in counts]),
     }
     if reached < running:
         figures["python_ms_per_step_256_reason"] = f"only {reached} requests were running after warm-up"
+        figures["wait_for_save_ms_per_step_256_reason"] = figures["python_ms_per_step_256_reason"]
     return figures
 
 

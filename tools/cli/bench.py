@@ -17,6 +17,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from deferdump.reference.errors import UserError
+
 
 
 class DeviceChoice(str, enum.Enum):
@@ -34,6 +36,11 @@ def _fmt(value: Any) -> str:
 
 def bench(
     quick: bool = typer.Option(False, "--quick", help="Scaled-down sizes; finishes within 2 minutes."),
+    vllm: bool = typer.Option(False, "--vllm", help="Measure connectors inside real vLLM (run from .venv-vllm): "
+                              "TTFT of a store hit over a recompute, prefill and decode throughput with saving on."),
+    connector: Optional[list[str]] = typer.Option(None, "--connector", help="With --vllm: a connector to run "
+                                                  "(repeatable; default every one this environment can run)."),
+    rounds: Optional[int] = typer.Option(None, "--rounds", min=1, help="With --vllm: rounds (default 3; 1 with --quick)."),
     device: DeviceChoice = typer.Option(DeviceChoice.cpu, "--device", help="Where the KV caches live."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object with every figure."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write step-time distributions per mode (PNG).",
@@ -45,6 +52,11 @@ def bench(
                                     "synchronous and asynchronous loads (figure load_modes, docs/async-loads.md)."),
 ) -> None:
     """Measure what deferring the dump wait buys (wait_for_save, step time) and what it costs."""
+    if vllm:
+        _bench_vllm(quick, connector or [], rounds, as_json, plot)
+        return
+    if connector or rounds is not None:
+        raise UserError("--connector and --rounds go with --vllm")
     from deferdump.tools.bench.suite import BenchConfig, run_bench  # torch loads only when a benchmark runs
     from deferdump.tools.bench.plot import plot_modes
 
@@ -75,6 +87,8 @@ def bench(
         reason = report.get(f"{key}_reason")
         table.add_row(key, _fmt(verdict["value"]) if reason is None else f"— ({reason})", verdict["goal"],
                       _fmt(verdict["met"]))
+    table.add_row("wait_for_save_deferred_over_blocking", _fmt(report.get("wait_for_save_deferred_over_blocking")),
+                  "report", "")
     table.add_row("tlc_distinct_states_per_s", _fmt(report.get("tlc_distinct_states_per_s")), "report", "")
     for model, row in report.get("tlc_models", {}).items():
         table.add_row(f"TLC {model}", f"{_fmt(row['generated_states'])} generated, {_fmt(row['distinct_states'])} "
@@ -88,3 +102,46 @@ def bench(
     Console().print(f"{report['cpu_model']}, {report['cpu_cores']} cores, torch {report['torch_version']}, "
                     f"torch_threads={report['torch_threads']}, copy_threads={report['copy_threads']}, "
                     f"{report['seconds']} s")
+
+
+def _bench_vllm(quick: bool, connectors: list[str], rounds: Optional[int], as_json: bool, plot: Optional[Path]) -> None:
+    """`deferdump bench --vllm`: the connectors in real vLLM, one engine at a time, rounds interleaved."""
+    from deferdump.tools.bench.vllm_bench import VllmBenchConfig, plot_vllm, run_vllm_bench
+
+    logging.getLogger("deferdump.reference").setLevel(logging.ERROR)
+    config = VllmBenchConfig.quick() if quick else VllmBenchConfig()
+    config = dataclasses.replace(config, connectors=tuple(connectors),
+                                 rounds=rounds if rounds is not None else config.rounds)
+    err = Console(stderr=True)
+    with err.status("bench --vllm: starting") as status:
+        report = run_vllm_bench(config, on_progress=lambda message: status.update(f"bench --vllm: {message}"))
+    if plot is not None:
+        title = (f"deferdump bench --vllm ({'quick' if quick else 'full'}, {report['prompt_tokens_label']}, "
+                 f"{report['cpu_model']}, {report['rounds_label']})")
+        report["plot"] = str(plot_vllm(report, plot, title=title))
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, sort_keys=False))
+        return
+    table = Table(title=f"deferdump bench --vllm ({'quick' if quick else 'full'}, vLLM {report['vllm_version']})")
+    for column in ("connector", "TTFT hit / recompute", "prefill / none", "decode / none", "hit tokens",
+                   "stored MB/s"):
+        table.add_column(column)
+    for name, row in report["connectors"].items():
+        table.add_row(name, _spread(row["vllm_ttft_hit_over_recompute"]),
+                      _spread(row["vllm_prefill_throughput_over_none"]), _spread(row["vllm_decode_throughput_over_none"]),
+                      str(row["hit_tokens"]), f"{row['stored_bytes_per_s']['median'] / 1e6:.1f}")
+    Console().print(table)
+    goals = Table(title="goals (reference-memory)")
+    for column in ("figure", "value", "goal", "met"):
+        goals.add_column(column)
+    for key, verdict in report["goals"].items():
+        goals.add_row(key, _fmt(verdict["value"]), verdict["goal"], _fmt(verdict["met"]))
+    Console().print(goals)
+    for name, why in report["skipped"].items():
+        Console().print(f"skipped {name}: {why}")
+    Console().print(f"{report['cpu_model']}, {report['cpu_cores']} cores, load {report['load_average_before'][0]:.2f} -> "
+                    f"{report['load_average_after'][0]:.2f}, {report['seconds']} s")
+
+
+def _spread(spread: dict[str, float]) -> str:
+    return f"{spread['median']:.3g} ({spread['min']:.3g}-{spread['max']:.3g})"

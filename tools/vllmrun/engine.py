@@ -16,8 +16,10 @@ from typing import Any
 
 from deferdump.reference.errors import UserError
 
-#: The variables vLLM reads at import time to stay in this process and out of the user's home.
+#: The variables vLLM reads at import time to stay in this process and out of the user's home, and to log on
+#: stderr (its default is stdout, where a driver's `--json` goes).
 _ENVIRONMENT = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+_DEFAULTS = {"VLLM_LOGGING_STREAM": "ext://sys.stderr"}
 _DIRECTORIES = ("VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "HF_HOME")
 
 
@@ -26,7 +28,7 @@ class VllmUnavailable(UserError):
 
 
 def prepare_environment(root: Path) -> None:
-    """Set what vLLM reads at import: in-process engines, no usage stats, caches under `root`.
+    """Set what vLLM reads at import: in-process engines, no usage stats, logs on stderr, caches under `root`.
 
     Must run before vLLM is first imported in this process; afterwards it only checks that the engine will
     run in-process (raises `UserError` otherwise: a multiprocess engine cannot be stepped from here).
@@ -38,6 +40,8 @@ def prepare_environment(root: Path) -> None:
             raise UserError("vLLM was imported before its in-process mode was set (VLLM_ENABLE_V1_MULTIPROCESSING=0)")
         return
     os.environ.update(_ENVIRONMENT)
+    for name, value in _DEFAULTS.items():
+        os.environ.setdefault(name, value)
     for name in _DIRECTORIES:
         path = root / name.lower()
         path.mkdir(parents=True, exist_ok=True)
