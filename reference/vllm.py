@@ -404,7 +404,8 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
         self.core.start_load_kv(**kwargs)
         if self._trace_receives is not None:
             pending = self.core.inner._pending_loads
-            loads = [{"req": req_id, "block_ids": list(part.block_ids), "task": -1 if part.task is None else part.task.task_id}
+            loads = [{"req": req_id, "block_ids": list(part.block_ids),
+                      "task": -1 if part.task is None else part.task.task_id}  # -1: the submit failed
                      for req_id in sorted(pending.keys() - before) for part in pending[req_id].parts]
             self._trace_receives.write("start_load_kv", loads=loads)
 
