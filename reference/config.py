@@ -49,6 +49,12 @@ class ConnectorConfig:
     hybrid_fence: str = "freed"  # "freed" | "all_on_free" | "none" (unsafe for hybrid models), see HYBRID_FENCES
     test_late_copy: str = "off"  # TEST-ONLY adversarial device when the connector picks its own (as in vLLM)
     test_late_copy_timeout_s: float | None = None  # "hold": release a copy held this long (default 60 s)
+    # Asynchronous loads (docs/async-loads.md): the lookup answers load_async=True, vLLM parks the request in
+    # WAITING_FOR_REMOTE_KVS, the worker runs the load on the store threads and reports it in finished_recving.
+    load_async: bool = False
+    # TEST-ONLY broken mode reproducing real bug P8 (vllm-ascend#16662): a request finished (aborted) while its
+    # asynchronous load runs is dropped from the receive set, so its finished_recving never comes.
+    test_drop_aborted_recving: bool = False
 
     def __post_init__(self) -> None:
         _check_choice("variant", self.variant, VARIANTS)
@@ -80,6 +86,16 @@ class ConnectorConfig:
         if self.faults is not None:
             _check_faults(self.faults)
         self._check_test_late_copy()
+        self._check_load_async()
+
+    def _check_load_async(self) -> None:
+        _check_bool("load_async", self.load_async)
+        _check_bool("test_drop_aborted_recving", self.test_drop_aborted_recving)
+        if self.load_async and self.variant != "direct":
+            raise ConfigError("load_async", f"needs variant 'direct' (per-layer loads are waited in the forward), "
+                              f"got {self.variant!r}")
+        if self.test_drop_aborted_recving and not self.load_async:
+            raise ConfigError("test_drop_aborted_recving", "applies only with load_async: true")
 
     def _check_test_late_copy(self) -> None:
         _check_choice("test_late_copy", self.test_late_copy, TEST_LATE_COPY_MODES)

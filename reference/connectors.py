@@ -32,7 +32,7 @@ from deferdump.reference.groups import NULL_BLOCK, SINGLE_GROUP, GroupPayload, K
 from deferdump.reference.hashing import layer_key, prefix_block_hashes, rank_key
 from deferdump.reference.metadata import DeferDumpMetadata, RequestDispatchMeta
 from deferdump.reference.metrics import ConnectorMetrics
-from deferdump.reference.pending import PendingDumpTask
+from deferdump.reference.pending import LoadPart, PendingDumpTask, PendingLoad
 from deferdump.reference.stores.base import KVStore, StagedRows, StoreTask
 from deferdump.reference.views import RequestView, StepView
 
@@ -75,6 +75,9 @@ class RequestPlan:
     load_wanted: bool = False  # vLLM accepted external tokens: load the hit range once
     # hybrid: the other KV-cache groups' block lists (group 1 first); a freed position holds NULL_BLOCK
     group_block_ids: list[list[int]] = dataclasses.field(default_factory=list)
+    # load_async: vLLM allocated the blocks and parked the request; the next metadata carries its load
+    async_load_pending: bool = False
+    async_loaded: bool = False  # its asynchronous load was sent: the next schedule may be a rollback
 
     def held_blocks(self) -> set[int]:
         """Every block the request holds now, in every group."""
@@ -126,6 +129,7 @@ class DirectConnector:
         self._request_plans: dict[str, RequestPlan] = {}
         self._freed_since: set[int] = set()  # hybrid: blocks freed since the last schedule
         self._async_dump_req_ids: set[str] = set()  # both roles: one set per process (see module doc)
+        self._recving_req_ids: set[str] = set()  # scheduler: async loads sent, finished_recving not yet seen
         # worker role
         self._pending_dump_tasks: list[PendingDumpTask] = []
         self._meta: DeferDumpMetadata | None = None
@@ -133,6 +137,8 @@ class DirectConnector:
         # blocks whose load failed in the bound step: kept until the next bind, because vLLM drains
         # get_block_ids_with_load_errors before a deferred wait_for_save runs
         self._step_load_error_block_ids: set[int] = set()
+        self._pending_loads: dict[str, PendingLoad] = {}  # async loads submitted, not yet reported
+        self._failed_recving: set[str] = set()  # hybrid: reported in finished_recving with a failed load
         self.skipped_failed_loads: frozenset[str] = frozenset()  # of the bound step (logs read it)
         self.reported_total = 0  # ids this rank reported in finished_sending
         self.submit_failures = 0
@@ -159,6 +165,11 @@ class DirectConnector:
         """Requests that some pending dump task still covers on this rank."""
         return frozenset().union(*(p.request_ids for p in self._pending_dump_tasks))
 
+    def receiving_request_ids(self) -> frozenset[str]:
+        """Worker: requests whose asynchronous load is submitted and not yet reported in finished_recving.
+        Scheduler: requests whose asynchronous load was sent and whose finished_recving was not yet seen."""
+        return frozenset(self._pending_loads) if self.role is Role.WORKER else frozenset(self._recving_req_ids)
+
     def _require(self, role: Role, method: str) -> None:
         if self.role is not role:
             raise RoleError(f"{method} is a {role.name.lower()}-side method; this connector is {self.role.name}")
@@ -170,7 +181,8 @@ class DirectConnector:
 
     # ============================================================ scheduler side
     def get_num_new_matched_tokens(self, request: RequestView, num_computed_tokens: int) -> tuple[int, bool]:
-        """External tokens the store holds beyond vLLM's own prefix hit; loads are synchronous (False).
+        """External tokens the store holds beyond vLLM's own prefix hit, and whether their load is asynchronous
+        (config `load_async`, and only for a non-zero hit: vLLM asserts external tokens behind an async load).
 
         Recomputes the request's plan from scratch each call (idempotent); it never touches tracking.
         """
@@ -199,7 +211,7 @@ class DirectConnector:
             num_token_ids=len(request.token_ids),
             token_processed=total_hit_blocks * block_size,
         )
-        return external, False
+        return external, bool(self.config.load_async and external)
 
     def _lookup_keys(self, hashes: Sequence[bytes]) -> list[bytes]:
         """Store keys the scheduler looks up: the plain hashes, or layer 0's keys for per-layer dumps."""
@@ -208,17 +220,28 @@ class DirectConnector:
         return list(hashes)
 
     def update_state_after_alloc(
-        self, request: RequestView, block_ids: Sequence[int], num_external_tokens: int
+        self, request: RequestView, block_ids: Sequence[int], num_external_tokens: int,
+        group_block_ids: Sequence[Sequence[int]] = (),
     ) -> None:
-        """Decide from `num_external_tokens` (not `block_ids`) whether the hit range is loaded."""
+        """Decide from `num_external_tokens` (not `block_ids`) whether the hit range is loaded.
+
+        With `load_async` vLLM has parked the request without scheduling it: `block_ids` (and, hybrid, the
+        other groups' `group_block_ids`) are where its load goes, sent in the next metadata."""
         plan = self._request_plans.get(request.req_id)
         if plan is None:
             return
         if num_external_tokens > 0:
             plan.load_wanted = True
             self.metrics.external_hit_tokens.inc(num_external_tokens)
+            if self.config.load_async:
+                plan.async_load_pending = True
+                plan.vllm_block_ids[:] = block_ids
+                extra = len(self.groups) - 1
+                plan.group_block_ids = [list(ids) for ids in group_block_ids][:extra]
+                plan.group_block_ids += [[] for _ in range(extra - len(plan.group_block_ids))]
         else:
             plan.load_wanted = False
+            plan.async_load_pending = False
             plan.total_hit_blocks = plan.hbm_hit_blocks
 
     def _generate_dispatch_meta(
@@ -330,6 +353,7 @@ class DirectConnector:
         for new in step.new_requests:
             plan = self._request_plans.get(new.req_id)
             if plan is not None:
+                self._scheduled_after_alloc(plan, new.num_computed_tokens)
                 dispatch[new.req_id] = self._generate_dispatch_meta(
                     plan, new.num_scheduled_tokens, new.block_ids, True, new.group_block_ids
                 )
@@ -337,12 +361,17 @@ class DirectConnector:
             plan = self._request_plans.get(cached.req_id)
             if plan is None:
                 continue
-            if not cached.resumed_from_preemption:
+            if cached.resumed_from_preemption:
+                self._scheduled_after_alloc(plan, cached.num_computed_tokens)
+            else:
                 self._rewind_rolled_back(plan, cached.num_computed_tokens)
             dispatch[cached.req_id] = self._generate_dispatch_meta(
                 plan, cached.num_scheduled_tokens, cached.new_block_ids, cached.resumed_from_preemption,
                 cached.new_group_block_ids,
             )
+        for req_id, plan in self._request_plans.items():
+            if plan.async_load_pending and req_id not in dispatch:  # parked by vLLM: load it beside the forward
+                dispatch[req_id] = self._async_load_meta(req_id, plan)
         for req_id in step.finished_req_ids:
             self._request_plans.pop(req_id, None)
         dispatch = {req_id: meta for req_id, meta in dispatch.items() if meta.has_load() or meta.has_dump()}
@@ -351,11 +380,60 @@ class DirectConnector:
         self._track_async_dump_requests(metadata)
         return metadata
 
+    def _scheduled_after_alloc(self, plan: RequestPlan, num_computed_tokens: int) -> None:
+        """A new or resumed request is scheduled. Parked for an asynchronous load that was never sent, vLLM
+        scheduled it at once after all: the load goes synchronously, before this forward (`load_wanted`
+        stays). After a sent asynchronous load, `num_computed_tokens` a block or more below the loaded range
+        means the load failed and vLLM rolled it back (`_update_requests_with_invalid_blocks` truncates at the
+        first failed block; a failed receive restarts at 0): the blocks it computes from there are dumped."""
+        plan.async_load_pending = False
+        if plan.async_loaded:
+            plan.async_loaded = False
+            if num_computed_tokens + self._block_size() <= plan.token_processed:
+                logger.info("asynchronous load rolled back from %d to %d tokens: the recomputed blocks are dumped",
+                            plan.token_processed, num_computed_tokens)
+                plan.token_processed = num_computed_tokens
+
+    def _async_load_meta(self, req_id: str, plan: RequestPlan) -> RequestDispatchMeta:
+        """The load of a request vLLM parked in WAITING_FOR_REMOTE_KVS, into the blocks it allocated.
+
+        From here the load is the request's only transfer until vLLM sees its finished_recving: any dump
+        tracked from before a preemption was waited at that preemption, so the request leaves the dump
+        tracking (the worker's too, when it submits the load), and a finish meanwhile is delayed by vLLM
+        itself, never by `request_finished` (a delayed free answered twice would free twice)."""
+        plan.async_load_pending = False
+        plan.load_wanted = False
+        hbm, total, per_block = plan.hbm_hit_blocks, plan.total_hit_blocks, self._hashes_per_block
+        block_ids = tuple(plan.vllm_block_ids[hbm:total])
+        if total <= hbm or len(block_ids) != total - hbm:
+            logger.error("async load range of %d blocks has %d vLLM blocks: not loaded", total - hbm, len(block_ids))
+            return RequestDispatchMeta()
+        plan.async_loaded = True
+        self._recving_req_ids.add(req_id)
+        self._async_dump_req_ids.discard(req_id)
+        return RequestDispatchMeta(
+            load_hashes=plan.hashes[hbm * per_block : total * per_block],
+            load_block_ids=block_ids,
+            load_group_block_ids=self._group_slices(plan, hbm, total),
+            load_async=True,
+        )
+
     def _track_async_dump_requests(self, metadata: DeferDumpMetadata) -> None:
         self._async_dump_req_ids |= metadata.dump_req_ids()
 
+    def update_connector_output(self, finished_recving: Iterable[str] = ()) -> None:
+        """vLLM's aggregated worker output: a request reported in finished_recving is no longer receiving
+        (vLLM schedules it, or, finished meanwhile, frees its blocks now)."""
+        self._recving_req_ids.difference_update(finished_recving)
+
     def request_finished(self, request: RequestView, block_ids: Sequence[int]) -> tuple[bool, dict[str, Any] | None]:
-        """True (delay the free) iff the request was given a dump slice; `block_ids` is ignored."""
+        """True (delay the free) iff the request was given a dump slice; `block_ids` is ignored.
+
+        A request whose asynchronous load is still running answers False: vLLM delays that free itself until
+        finished_recving (scheduler.py `finish_requests`: `delay_free_blocks` for WAITING_FOR_REMOTE_KVS)."""
+        if request.req_id in self._recving_req_ids:
+            self._async_dump_req_ids.discard(request.req_id)
+            return False, None
         if request.req_id in self._async_dump_req_ids:
             self._async_dump_req_ids.discard(request.req_id)
             return True, None
@@ -526,9 +604,13 @@ class DirectConnector:
 
     # --------------------------------------------------------------------- loads
     def start_load_kv(self, **kwargs: Any) -> None:
-        """Load every request's hit range synchronously before the forward (UCM Direct)."""
-        for meta in self.bound_metadata.request_meta.values():
+        """Load every request's hit range synchronously before the forward (UCM Direct); an asynchronous
+        load (`load_async`) is only submitted to the store threads, and finished in `get_finished`."""
+        for req_id, meta in self.bound_metadata.request_meta.items():
             if not meta.has_load():
+                continue
+            if meta.load_async:
+                self._submit_async_load(req_id, meta)
                 continue
             keys = self._store_keys(meta.load_hashes)
             for group, group_keys, block_ids in self._group_rows(keys, meta.load_block_ids, meta.load_group_block_ids):
@@ -559,6 +641,92 @@ class DirectConnector:
         self._load_error_block_ids.update(int(b) for b in block_ids)
         self._step_load_error_block_ids.update(int(b) for b in block_ids)
         self.metrics.load_errors.inc(len(block_ids))
+
+    def _submit_async_load(self, req_id: str, meta: RequestDispatchMeta) -> None:
+        """Submit one store load per KV-cache group; nothing is waited or written here.
+
+        A dump of this request still pending from before a preemption is waited first and the request leaves
+        the dump tracking, as it does on the scheduler side (`_async_load_meta`)."""
+        if req_id in self._async_dump_req_ids:
+            self._flush_pending_dump_tasks(frozenset({req_id}))
+            self._async_dump_req_ids.discard(req_id)
+        parts: list[LoadPart] = []
+        keys = self._store_keys(meta.load_hashes)
+        for group, group_keys, block_ids in self._group_rows(keys, meta.load_block_ids, meta.load_group_block_ids):
+            layers = self._group_layers(group)
+            try:
+                task: StoreTask | None = self._store.load(group_keys)
+            except Exception as exc:
+                logger.warning("async load submit of %d block(s) for %s failed: %s", len(block_ids), req_id, exc)
+                task = None
+            parts.append(LoadPart(task, tuple(block_ids), None if layers is None else tuple(layers)))
+        previous = self._pending_loads.get(req_id)
+        if previous is not None:  # vLLM sends one load per admission: keep both rather than lose a task
+            logger.error("a second asynchronous load for %s before the first was reported", req_id)
+            parts = previous.parts + parts
+        self._pending_loads[req_id] = PendingLoad(req_id, parts)
+
+    def _load_part_done(self, part: LoadPart) -> bool:
+        if part.task is None:
+            return True
+        try:
+            return self._store.check(part.task)
+        except Exception as exc:
+            logger.warning("check of load task %d failed, kept: %s", part.task.task_id, exc)
+            return False
+
+    def _finish_async_load(self, pending: PendingLoad, *, write: bool = True) -> bool:
+        """Wait every task of a finished load and write its blocks; True when every part succeeded."""
+        ok = True
+        for part in pending.parts:
+            try:
+                if part.task is None:
+                    raise RuntimeError("its submit failed")
+                data = self._store.wait(part.task, self.config.wait_timeout_s)
+                if data is None:
+                    raise RuntimeError(f"load task {part.task.task_id} returned no data")
+                if write:
+                    self._require_device().write_blocks(part.block_ids, data, layer_names=part.layer_names)
+            except Exception as exc:
+                ok = False
+                if write:
+                    self._record_async_load_error(pending.req_id, part.block_ids, exc)
+        if ok and write:
+            self.metrics.loads_completed.inc()
+        return ok
+
+    def _record_async_load_error(self, req_id: str, block_ids: Sequence[int], exc: BaseException) -> None:
+        """One request-level failure under several KV-cache groups (vLLM 0.32 raises on block-level errors
+        there and takes `failed_recving` instead); block-level errors otherwise (vLLM keeps the valid prefix)."""
+        if self.hybrid:
+            logger.warning("async load of %s failed, reported as a failed receive (vLLM recomputes): %s", req_id, exc)
+            self._failed_recving.add(req_id)
+            self.metrics.load_errors.inc(len(block_ids))
+        else:
+            self._record_load_error(block_ids, exc)
+
+    def _poll_async_loads(self, finished_req_ids: frozenset[str]) -> set[str]:
+        """Finish every asynchronous load whose tasks all ended (no blocking wait): its blocks are written,
+        then it is reported in finished_recving, whether it succeeded or not, aborted or not."""
+        for req_id in finished_req_ids & self._pending_loads.keys():
+            if self.config.test_drop_aborted_recving:  # TEST-ONLY broken mode: real bug P8
+                self._finish_async_load(self._pending_loads.pop(req_id), write=False)
+                logger.warning("test_drop_aborted_recving: %s dropped from the receive set (TEST-ONLY)", req_id)
+                continue
+            self._pending_loads[req_id].finished = True
+        recving: set[str] = set()
+        for req_id, pending in list(self._pending_loads.items()):
+            if all(self._load_part_done(part) for part in pending.parts):
+                del self._pending_loads[req_id]
+                self._finish_async_load(pending)
+                recving.add(req_id)
+        return recving
+
+    def take_failed_recving(self) -> set[str]:
+        """Requests reported in finished_recving whose load failed, since the last call (hybrid models: vLLM's
+        `KVConnectorTransferResults.failed_recving`)."""
+        failed, self._failed_recving = self._failed_recving, set()
+        return failed
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         """Direct loads everything in `start_load_kv`."""
@@ -802,17 +970,22 @@ class DirectConnector:
         self._pending_dump_tasks[:] = remaining
 
     def get_finished(self, finished_req_ids: set[str] | frozenset[str]) -> tuple[set[str] | None, set[str] | None]:
-        """Report exactly `finished ∩ tracked`, after waiting every pending task that overlaps it."""
+        """Report exactly `finished ∩ tracked`, after waiting every pending task that overlaps it; and, in
+        finished_recving, every asynchronous load that ended, its blocks written."""
+        recving = self._poll_async_loads(frozenset(finished_req_ids)) if self._pending_loads else set()
+        return self._finished_sending(finished_req_ids), (recving or None)
+
+    def _finished_sending(self, finished_req_ids: set[str] | frozenset[str]) -> set[str] | None:
         async_finished = set(finished_req_ids) & self._async_dump_req_ids
         if not async_finished:
-            return None, None
+            return None
         started = time.perf_counter()
         self._flush_pending_dump_tasks(frozenset(async_finished))
         self.metrics.get_finished_wait.observe(time.perf_counter() - started)
         self._async_dump_req_ids -= async_finished
         self.reported_total += len(async_finished)
         self.metrics.finished_sending.inc(len(async_finished))
-        return async_finished, None
+        return async_finished
 
     def shutdown(self) -> None:
         """Drain every pending task (each handle released), then stop what this connector owns."""
@@ -820,6 +993,9 @@ class DirectConnector:
             return
         self._shut_down = True
         self._flush_pending_dump_tasks(None)
+        for pending in self._pending_loads.values():  # stop every load task; nothing reads the blocks any more
+            self._finish_async_load(pending, write=False)
+        self._pending_loads.clear()
         if self.events.live():
             logger.warning("shutdown: %d event handle(s) still live without a pending task", self.events.live())
         if self._owns_device and self._device is not None:
@@ -1028,9 +1204,13 @@ class OuterConnector:
         return self.inner.get_num_new_matched_tokens(request, num_computed_tokens)
 
     def update_state_after_alloc(
-        self, request: RequestView, block_ids: Sequence[int], num_external_tokens: int
+        self, request: RequestView, block_ids: Sequence[int], num_external_tokens: int,
+        group_block_ids: Sequence[Sequence[int]] = (),
     ) -> None:
-        self.inner.update_state_after_alloc(request, block_ids, num_external_tokens)
+        self.inner.update_state_after_alloc(request, block_ids, num_external_tokens, group_block_ids)
+
+    def update_connector_output(self, finished_recving: Iterable[str] = ()) -> None:
+        self.inner.update_connector_output(finished_recving)
 
     def build_connector_meta(self, step: StepView) -> DeferDumpMetadata:
         return self.inner.build_connector_meta(step)
@@ -1078,6 +1258,12 @@ class OuterConnector:
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         return self.inner.get_block_ids_with_load_errors()
+
+    def take_failed_recving(self) -> set[str]:
+        return self.inner.take_failed_recving()
+
+    def receiving_request_ids(self) -> frozenset[str]:
+        return self.inner.receiving_request_ids()
 
     def shutdown(self) -> None:
         self.inner.shutdown()

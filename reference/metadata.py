@@ -20,6 +20,9 @@ class RequestDispatchMeta:
     # to the hashes; a null block (0) is a position the group no longer holds and is skipped.
     load_group_block_ids: tuple[tuple[int, ...], ...] = ()
     dump_group_block_ids: tuple[tuple[int, ...], ...] = ()
+    # The load runs on the store threads beside the forward (config `load_async`): vLLM parks the request in
+    # WAITING_FOR_REMOTE_KVS and schedules it only after the worker reports it in finished_recving.
+    load_async: bool = False
 
     def has_load(self) -> bool:
         return bool(self.load_hashes)

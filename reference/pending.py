@@ -27,3 +27,29 @@ class PendingDumpTask:
 
     def overlaps(self, request_ids: set[str] | frozenset[str]) -> bool:
         return not self.request_ids.isdisjoint(request_ids)
+
+
+@dataclasses.dataclass
+class LoadPart:
+    """One store load task of an asynchronous load: the blocks (of one KV-cache group) it fills."""
+
+    task: StoreTask | None  # None: the submit failed (the part is a failure once the load is finished)
+    block_ids: tuple[int, ...]
+    layer_names: tuple[str, ...] | None = None  # hybrid: the group's layers; None = every layer
+
+
+@dataclasses.dataclass
+class PendingLoad:
+    """One request's asynchronous load on a worker rank: its store tasks, waited and written into the KV
+    blocks only in `get_finished`, which then reports the request in finished_recving.
+
+    vLLM holds the blocks (the request waits in WAITING_FOR_REMOTE_KVS, or, aborted, has its free delayed)
+    until that report, so nothing writes them after they are freed.
+    """
+
+    req_id: str
+    parts: list[LoadPart]
+    finished: bool = False  # the request finished (aborted) while the load ran
+
+    def block_ids(self) -> frozenset[int]:
+        return frozenset(b for part in self.parts for b in part.block_ids)

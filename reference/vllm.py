@@ -36,12 +36,14 @@ try:  # vLLM is optional: the adapter is the only module that needs it.
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (
         KVConnectorBase_V1,
         KVConnectorRole,
+        KVConnectorTransferResults,
         SupportsHMA,
     )
 
     _VLLM_IMPORT_ERROR: ImportError | None = None
 except ImportError as _exc:  # pragma: no cover - exercised by the main suite, which has no vLLM
     KVConnectorRole = None  # type: ignore[assignment]
+    KVConnectorTransferResults = None  # type: ignore[assignment,misc]
 
     class KVConnectorBase_V1:  # type: ignore[no-redef]
         """Stand-in base when vLLM is missing (the connector then cannot be constructed)."""
@@ -313,12 +315,26 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
         return False
 
     # ------------------------------------------------------------ scheduler side
+    @property
+    def _trace_receives(self) -> TraceLog | None:
+        """The trace log, when it records the receive side (asynchronous loads: docs/trace-log.md). Without
+        `load_async` the log stays what the DeferDump trace model reads in full."""
+        return self._trace if self.config.load_async else None
+
     def get_num_new_matched_tokens(self, request: "Request", num_computed_tokens: int) -> tuple[int | None, bool]:
-        return self.core.get_num_new_matched_tokens(request_view(request), num_computed_tokens)
+        matched, load_async = self.core.get_num_new_matched_tokens(request_view(request), num_computed_tokens)
+        if self._trace_receives is not None:
+            self._trace_receives.write("get_num_new_matched_tokens", req=request.request_id,
+                                       num_computed_tokens=num_computed_tokens, matched=matched, load_async=load_async)
+        return matched, load_async
 
     def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks", num_external_tokens: int) -> None:
-        block_ids, _ = split_groups(blocks.get_block_ids(), self._group_order, f"request {request.request_id}")
-        self.core.update_state_after_alloc(request_view(request), block_ids, num_external_tokens)
+        block_ids, others = split_groups(blocks.get_block_ids(), self._group_order, f"request {request.request_id}")
+        self.core.update_state_after_alloc(request_view(request), block_ids, num_external_tokens, others)
+        if self._trace_receives is not None:
+            self._trace_receives.write("update_state_after_alloc", req=request.request_id, block_ids=list(block_ids),
+                                       **({"group_block_ids": [list(g) for g in others]} if others else {}),
+                                       num_external_tokens=num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> DeferDumpMetadata:
         view = step_view(scheduler_output, self._group_order)
@@ -337,13 +353,16 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
         return delayed, params
 
     def update_connector_output(self, connector_output: Any) -> None:
-        """vLLM's aggregated worker output for a step (logged only: this connector keeps no state of it)."""
+        """vLLM's aggregated worker output for a step: finished_recving ends a request's asynchronous load."""
         super().update_connector_output(connector_output)
+        self.core.update_connector_output(connector_output.finished_recving or ())
         if self._trace is not None:
+            invalid = sorted(connector_output.invalid_block_ids or ()) if self.config.load_async else []
             self._trace.write(
                 "update_connector_output",
                 finished_sending=ids(connector_output.finished_sending),
                 finished_recving=ids(connector_output.finished_recving),
+                **({"invalid_block_ids": invalid} if invalid else {}),
             )
 
     def request_finished_all_groups(
@@ -381,7 +400,14 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
             self._trace.write("handle_preemptions", preempted=ids(preempted), waited=self._trace_delta()[0])
 
     def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
+        before = self.core.receiving_request_ids()
         self.core.start_load_kv(**kwargs)
+        if self._trace_receives is not None:
+            pending = self.core.inner._pending_loads
+            loads = [{"req": req_id, "block_ids": list(part.block_ids),
+                      "task": -1 if part.task is None else part.task.task_id}  # -1: the submit failed
+                     for req_id in sorted(pending.keys() - before) for part in pending[req_id].parts]
+            self._trace_receives.write("start_load_kv", loads=loads)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         self.core.wait_for_layer_load(layer_name)
@@ -408,12 +434,27 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
         finished = self.core.get_finished(set(finished_req_ids))
         if self._trace is not None:
             self._trace.write("get_finished", finished_req_ids=ids(finished_req_ids), waited=self._trace_delta()[0],
-                              reported=ids(finished[0]))
+                              reported=ids(finished[0]),
+                              **({"reported_recving": ids(finished[1])} if self.config.load_async else {}))
         self._export_metrics()
         return finished
 
+    def get_transfer_results(self, finished_req_ids: set[str]) -> Any:
+        """vLLM's per-step worker results: `get_finished`'s two sets, and `failed_recving`, the asynchronous
+        loads that failed under several KV-cache groups (vLLM 0.32 raises on block-level load errors there:
+        scheduler.py `_handle_invalid_blocks`; a failed receive restarts the request instead)."""
+        sending, recving = self.get_finished(finished_req_ids)
+        return KVConnectorTransferResults(
+            finished_sending=set(sending or ()),
+            finished_recving=set(recving or ()),
+            failed_recving=self.core.take_failed_recving(),
+        )
+
     def get_block_ids_with_load_errors(self) -> set[int]:
-        return set(self.core.get_block_ids_with_load_errors())
+        errors = set(self.core.get_block_ids_with_load_errors())
+        if self._trace_receives is not None:
+            self._trace_receives.write("get_block_ids_with_load_errors", block_ids=sorted(errors))
+        return errors
 
     # --------------------------------------------------------------- both sides
     def shutdown(self) -> None:

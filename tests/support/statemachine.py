@@ -49,6 +49,8 @@ class Deployment:
     kv_load_failure_policy: str = "fail"  # vLLM's default; "recompute" breaks an invariant (docs/engine.md)
     sliding_window: int | None = None  # a hybrid model: full attention + a sliding window of this many tokens
     hybrid_fence: str = "freed"  # the connector's fence for hybrid models ("none" is #989 as merged)
+    load_async: bool = False  # asynchronous loads (WAITING_FOR_REMOTE_KVS, finished_recving)
+    test_drop_aborted_recving: bool = False  # TEST-ONLY broken mode: real bug P8
 
     def loop_config(self) -> LoopConfig:
         workload = WorkloadConfig(
@@ -65,6 +67,7 @@ class Deployment:
             variant=self.variant, block_size=self.block_size,
             cp_world_size=self.world_size if self.variant == "cp" else 1, use_layerwise=self.use_layerwise,
             is_mla=self.is_mla, verify_dumps=self.verify_dumps, hybrid_fence=self.hybrid_fence,
+            load_async=self.load_async, test_drop_aborted_recving=self.test_drop_aborted_recving,
         )
         return LoopConfig(
             workload, shape, connector, Mode.DEFERRED, world_size=self.world_size, check_invariants=True, oracle=True,
@@ -238,3 +241,54 @@ def hybrid_machine(fence: str, tolerated: tuple[str, ...] = ()) -> type[SlidingW
     machine = type(f"SlidingWindowMachine_{fence}", (SlidingWindowMachine,), {"deployments": deployments, "tolerated": tolerated})
     machine.TestCase.settings = settings.get_profile("deferdump-ci")
     return machine  # type: ignore[return-value]
+
+
+# Asynchronous loads (`load_async`): hits are parked in WAITING_FOR_REMOTE_KVS until every rank reported
+# them in finished_recving. Load tasks end only when the machine completes or fails them, so aborts, preemptions
+# of other requests and faults land while loads run; failed loads are block errors (one group) or failed
+# receives (hybrid: not fatal any more, so the hybrid deployments here inject every fault).
+ASYNC_LOAD_DEPLOYMENTS = [
+    Deployment(load_async=True, world_size=1),
+    Deployment(load_async=True),
+    Deployment(load_async=True, kv_load_failure_policy="recompute", world_size=1),
+    Deployment(load_async=True, defer_finalize=True, num_blocks=6),
+    Deployment(load_async=True, sliding_window=1, world_size=1, num_blocks=14, kv_load_failure_policy="recompute"),
+    Deployment(load_async=True, sliding_window=3, world_size=2, num_blocks=14),
+]
+
+
+class AsyncLoadMachine(DeferredDumpMachine):
+    """The protocol machine with asynchronous loads: load tasks complete or fail under the machine's control."""
+
+    deployments: tuple[Deployment, ...] = tuple(ASYNC_LOAD_DEPLOYMENTS)
+
+    @initialize(data=st.data())
+    def deploy(self, data: st.DataObject) -> None:  # type: ignore[override]
+        self._deploy(data.draw(st.sampled_from(self.deployments), label="deployment"))
+
+    def _load_faults_fatal(self) -> bool:
+        return False  # an asynchronous load's failure is a failed receive under two groups
+
+    def _load_tasks(self) -> list:  # type: ignore[type-arg]
+        return [task for task in self.store.pending_tasks() if task.kind == "load"]
+
+    @rule(data=st.data())
+    @precondition(lambda self: bool(self._load_tasks()))
+    def complete_load(self, data: st.DataObject) -> None:
+        self.store.complete(data.draw(st.sampled_from(self._load_tasks()), label="load"))
+
+    @rule(data=st.data())
+    @precondition(lambda self: bool(self._load_tasks()))
+    def fail_load(self, data: st.DataObject) -> None:
+        self.store.fail(data.draw(st.sampled_from(self._load_tasks()), label="load"))
+
+    def teardown(self) -> None:
+        """A store ends every task eventually: the loads still running end before the drain."""
+        if getattr(self, "engine", None) is not None:
+            self.store.check_fail = False
+            for task in self._load_tasks():
+                self.store.complete(task)
+        super().teardown()
+
+
+AsyncLoadMachine.TestCase.settings = settings.get_profile("deferdump-ci")

@@ -75,6 +75,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "trace_rejected(event, reason): the scenario breaks the protocol; its log must fail validation at "
         "`event` for a reason containing `reason`",
     )
+    config.addinivalue_line(
+        "markers",
+        "trace_beyond_model(reason): the run's logs hold events the trace model does not express yet; "
+        "`deferdump validate` must refuse every run in one line containing `reason`",
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -94,12 +99,15 @@ def trace_log(vllm_root: Path, request: pytest.FixtureRequest, monkeypatch: pyte
         path = Path(tempfile.mkdtemp(prefix=f"trace-{safe[:40]}-", dir=vllm_root))
     monkeypatch.setenv(TRACE_LOG_ENV, str(path))
     yield path
-    from trace_check import assert_rejected_at, assert_runs_match, runs  # after vLLM's environment is set
+    from trace_check import assert_beyond_model, assert_rejected_at, assert_runs_match, runs  # after vLLM's env
 
     if not runs(path):
         return  # the test built no engine
     rejected = request.node.get_closest_marker("trace_rejected")
-    if rejected is not None:
+    beyond = request.node.get_closest_marker("trace_beyond_model")
+    if beyond is not None:
+        assert_beyond_model(path, *beyond.args)
+    elif rejected is not None:
         assert_rejected_at(path, *rejected.args)
     else:
         assert_runs_match(path)

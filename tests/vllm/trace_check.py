@@ -10,7 +10,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from deferdump.conformance.tracevalidate import ValidationResult, render_state, validate
+from deferdump.conformance.tracevalidate import BeyondModel, ValidationResult, render_state, validate
 
 
 def runs(trace_dir: Path) -> dict[str, list[Path]]:
@@ -62,3 +62,16 @@ def assert_rejected_at(trace_dir: Path, event: str, reason: str) -> ValidationRe
     assert result.first_unmatched.event == event, describe(result)
     assert reason in result.first_unmatched.reason, describe(result)
     return result
+
+
+def assert_beyond_model(trace_dir: Path, reason: str) -> int:
+    """Every run is refused as beyond the model, for a reason containing `reason`; returns how many runs."""
+    found = runs(trace_dir)
+    for name, files in found.items():
+        try:
+            result = validate(files, timeout=900)
+        except BeyondModel as exc:
+            assert reason in str(exc), f"{name}: {exc}"
+            continue
+        raise AssertionError(f"{name}: validated instead of refused as beyond the model: {describe(result)}")
+    return len(found)

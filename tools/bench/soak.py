@@ -13,6 +13,11 @@ leave the window and are freed while their request runs (docs/engine.md). Each c
 per check (`violation_counts`): under two KV-cache groups vLLM 0.32 raises on any block-level load error,
 which the connector reports for a failed or missed load (an injected fault, a key evicted from a bounded
 store), so a hybrid cell can fail on `HybridLoadErrors` alone while its fence holds.
+
+With `load_async` the direct and hybrid cells load asynchronously (docs/async-loads.md): hits wait in
+WAITING_FOR_REMOTE_KVS while the store runs the load, and a failed load comes back as block errors (one
+group) or a failed receive (hybrid, where vLLM 0.32 takes it instead of raising): `HybridLoadErrors` cannot
+occur there. `async_loads` counts the parked requests per cell.
 """
 from __future__ import annotations
 
@@ -76,6 +81,7 @@ class SoakConfig:
     )
     sliding_window: int | None = None  # tokens: add a "hybrid" cell per store (full attention + sliding window)
     hybrid_fence: str = "freed"  # the hybrid cells' connector fence ("none": UCM #989 as merged, unsafe)
+    load_async: bool = False  # the direct and hybrid cells load asynchronously (layerwise and cp stay synchronous)
 
     def __post_init__(self) -> None:
         if isinstance(self.requests, bool) or not isinstance(self.requests, int) or self.requests < 1:
@@ -168,6 +174,7 @@ class CellResult:
     wait_failures: int
     store_errors: int  # failures the store itself reported (failed dumps/loads, unreachable lookups), not injected
     faults_injected: dict[str, int]
+    async_loads: int = 0  # requests parked for an asynchronous load (WAITING_FOR_REMOTE_KVS)
 
     @property
     def ok(self) -> bool:
@@ -211,6 +218,8 @@ class SoakReport:
             "store_errors": sum(cell.store_errors for cell in cells),
             "sliding_window": self.config.sliding_window,
             "hybrid_fence": self.config.hybrid_fence,
+            "load_async": self.config.load_async,
+            "async_loads": sum(cell.async_loads for cell in cells),
             "window_frees": sum(cell.window_frees for cell in cells),
             "violation_counts": _sum_counts(cell.violation_counts for cell in cells),
             "faults_injected": _sum_counts(cell.faults_injected for cell in cells),
@@ -316,6 +325,7 @@ def run_cell(
     connector = ConnectorConfig(
         variant="direct" if hybrid else variant, block_size=workload.block_size, verify_dumps=True, copy_threads=1,
         cp_world_size=world_size if variant == "cp" else 1, hybrid_fence=config.hybrid_fence,
+        load_async=config.load_async and variant in ("direct", HYBRID),
     )
     process = psutil.Process()
     rss: list[int] = []
@@ -359,6 +369,7 @@ def run_cell(
         preemptions=sched.preempted_total, aborts=sched.aborted_total,
         window_frees=sched.window_freed_total + sched.finish_window_freed_total, submit_failures=shutdown.submit_failures,
         wait_failures=shutdown.wait_failures, store_errors=errors, faults_injected=injected,
+        async_loads=sched.async_loads_total,
     )
 
 

@@ -48,6 +48,8 @@ def bench(
     no_tlc: bool = typer.Option(False, "--no-tlc", help="Skip the TLC states/s figure."),
     no_malloc_tuning: bool = typer.Option(False, "--no-malloc-tuning",
                                           help="Keep glibc's default mmap/trim thresholds (see docs/benchmarks.md)."),
+    load_async: bool = typer.Option(False, "--load-async", help="Also run one request stream with store hits twice, "
+                                    "synchronous and asynchronous loads (figure load_modes, docs/async-loads.md)."),
 ) -> None:
     """Measure what deferring the dump wait buys (wait_for_save, step time) and what it costs."""
     if vllm:
@@ -66,6 +68,11 @@ def bench(
     with err.status("bench: starting") as status:
         report, runs = run_bench(config, on_progress=lambda message: status.update(f"bench: {message}"),
                                  include_tlc=not no_tlc)
+        if load_async:
+            from deferdump.tools.bench.load_modes import measure_load_modes
+
+            status.update("bench: synchronous and asynchronous loads")
+            report.update(measure_load_modes(60 if quick else 400))
     if plot is not None:
         title = (f"deferdump bench ({'quick' if quick else 'full'}, {report['device']}, {report['cpu_model']}, "
                  f"torch_threads={report['torch_threads']}, copy_threads={report['copy_threads']})")
@@ -88,6 +95,9 @@ def bench(
                       f"distinct, {_fmt(row['search_seconds'])} s search, {_fmt(row['seconds'])} s", "", "")
     for mode, summary in report["step_ms"].items():
         table.add_row(f"step ms median ({mode})", _fmt(summary["median"]), "", "")
+    for mode, row in report.get("load_modes", {}).items():
+        table.add_row(f"loads ({mode})", f"{row['loads_completed']} loads, {row['parked']} parked, {row['steps']} steps, "
+                      f"start_load_kv {_fmt(row['start_load_kv_ms_per_step_mean'])} ms/step", "report", "")
     Console().print(table)
     Console().print(f"{report['cpu_model']}, {report['cpu_cores']} cores, torch {report['torch_version']}, "
                     f"torch_threads={report['torch_threads']}, copy_threads={report['copy_threads']}, "

@@ -32,6 +32,8 @@ def soak(
                                                  "(full attention + a sliding window of this many tokens)."),
     hybrid_fence: str = typer.Option("freed", "--hybrid-fence", help="The hybrid cells' fence: freed, all_on_free, "
                                      "none (UCM #989 as merged: unsafe, the soak should fail)."),
+    load_async: bool = typer.Option(False, "--load-async", help="Asynchronous loads in the direct and hybrid cells "
+                                    "(WAITING_FOR_REMOTE_KVS, finished_recving)."),
 ) -> None:
     """Soak the reference connector: faults, preemptions, aborts; report leaks and invariant violations."""
     from deferdump.tools.bench.soak import STORES, SoakConfig, run_soak  # torch loads only when a soak runs
@@ -39,7 +41,7 @@ def soak(
     logging.getLogger("deferdump.reference").setLevel(logging.CRITICAL)  # injected faults log by design
     config = SoakConfig(requests=requests, fault_rate=faults, seed=seed, store_root=store_dir,
                         stores=tuple(stores) if stores else STORES, redis_url=redis_url,
-                        sliding_window=sliding_window, hybrid_fence=hybrid_fence)
+                        sliding_window=sliding_window, hybrid_fence=hybrid_fence, load_async=load_async)
     err = Console(stderr=True)
     columns = (TextColumn("soak"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress:

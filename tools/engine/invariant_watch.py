@@ -54,6 +54,9 @@ class InvariantWatch:
     def on_meta(self, meta: DeferDumpMetadata | None) -> None:
         if meta is not None:
             self.had_dumps |= meta.dump_req_ids()
+            # an asynchronous load is the request's only transfer from then on: its earlier dumps were waited at
+            # its preemption, and a finish during the load is delayed by vLLM, not by request_finished
+            self.had_dumps -= {req_id for req_id, m in meta.request_meta.items() if m.load_async}
 
     def before_writes(self, rank: int, connector: OuterConnector, written_blocks: Iterable[int]) -> None:
         """The forward (or a load) is about to write `written_blocks` on `rank`."""

@@ -17,6 +17,14 @@ between steps, as vLLM's `finish_requests` does when a client disconnects.
 No prefix caching inside the pool: every block belongs to exactly one request, so "blocks held by
 finished requests" is exact.
 
+Asynchronous loads (a connector whose lookup answers `load_async=True`): vLLM's WAITING_FOR_REMOTE_KVS. The
+request gets blocks for its hit and is parked (not scheduled, no budget); once every rank reported it in
+finished_recving it goes back to the front of the waiting queue with its blocks and computed tokens and is
+scheduled as new (or resumed) without a second lookup. A failed receive (`failed_recving`) restarts it from
+zero with its blocks freed under policy "recompute"; block-level load errors truncate its computed tokens at
+the first failed block. A request finished (aborted) while parked keeps its blocks until its finished_recving
+(vLLM's own delayed free: `finish_requests`, scheduler.py 2700-2707).
+
 `WorkloadConfig.sliding_window` makes the model hybrid, as vLLM's hybrid KV-cache manager runs one with a
 `SupportsHMA` connector: two KV-cache groups sharing one block pool, a full-attention group (the block
 list the connector keys its prompt blocks by) and a sliding-window group whose blocks that left the
@@ -53,7 +61,9 @@ class SchedulerConnector(Protocol):
 
     def get_num_new_matched_tokens(self, request: RequestView, num_computed_tokens: int) -> tuple[int, bool]: ...
 
-    def update_state_after_alloc(self, request: RequestView, block_ids: Any, num_external_tokens: int) -> None: ...
+    def update_state_after_alloc(
+        self, request: RequestView, block_ids: Any, num_external_tokens: int, group_block_ids: Any = ()
+    ) -> None: ...
 
     def build_connector_meta(self, step: StepView) -> Any: ...
 
@@ -62,6 +72,8 @@ class SchedulerConnector(Protocol):
     def request_finished_all_groups(
         self, request: RequestView, block_ids: tuple[Sequence[int], ...]
     ) -> tuple[bool, dict[str, Any] | None]: ...
+
+    def update_connector_output(self, finished_recving: Iterable[str] = ()) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +134,8 @@ class Status(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
     HELD = "held"  # finished; its free is delayed until every rank reported it
+    RECVING = "recving"  # vLLM's WAITING_FOR_REMOTE_KVS: blocks allocated, an asynchronous load running
+    HELD_RECV = "held_recv"  # finished while its load ran: freed once every rank reported finished_recving
     DONE = "done"  # finished and freed
 
 
@@ -140,6 +154,9 @@ class SimRequest:
     admitted: bool = False  # scheduled at least once: later schedules are "cached" requests
     resumed: bool = False  # preempted since it was last scheduled
     reports: int = 0  # ranks that reported it in finished_sending
+    recv_reports: int = 0  # ranks that reported its asynchronous load in finished_recving
+    recv_failed: bool = False  # a rank reported it in failed_recving
+    loads: int = 0  # asynchronous loads it was parked for
 
     @property
     def num_output(self) -> int:
@@ -181,6 +198,7 @@ class StepOutcome:
     freed_after_reports: list[str] = dataclasses.field(default_factory=list)
     failed_loads: list[str] = dataclasses.field(default_factory=list)  # failed (policy "fail")
     recomputed_loads: list[str] = dataclasses.field(default_factory=list)  # rewound (policy "recompute")
+    received: list[str] = dataclasses.field(default_factory=list)  # async loads every rank reported
     violations: list[str] = dataclasses.field(default_factory=list)  # a report vLLM would reject, a bad answer
 
 
@@ -293,6 +311,7 @@ class SimScheduler:
         self.requests: dict[str, SimRequest] = {}
         self.waiting: collections.deque[SimRequest] = collections.deque()
         self.running: list[SimRequest] = []
+        self.recving: list[SimRequest] = []  # parked for an asynchronous load (WAITING_FOR_REMOTE_KVS)
         self._finished_for_workers: set[str] = set()
         self._timed = timed
         self.admitted_total = 0  # requests created
@@ -302,6 +321,7 @@ class SimScheduler:
         self.aborted_total = 0
         self.window_freed_total = 0  # hybrid: sliding-window blocks freed while their request ran
         self.finish_window_freed_total = 0  # hybrid: ... freed by the finish path's remove_skipped_blocks
+        self.async_loads_total = 0  # requests parked for an asynchronous load
         self.stream_open = True
         self.request_limit: int | None = None
 
@@ -325,15 +345,15 @@ class SimScheduler:
         return request
 
     def unfinished(self) -> list[SimRequest]:
-        """Requests waiting or running (what a client can still abort)."""
-        return [r for r in self.requests.values() if r.status in (Status.WAITING, Status.RUNNING)]
+        """Requests waiting, parked for a load, or running (what a client can still abort)."""
+        return [r for r in self.requests.values() if r.status in (Status.WAITING, Status.RECVING, Status.RUNNING)]
 
     def abort(self, req_id: str) -> StepOutcome:
         """A client abort between steps (vLLM `finish_requests(..., FINISHED_ABORTED)`): `request_finished`
         now, the id reaches the workers in the next step."""
         request = self.requests.get(req_id)
-        if request is None or request.status not in (Status.WAITING, Status.RUNNING):
-            raise SimulationError(f"{req_id} is not waiting or running, it cannot be aborted")
+        if request is None or request.status not in (Status.WAITING, Status.RECVING, Status.RUNNING):
+            raise SimulationError(f"{req_id} is not waiting, parked or running, it cannot be aborted")
         outcome = StepOutcome()
         self.aborted_total += 1
         self._finish(request, outcome)
@@ -354,6 +374,7 @@ class SimScheduler:
         preempted: list[SimRequest] = []
         preempted_blocks: set[int] = set()
 
+        self._promote_received()
         victim = self.moves.preempt(self.running)
         if victim is not None:
             self.running.remove(victim)
@@ -389,10 +410,21 @@ class SimScheduler:
 
         while not preempted and self.waiting and len(self.running) < config.max_running and budget > 0:
             request = self.waiting[0]
+            if request.blocks:  # back from an asynchronous load: its blocks and computed tokens, no lookup
+                num_new = self._schedule_received(request, budget, new_views, cached_views, chunks)
+                if num_new is None:
+                    break
+                budget -= num_new
+                continue
             external = 0
+            load_async = False
             if self.connector is not None:
                 with self._measure("sched_connector"):
-                    external, _load_async = self.connector.get_num_new_matched_tokens(request.view(), 0)
+                    external, load_async = self.connector.get_num_new_matched_tokens(request.view(), 0)
+            if load_async and external > 0:
+                if not self._park(request, external):
+                    break
+                continue
             num_new = min(len(request.tokens) - external, budget)
             if num_new <= 0:
                 raise SimulationError(f"{request.req_id}: connector claimed all {len(request.tokens)} tokens")
@@ -431,6 +463,71 @@ class SimScheduler:
             with self._measure("sched_connector"):
                 meta = self.connector.build_connector_meta(view)
         return ScheduledStep(view, tuple(chunks), frozenset(preempted_blocks)), meta
+
+    def _park(self, request: SimRequest, external: int) -> bool:
+        """An asynchronous hit: blocks for the hit only, `update_state_after_alloc`, WAITING_FOR_REMOTE_KVS
+        (scheduler.py 1241-1327: `num_new_tokens = 0`, `delay_cache_blocks`, `skip_request`)."""
+        admitted = self._allocate_admission(external, external)
+        if admitted is None:
+            return False
+        blocks, sw_blocks = admitted
+        self.waiting.popleft()
+        request.blocks, request.sw_blocks = blocks, sw_blocks
+        request.num_computed = external
+        request.recv_reports, request.recv_failed = 0, False
+        request.loads += 1
+        assert self.connector is not None
+        groups = (tuple(sw_blocks),) if self.config.hybrid else ()
+        with self._measure("sched_connector"):
+            self.connector.update_state_after_alloc(request.view(), tuple(blocks), external, groups)
+        request.status = Status.RECVING
+        self.recving.append(request)
+        self.async_loads_total += 1
+        return True
+
+    def _promote_received(self) -> None:
+        """`_update_waiting_for_remote_kv` (scheduler.py 3123-3173) for every parked request all ranks reported:
+        a failed receive under "recompute" restarts at zero with its blocks freed; a full hit recomputes its
+        last token; back to the front of the waiting queue (in parking order)."""
+        ready = [r for r in self.recving if r.recv_reports >= self.world_size]
+        for request in reversed(ready):
+            self.recving.remove(request)
+            if request.recv_failed:
+                request.num_computed = 0
+            if request.num_computed == 0:
+                self._release(request)
+            elif request.num_computed >= len(request.tokens):
+                request.num_computed = len(request.tokens) - 1
+            request.status = Status.WAITING
+            self.waiting.appendleft(request)
+
+    def _schedule_received(
+        self, request: SimRequest, budget: int, new_views: list[NewRequestView], cached_views: list[CachedRequestView],
+        chunks: list[ScheduledChunk],
+    ) -> int | None:
+        """Schedule a request whose asynchronous load ended, on the blocks it holds; None when the pool is short."""
+        computed = request.num_computed
+        num_new = min(len(request.tokens) - computed, budget)
+        if self._allocate_for(request, computed + num_new) is None:
+            return None
+        self.waiting.popleft()
+        if self.connector is not None:
+            with self._measure("sched_connector"):
+                self.connector.update_state_after_alloc(request.view(), tuple(request.blocks), 0)
+        groups = (tuple(request.sw_blocks),) if self.config.hybrid else ()
+        if request.resumed:
+            cached_views.append(CachedRequestView(request.req_id, tuple(request.blocks), True, computed, num_new, groups))
+        else:
+            new_views.append(NewRequestView(
+                request.req_id, tuple(request.tokens), request.num_prompt, tuple(request.blocks), computed, num_new, groups
+            ))
+        request.admitted, request.resumed, request.status = True, False, Status.RUNNING
+        self.running.append(request)
+        chunks.append(ScheduledChunk(
+            request.req_id, tuple(request.blocks), computed, num_new, tuple(request.tokens[computed:computed + num_new]),
+            True, tuple(request.sw_blocks),
+        ))
+        return num_new
 
     def _blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.config.block_size)
@@ -519,10 +616,14 @@ class SimScheduler:
 
     # ----------------------------------------------------------------- update
     def update(
-        self, step: ScheduledStep, reports: Mapping[str, int], failed_blocks: Iterable[int] = ()
+        self, step: ScheduledStep, reports: Mapping[str, int], failed_blocks: Iterable[int] = (),
+        recv_reports: Mapping[str, int] | None = None, failed_recving: Iterable[str] = (),
     ) -> StepOutcome:
         """`update_from_output`: advance computed tokens, sample, finish; free requests all ranks reported."""
         outcome = StepOutcome()
+        self._apply_failed_recving(set(failed_recving), outcome)
+        if failed_blocks and self.recving:
+            self._apply_async_load_failures(set(failed_blocks), outcome)
         skipped = self._apply_load_failures(step, set(failed_blocks), outcome) if failed_blocks else set()
         for chunk in step.chunks:
             request = self.requests.get(chunk.req_id)
@@ -536,6 +637,11 @@ class SimScheduler:
         for request in self.moves.aborts(self.unfinished()):
             self.aborted_total += 1
             self._finish(request, outcome)
+        for req_id, count in (recv_reports or {}).items():
+            self._received(req_id, count, outcome)
+        if outcome.received and self.connector is not None:  # vLLM's aggregated output, every rank's report
+            with self._measure("sched_connector"):
+                self.connector.update_connector_output(outcome.received)
         for req_id, count in reports.items():
             request = self.requests.get(req_id)
             if request is None or request.status is not Status.HELD:
@@ -552,6 +658,55 @@ class SimScheduler:
                 self._free(request)
                 outcome.freed_after_reports.append(req_id)
         return outcome
+
+    def _received(self, req_id: str, count: int, outcome: StepOutcome) -> None:
+        """finished_recving from `count` ranks (`_update_from_kv_xfer_finished`, scheduler.py 3222-3230): a parked
+        request is promoted at the next schedule once every rank reported; one finished meanwhile is freed."""
+        request = self.requests.get(req_id)
+        if request is None or request.status not in (Status.RECVING, Status.HELD_RECV):
+            # vLLM asserts here (the id must be a request, parked or finished): the engine core dies.
+            outcome.violations.append(
+                f"NoUnexpectedReportInv: finished_recving reported {req_id}, which awaits no load"
+            )
+            return
+        request.recv_reports += count
+        if request.recv_reports > self.world_size:
+            outcome.violations.append(f"ReportOnceInv: {req_id} reported received {request.recv_reports} times")
+            return
+        if request.recv_reports == self.world_size:
+            outcome.received.append(req_id)
+            if request.status is Status.HELD_RECV:  # not a finished_sending free: the watch checks those
+                self._free(request)
+
+    def _apply_failed_recving(self, failed: set[str], outcome: StepOutcome) -> None:
+        """`_handle_failed_recving` (scheduler.py 3341-3354): a parked request whose receive failed restarts at
+        zero under "recompute" (at its promotion), and fails under "fail"."""
+        for req_id in sorted(failed):
+            request = self.requests.get(req_id)
+            if request is None or request.status is not Status.RECVING:
+                continue
+            request.recv_failed = True
+            if self.config.kv_load_failure_policy == "fail":
+                outcome.failed_loads.append(req_id)
+                self._finish(request, outcome)
+            else:
+                outcome.recomputed_loads.append(req_id)
+
+    def _apply_async_load_failures(self, failed: set[int], outcome: StepOutcome) -> None:
+        """`_handle_invalid_blocks` for parked requests (scheduler.py 3378-3390, `evict_blocks=False`): truncate
+        computed tokens at the first failed block; under "fail" the request fails."""
+        bs = self.config.block_size
+        for request in list(self.recving):
+            for index in range(min(-(-request.num_computed // bs), len(request.blocks))):
+                if request.blocks[index] in failed:
+                    request.num_computed = index * bs
+                    if self.config.kv_load_failure_policy == "fail":
+                        outcome.failed_loads.append(request.req_id)
+                        self._finish(request, outcome)
+                    else:
+                        outcome.recomputed_loads.append(request.req_id)
+                    break
+        failed.difference_update(b for r in self.recving for b in r.blocks)
 
     def _apply_load_failures(self, step: ScheduledStep, failed: set[int], outcome: StepOutcome) -> set[str]:
         """Requests whose loaded blocks failed, as vLLM 0.32 treats them (`v1/core/sched/scheduler.py`).
@@ -596,10 +751,13 @@ class SimScheduler:
         return affected
 
     def _finish(self, request: SimRequest, outcome: StepOutcome) -> None:
+        loading = request.status is Status.RECVING and request.recv_reports < self.world_size
         if request.status is Status.RUNNING:
             self.running.remove(request)
         elif request.status is Status.WAITING:
             self.waiting.remove(request)
+        elif request.status is Status.RECVING:
+            self.recving.remove(request)
         delay = False
         if self.connector is not None:
             with self._measure("sched_connector"):
@@ -614,7 +772,13 @@ class SimScheduler:
         outcome.finished[request.req_id] = delay
         self._finished_for_workers.add(request.req_id)
         self.finished_total += 1
-        if delay:
+        if loading:  # vLLM delays this free itself until finished_recving (scheduler.py 2700-2707)
+            if delay:  # a second delayed free: vLLM would free at finished_recving, then assert at finished_sending
+                outcome.violations.append(
+                    f"NoUnexpectedReportInv: request_finished delayed {request.req_id}, whose load vLLM already waits for"
+                )
+            request.status = Status.HELD_RECV
+        elif delay:
             request.status = Status.HELD
         else:
             self._free(request)

@@ -27,6 +27,11 @@ per-rank Python-only checks (DumpAttempted, NoAsyncLoads, VerifyDumps). Every ph
 come from the scheduler's `Moves` (seeded, or scripted by a test) and from the store (`ManualStore`,
 `FaultyStore`); `abort` is a client abort between steps.
 
+With the connector's `load_async` the loads are asynchronous: the scheduler parks hits (WAITING_FOR_REMOTE_KVS),
+each rank's `get_finished` reports finished_recving (and `failed_recving`), counted per rank as vLLM's
+aggregator does; under the oracle every reported load is checked when it is reported: its request still
+holds the blocks (no load writes a freed block) and they hold the stored bytes.
+
 With `WorkloadConfig.sliding_window` the model is hybrid: the connectors get two KV-cache groups (`kv_groups`,
 as the vLLM adapter builds them), the forward writes both groups' blocks into shared KV tensors, and the
 scheduler frees sliding-window blocks while requests run (docs/engine.md, "Hybrid models").
@@ -140,6 +145,9 @@ class _Rank:
     connector: OuterConnector | None
     probe: ProbeStore | None
     forward: ForwardPass
+    recving: set[str] = dataclasses.field(default_factory=set)  # this step's finished_recving
+    failed_recving: set[str] = dataclasses.field(default_factory=set)  # this step's failed_recving
+    async_loads: dict[str, Any] = dataclasses.field(default_factory=dict)  # req -> its async load slice
 
 
 class StepLoop:
@@ -261,13 +269,18 @@ class StepLoop:
                     written.update(block for block in group_ids if block != NULL_BLOCK)
         finished_ids = set(scheduled.view.finished_req_ids)
         reports: collections.Counter[str] = collections.Counter()
+        recv_reports: collections.Counter[str] = collections.Counter()
         failed_blocks: set[int] = set()
+        failed_recving: set[str] = set()
         for rank_index, rank in enumerate(self.ranks):
             sending, errors = self._worker_step(rank_index, rank, meta, batch, written, finished_ids, scheduled)
             reports.update(sending)
             failed_blocks |= errors
+            if rank.connector is not None:
+                recv_reports.update(rank.recving)
+                failed_recving |= rank.failed_recving
         with timer.measure("update"):
-            outcome = sched.update(scheduled, reports, failed_blocks)
+            outcome = sched.update(scheduled, reports, failed_blocks, recv_reports, failed_recving)
         if self.watch is not None:
             assert self.scheduler_connector is not None
             self.watch.record(outcome.violations)
@@ -333,11 +346,20 @@ class StepLoop:
             sending, recving = self._get_finished(probe, connector, finished_ids)
         with timer.measure("get_finished"):
             errors = connector.get_block_ids_with_load_errors()
+            rank.failed_recving = connector.take_failed_recving()
+        rank.recving = set(recving or ())
+        if meta is not None:
+            rank.async_loads.update((r, m) for r, m in meta.request_meta.items() if m.load_async)
         if self.oracle is not None:
             assert watch is not None
-            if recving:
+            async_loads = self.config.connector is not None and self.config.connector.load_async
+            if recving and not async_loads:
                 watch.record([f"NoAsyncLoads (Python-only): rank {rank_index} reported finished_recving {sorted(recving)}"])
-            self.oracle.check_loads(rank_index, meta, set(errors), self.scheduler.requests, forward.kv_caches)
+            sync_meta = dataclasses.replace(
+                meta, request_meta={r: m for r, m in meta.request_meta.items() if not m.load_async}
+            ) if meta is not None else meta
+            self.oracle.check_loads(rank_index, sync_meta, set(errors), self.scheduler.requests, forward.kv_caches)
+            self._check_received(rank_index, rank, set(errors))
             if connector.inner.verify_mismatches:
                 watch.record([
                     f"VerifyDumps (Python-only): rank {rank_index} counted {connector.inner.verify_mismatches} changed block(s)"
@@ -353,6 +375,27 @@ class StepLoop:
             )
             watch.on_get_finished(rank_index, finished_ids, sending)
         return set(sending or ()), set(errors)
+
+    def _check_received(self, rank_index: int, rank: _Rank, errors: set[int]) -> None:
+        """Every load this rank reported received: its request still holds the blocks the load wrote (vLLM
+        frees them only after every rank's report), and they hold the stored bytes (failed blocks excepted)."""
+        assert self.oracle is not None and self.watch is not None
+        for req_id in sorted(rank.recving):
+            dispatch = rank.async_loads.pop(req_id, None)
+            request = self.scheduler.requests.get(req_id)
+            if dispatch is None:
+                self.watch.record([f"NoUnexpectedReportInv: rank {rank_index} reported {req_id} received, no load sent"])
+                continue
+            loaded = set(dispatch.load_block_ids).union(*dispatch.load_group_block_ids) - {NULL_BLOCK}
+            if request is None or not loaded <= set(request.held_blocks()):
+                self.watch.record([
+                    f"LoadIntoFreedBlock (Python-only): rank {rank_index} wrote {req_id}'s load into blocks it no "
+                    "longer holds"
+                ])
+                continue
+            if req_id not in rank.failed_recving:
+                meta = DeferDumpMetadata({req_id: dispatch})
+                self.oracle.check_loads(rank_index, meta, errors, self.scheduler.requests, rank.forward.kv_caches)
 
     def _wait_for_save(
         self, rank_index: int, probe: ProbeStore, connector: OuterConnector, meta: DeferDumpMetadata,
@@ -426,7 +469,7 @@ class StepLoop:
             if self.scheduler.idle():
                 break
             self.step()
-        held = sorted(r.req_id for r in self.scheduler.requests.values() if r.status is Status.HELD)
+        held = sorted(r.req_id for r in self.scheduler.requests.values() if r.status in (Status.HELD, Status.HELD_RECV))
         report = self.shutdown()
         if self.watch is not None:
             if held:
@@ -469,7 +512,7 @@ class StepLoop:
             live_event_handles=sum(c.events.live() for c in connectors),
             leaked_event_handles=sum(c.events.leaked for c in connectors),
             leaked_blocks=sched.pool.num_usable - sched.pool.num_free - alive,
-            held_requests=sum(1 for r in sched.requests.values() if r.status is Status.HELD),
+            held_requests=sum(1 for r in sched.requests.values() if r.status in (Status.HELD, Status.HELD_RECV)),
             tracked_left=tracked if sched.idle() else 0,
             verify_mismatches=sum(c.verify_mismatches for c in inner),
             submit_failures=sum(c.submit_failures for c in inner),
