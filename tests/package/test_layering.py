@@ -37,8 +37,8 @@ STORES_MAY_IMPORT = ("deferdump.reference.errors", "deferdump.reference.stores")
 def _unit(module: str) -> str:
     """The layer unit of a deferdump module: reference (with subpackages), conformance, or tools.<sub>."""
     parts = module.split(".")[1:]
-    if parts[0] == "tools":
-        return "tools." + parts[1] if len(parts) > 2 else "tools"
+    if parts[0] == "tools":  # a subpackage itself (`from deferdump.tools.vllmrun import engine`) is in its unit
+        return "tools." + parts[1] if len(parts) > 1 else "tools"
     return parts[0]
 
 
