@@ -60,6 +60,10 @@ OPTIMISTIC: dict[str, str] = {
     "_wait_pending_dump_task": "release_finally",
 }
 
+#: Under a hybrid model the benign reading of an unrecognised ``handle_preemptions`` is the fence (wait every
+#: pending task reading a block freed since it was submitted): a plain preemption wait is unsafe there.
+OPTIMISTIC_HYBRID: dict[str, str] = {**OPTIMISTIC, "handle_preemptions": "wait_freed"}
+
 #: The other benign reading of an unrecognised save: it completes before returning (no dump in flight, so
 #: nothing to track or wait). A class is ``unsafe`` only when both benign readings fail.
 OPTIMISTIC_SYNC: dict[str, str] = {**OPTIMISTIC, "save_kv_layer": "sync_save", "wait_for_save": "sync_save"}

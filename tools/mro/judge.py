@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 from deferdump.tools.mro.behaviour import (
     FORWARD_ALIASES,
     OPTIMISTIC,
+    OPTIMISTIC_HYBRID,
     OPTIMISTIC_SYNC,
     PESSIMISTIC,
     SPEC_METHODS,
@@ -34,6 +35,7 @@ from deferdump.tools.mro.tla import (
     TEMPLATE_CFG,
     WRAPPER_NAME,
     CallPath,
+    Case,
     ClassTable,
     ModelBounds,
     cfg_assignments,
@@ -55,6 +57,12 @@ _PATH_WORDS: dict[str, str] = {
     "non_hma": "top level, non-HMA path (request_finished)",
     "multi": "MultiConnector child beside a non-HMA delaying sibling",
 }
+_CASE_WORDS: dict[str, str] = {
+    "single": "",
+    "hybrid": "hybrid model (full attention + sliding window: out-of-window blocks freed while running)",
+    "mla": "MLA model (two ranks, only rank 0 dumps)",
+    "layerwise": "two attention layers (one save per layer)",
+}
 
 
 @dataclass(frozen=True)
@@ -63,13 +71,23 @@ class Context:
 
     path: CallPath
     inner: str | None = None
+    case: Case = "single"
+
+    @property
+    def key(self) -> str:
+        """The name of the case in ``--json`` (``"cases"``): the model kind, the path where a kind runs on
+        two, and the inner class of a wrapper."""
+        name = "multi" if self.path == "multi" else self.case
+        return f"{name}[{self.inner}]" if self.inner else name
 
     def describe(self) -> str:
         words = _PATH_WORDS[self.path]
+        if self.case != "single":
+            words = f"{_CASE_WORDS[self.case]}, {words}"
         return f"{words}, wrapping {self.inner}" if self.inner else words
 
     def to_json(self) -> dict[str, object]:
-        return {"path": self.path, "inner": self.inner, "description": self.describe()}
+        return {"path": self.path, "case": self.case, "inner": self.inner, "description": self.describe()}
 
 
 @dataclass(frozen=True)
@@ -83,6 +101,26 @@ class ContextJudgement:
     labels: dict[str, str] = field(default_factory=dict)  # "Class.method" -> label, as injected
     counterexample: "TlcResult | None" = None  # TLC's trace of the violation (unknown: under the worst labels)
     model: str | None = None  # the generated module the counterexample comes from
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {**self.context.to_json(), "verdict": self.verdict, "violated": self.violated}
+        if self.reasons:
+            out["reasons"] = list(self.reasons)
+        if self.counterexample is not None:
+            out["counterexample"] = _counterexample_json(self.counterexample, self.model)
+        return out
+
+
+def _counterexample_json(result: "TlcResult", model: str | None) -> dict[str, object]:
+    from deferdump.tools.tlc.manifest import trace_json
+
+    return {
+        "model": model,
+        "property": result.property,
+        "kind": None if result.kind is None else result.kind.value,
+        "trace": trace_json(result),
+        "loop_index": result.loop_index,
+    }
 
 
 @dataclass(frozen=True)
@@ -103,26 +141,18 @@ class ConnectorJudgement:
         return next((j for j in self.judgements if j.context == self.context and j.verdict == self.verdict), None)
 
     def to_json(self) -> dict[str, object]:
-        from deferdump.tools.tlc.manifest import trace_json
-
         context: dict[str, object] | None = None
         if self.context is not None:
             context = self.context.to_json()
             if self.reasons:
                 context["reasons"] = list(self.reasons)
         out: dict[str, Any] = {
-            "resolves": self.resolves, "verdict": self.verdict, "violated": self.violated, "context": context
+            "resolves": self.resolves, "verdict": self.verdict, "violated": self.violated, "context": context,
+            "cases": {j.context.key: j.to_json() for j in self.judgements},
         }
         deciding = self.deciding
         if deciding is not None and deciding.counterexample is not None:
-            result = deciding.counterexample
-            out["counterexample"] = {
-                "model": deciding.model,
-                "property": result.property,
-                "kind": None if result.kind is None else result.kind.value,
-                "trace": trace_json(result),
-                "loop_index": result.loop_index,
-            }
+            out["counterexample"] = _counterexample_json(deciding.counterexample, deciding.model)
         return out
 
 
@@ -194,8 +224,10 @@ class ModelRunner:
             )
         return {name: values[name] for name in missing}, values.get("Rank0", "0")
 
-    def check(self, table: ClassTable, inner: str, wrapper: bool, path: CallPath) -> _Outcome:
-        key = (table.key(), inner, wrapper, path, self.liveness)
+    def check(
+        self, table: ClassTable, inner: str, wrapper: bool, path: CallPath, case: Case = "single"
+    ) -> _Outcome:
+        key = (table.key(), inner, wrapper, path, self.liveness, case)
         if key in self._cache:
             self.cached += 1
             return self._cache[key]
@@ -204,7 +236,7 @@ class ModelRunner:
 
         directory = self.spec_dir or spec_dir()
         inherited, rank0 = self.spec_settings(directory)
-        name = module_name(table, inner, wrapper, path, self.bounds, self.liveness)
+        name = module_name(table, inner, wrapper, path, self.bounds, self.liveness, case)
         result = run_tlc(
             directory / f"{name}.tla",
             f"{name}.cfg",  # type: ignore[arg-type]
@@ -213,13 +245,13 @@ class ModelRunner:
             heap="512m",
             jvm_args=("-XX:TieredStopAtLevel=1",),
             extra_modules={name: module_text(name, table), f"{name}.cfg": config_text(
-                inner, wrapper, path, self.bounds, inherited, self.liveness, rank0
+                inner, wrapper, path, self.bounds, inherited, self.liveness, rank0, case
             )},
         )
         self.runs += 1
         status = getattr(result.status, "value", result.status)
         if status == "error":
-            raise JudgeError(f"TLC could not check the model for {inner} ({path}): {result.message}")
+            raise JudgeError(f"TLC could not check the model for {inner} ({path}, {case}): {result.message}")
         passed = status == "pass"
         outcome = _Outcome(
             passed=passed,
@@ -227,7 +259,7 @@ class ModelRunner:
             result=None if passed else result,
             model=name,
         )
-        log.info("TLC %s %s wrapper=%s %s: %s in %.1fs", name, inner, wrapper, path, status, result.seconds)
+        log.info("TLC %s %s wrapper=%s %s %s: %s in %.1fs", name, inner, wrapper, path, case, status, result.seconds)
         self._cache[key] = outcome
         return outcome
 
@@ -281,9 +313,23 @@ class Judge:
         return list(unique), reasons
 
     def contexts(self, cls: str) -> list[Context]:
-        paths: list[CallPath] = ["hma" if self.hierarchy.supports_hma(cls) else "non_hma", "multi"]
-        inners, _ = self.inner_choices(cls)
-        return [Context(path, inner) for inner in inners for path in paths]
+        """Every way vLLM can run ``cls``: for each inner class a wrapper may hold, on its top-level path
+        (HMA when ``cls`` is ``SupportsHMA``) with one KV-cache group, as a MultiConnector child, under an
+        MLA model, under a hybrid model when ``cls`` is ``SupportsHMA`` (vLLM keeps the hybrid manager
+        on only then), and with two layers when a save may keep one task per layer."""
+        hma = self.hierarchy.supports_hma(cls)
+        top: CallPath = "hma" if hma else "non_hma"
+        inners, reasons = self.inner_choices(cls)
+        contexts: list[Context] = []
+        for inner in inners:
+            contexts += [Context(top, inner), Context("multi", inner)]
+            if hma:
+                contexts.append(Context("hma", inner, "hybrid"))
+            contexts.append(Context(top, inner, "mla"))
+            saves = [l for l in self._labels(cls, inner, reasons) if l.method == "save_kv_layer"]
+            if any(l.label in ("submit_layer", UNKNOWN) for l in saves):
+                contexts.append(Context(top, inner, "layerwise"))
+        return contexts
 
     def _labels(self, cls: str, inner: str | None, forward_reasons: Sequence[str]) -> list[DefinitionLabel]:
         """Label every spec-method definition in the MROs of ``cls`` and its inner class."""
@@ -353,17 +399,22 @@ class Judge:
         reasons = tuple(dict.fromkeys(r for l in unknowns for r in l.reasons))
         target = context.inner or cls
         wrapper = context.inner is not None
+        check = lambda table, rename: self.runner.check(  # noqa: E731
+            table, rename[target], wrapper, context.path, context.case
+        )
         table, rename = self._table(cls, context.inner, labels, PESSIMISTIC)
-        worst = self.runner.check(table, rename[target], wrapper, context.path)
+        worst = check(table, rename)
         if worst.passed:
             return ContextJudgement(context, "safe", None, (), shown)
         if not unknowns:
             return ContextJudgement(context, "unsafe", worst.violated, (), shown, worst.result, worst.model)
-        table, rename = self._table(cls, context.inner, labels, OPTIMISTIC)
-        best = self.runner.check(table, rename[target], wrapper, context.path)
+        benign = OPTIMISTIC_HYBRID if context.case == "hybrid" else OPTIMISTIC
+        table, rename = self._table(cls, context.inner, labels, benign)
+        best = check(table, rename)
         if not best.passed and any(l.method in ("save_kv_layer", "wait_for_save") for l in unknowns):
-            table, rename = self._table(cls, context.inner, labels, OPTIMISTIC_SYNC)
-            synchronous = self.runner.check(table, rename[target], wrapper, context.path)
+            sync = {**OPTIMISTIC_SYNC, "handle_preemptions": benign["handle_preemptions"]}
+            table, rename = self._table(cls, context.inner, labels, sync)
+            synchronous = check(table, rename)
             best = best if not synchronous.passed else synchronous
         if not best.passed:
             return ContextJudgement(context, "unsafe", best.violated, (), shown, best.result, best.model)
