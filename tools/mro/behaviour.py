@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deferdump.tools.mro.hierarchy import Hierarchy
-from deferdump.tools.mro.source import CONNECTOR_METHODS, Forward
+from deferdump.tools.mro.source import CONNECTOR_METHODS, Forward, TaskFlow
 
 #: The connector methods the protocol model dispatches (``Connectors!Methods``).
 SPEC_METHODS: tuple[str, ...] = (
@@ -96,6 +96,26 @@ class Effect:
     forwards: tuple[Forward, ...] = ()
     reasons: tuple[str, ...] = ()  # why part of the behaviour is unknown
     async_hints: tuple[str, ...] = ()  # hand-offs to other threads/streams, with where they are
+    flows: tuple[TaskFlow, ...] = ()  # store-task data flow of the definition and everything it calls
+
+    @property
+    def submits_waited(self) -> bool:
+        """Every store task submitted in the call (helpers included) is waited before it returns and none
+        is kept on ``self``: a synchronous save, whatever the methods are called."""
+        submits = sum(f.submits for f in self.flows)
+        return submits > 0 and sum(f.waited_here for f in self.flows) == submits and not self.kept_in
+
+    @property
+    def kept_in(self) -> frozenset[str]:
+        return frozenset().union(*(f.kept_in for f in self.flows))
+
+    @property
+    def waits_each(self) -> frozenset[str]:
+        return frozenset().union(*(f.waits_each for f in self.flows))
+
+    @property
+    def stops_early(self) -> frozenset[str]:
+        return frozenset().union(*(f.stops_early for f in self.flows))
 
     @property
     def relevant(self) -> bool:
@@ -192,6 +212,7 @@ class EffectReader:
             async_hints=tuple(dict.fromkeys(
                 [*(f"{owner}.{method} {h}" for h in facts.async_hints), *(h for e in everything for h in e.async_hints)]
             )),
+            flows=tuple([*([facts.task_flow] if facts.task_flow else []), *(f for e in everything for f in e.flows)]),
         )
         self._memo[key] = result
         return result
@@ -217,8 +238,45 @@ class EffectReader:
             and not own.reasons
         ):
             return DefinitionLabel(owner, method, "super")
-        label, reasons = classify(method, owner, self.effect(cls, owner, method), self.saves_async(cls))
+        effect = self.effect(cls, owner, method)
+        paired = self._layer_pair(cls, owner, method, effect)
+        if paired is not None:
+            return paired
+        label, reasons = classify(method, owner, effect, self.saves_async(cls))
         return DefinitionLabel(owner, method, label, reasons)
+
+    def _layer_pair(self, cls: str, owner: str, method: str, effect: Effect) -> DefinitionLabel | None:
+        """A layer-wise save that keeps each layer's task on ``self`` and a ``wait_for_save`` (as ``cls``
+        resolves it) that waits every kept task in a loop: together a synchronous save of the step. A loop
+        that can stop before the last task (``break``/``return``) leaves the other layers' dumps unwaited
+        when one wait fails: not a synchronous save, and not a deferred dump the model has a label for."""
+        if method not in ("save_kv_layer", "wait_for_save") or effect.reasons or effect.tracking_ops:
+            return None
+        save_owner = owner if method == "save_kv_layer" else self.hierarchy.lookup(cls, "save_kv_layer")
+        wait_owner = owner if method == "wait_for_save" else self.hierarchy.lookup(cls, "wait_for_save")
+        if save_owner is None or wait_owner is None:
+            return None
+        if self.hierarchy.classes[save_owner].external or self.hierarchy.classes[wait_owner].external:
+            return None
+        save = self.effect(cls, save_owner, "save_kv_layer")
+        wait = self.effect(cls, wait_owner, "wait_for_save")
+        kept = save.kept_in
+        if not kept or save.reasons or wait.reasons or save.submits_waited or _pending_hints(save):
+            return None
+        if not kept <= wait.waits_each or sum(f.submits for f in wait.flows):
+            return None
+        if kept & wait.stops_early:
+            attr = sorted(kept & wait.stops_early)[0]
+            return DefinitionLabel(owner, method, UNKNOWN, (
+                f"{wait_owner}.wait_for_save waits the per-layer tasks in self.{attr} in a loop that can stop "
+                f"before the last one ({save_owner}.save_kv_layer keeps one per layer): with two or more layers "
+                "and a failing wait, the other layers' dumps are left unwaited while their blocks may be freed; "
+                "the model has no label for a partial wait",))
+        if method == "save_kv_layer":
+            return DefinitionLabel(owner, method, "sync_save")
+        if "add" in wait.tracking_ops:
+            return None
+        return DefinitionLabel(owner, method, "base")  # its waiting belongs to the synchronous save above
 
     def saves_async(self, cls: str) -> bool:
         """Does anything ``cls`` runs visibly keep dumps in flight (the tracking set, a store submit)? Only
@@ -289,6 +347,9 @@ def classify(
     submits = bool(effect.calls & SUBMIT_CALLS)
     hints = _pending_hints(effect)
     synchronous = bool(effect.calls & SYNC_SAVE_CALLS) and not submits and not hints
+    if effect.submits_waited and not hints and method in ("save_kv_layer", "wait_for_save"):
+        if not effect.tracking_ops and not effect.calls & CHECK_CALLS:
+            return "sync_save", ()  # submit, then wait that very task: nothing outlives the call
     if method == "build_connector_meta":
         if "add" in effect.tracking_ops:
             return "track", ()

@@ -28,7 +28,7 @@ from deferdump.tools.mro.behaviour import (
 )
 from deferdump.tools.mro.errors import JudgeError, MroError
 from deferdump.tools.mro.hierarchy import Hierarchy, build_hierarchy
-from deferdump.tools.mro.source import DEFAULT_TRACKING_ATTR, read_files
+from deferdump.tools.mro.source import read_files
 from deferdump.tools.mro.tla import (
     ASSIGNED_CONSTANTS,
     PROTOCOL_MODULE,
@@ -440,7 +440,7 @@ class Judge:
 def judge_files(
     paths: Sequence[Path | str],
     *,
-    tracking_attr: str = DEFAULT_TRACKING_ATTR,
+    tracking_attr: str | None = None,
     bounds: ModelBounds = ModelBounds(),
     timeout: float | None = 300.0,
     only: Sequence[str] | None = None,
