@@ -27,6 +27,9 @@ SPEC_METHODS: tuple[str, ...] = (
 
 UNKNOWN = "unknown"
 
+#: Not a model label: a preemption wait selecting tasks by their blocks (the judge resolves it per case).
+AMBIGUOUS_PREEMPT = "wait_preempted_or_freed"
+
 #: Calls on other objects that mean "blocks on a store task", "polls one", "submits a dump".
 WAIT_CALLS = frozenset({"wait", "wait_dump"})
 CHECK_CALLS = frozenset({"check"})
@@ -97,6 +100,7 @@ class Effect:
     reasons: tuple[str, ...] = ()  # why part of the behaviour is unknown
     async_hints: tuple[str, ...] = ()  # hand-offs to other threads/streams, with where they are
     flows: tuple[TaskFlow, ...] = ()  # store-task data flow of the definition and everything it calls
+    words: frozenset[str] = frozenset()  # names the definition and everything it calls read
 
     @property
     def submits_waited(self) -> bool:
@@ -138,6 +142,7 @@ class DefinitionLabel:
     label: str
     reasons: tuple[str, ...] = ()
     phantom: bool = False
+    hybrid_reasons: tuple[str, ...] = ()  # set: under a hybrid model the label is unknown, for these reasons
 
 
 class EffectReader:
@@ -213,6 +218,7 @@ class EffectReader:
                 [*(f"{owner}.{method} {h}" for h in facts.async_hints), *(h for e in everything for h in e.async_hints)]
             )),
             flows=tuple([*([facts.task_flow] if facts.task_flow else []), *(f for e in everything for f in e.flows)]),
+            words=facts.words.union(*(e.words for e in everything)),
         )
         self._memo[key] = result
         return result
@@ -242,8 +248,30 @@ class EffectReader:
         paired = self._layer_pair(cls, owner, method, effect)
         if paired is not None:
             return paired
-        label, reasons = classify(method, owner, effect, self.saves_async(cls))
-        return DefinitionLabel(owner, method, label, reasons)
+        label, reasons = classify(
+            method, owner, effect, self.saves_async(cls), self._reported_waits(cls, owner, method),
+            own_unconditional=not facts.has_condition,
+        )
+        hybrid: tuple[str, ...] = ()
+        submits = sum(f.submits for f in effect.flows)
+        waited = sum(f.waited_here for f in effect.flows)
+        if method in ("wait_for_save", "save_kv_layer") and 0 < waited < submits and effect.kept_in:
+            hybrid = (f"{owner}.{method} waits some of the dumps it submits before returning and keeps others: "
+                      "a fence on a hybrid model if the waited ones are the sliding-window group's, which reading "
+                      "the code cannot establish",)
+        return DefinitionLabel(owner, method, label, reasons, hybrid_reasons=hybrid)
+
+    def _reported_waits(self, cls: str, owner: str, method: str) -> bool:
+        """Does ``owner``'s definition wait tasks selected by what it reports? Followed into a ``super()``
+        the body only passes through."""
+        facts = self.hierarchy.method(owner, method)
+        if facts.reported_waits is not None:
+            return facts.reported_waits
+        for delegation in facts.delegations:
+            target = self.hierarchy.delegation_target(cls, delegation) if delegation.anchor in self.hierarchy.mro else None
+            if target is not None and not self.hierarchy.classes[target].external:
+                return self._reported_waits(cls, target, delegation.method)
+        return True  # no wait here at all: the label says so (report_before_wait)
 
     def _layer_pair(self, cls: str, owner: str, method: str, effect: Effect) -> DefinitionLabel | None:
         """A layer-wise save that keeps each layer's task on ``self`` and a ``wait_for_save`` (as ``cls``
@@ -333,7 +361,12 @@ def _reads(effect: Effect) -> bool:
 
 
 def classify(
-    method: str, owner: str, effect: Effect, saves_async: bool = True
+    method: str,
+    owner: str,
+    effect: Effect,
+    saves_async: bool = True,
+    reported_waits: bool = True,
+    own_unconditional: bool = False,
 ) -> tuple[str, tuple[str, ...]]:
     """Map a definition's full effect to the label the spec gives that kind of body; ``(unknown, why)``
     when the effect matches none of them or part of it could not be followed. ``saves_async``: the class
@@ -370,6 +403,12 @@ def classify(
             return "base", ()
         return UNKNOWN, (f"{where} does not delegate to request_finished",)
     if method == "handle_preemptions":
+        if waits and any(f.drains for f in effect.flows) and own_unconditional:
+            return "wait_all_on_free", ()  # drains every pending task before each forward
+        if waits and any("freed" in w.lower() for w in effect.words):
+            return "wait_freed", ()  # the fence: also waits tasks reading blocks freed since the last schedule
+        if waits and any("block" in w.lower() for w in effect.words):
+            return AMBIGUOUS_PREEMPT, ()
         if waits:
             return "wait_preempted", ()
         if effect.noop:
@@ -386,10 +425,14 @@ def classify(
             return "pass", ()
         return UNKNOWN, (f"{where} does protocol work other than submitting a dump",)
     if method == "wait_for_save":
+        if hints and not submits:  # a pool/thread/stream hand-off: the model's labels do not cover it
+            return UNKNOWN, (f"{where} may leave a save running after it returns: {hints[0]}",)
         if "add" in effect.tracking_ops:
             if not submits:
                 return "poll_track", ()
-            blocking = waits and not effect.calls & CHECK_CALLS
+            submitted = sum(f.submits for f in effect.flows)
+            partial = bool(effect.kept_in) and sum(f.waited_here for f in effect.flows) < submitted
+            blocking = waits and not effect.calls & CHECK_CALLS and not partial  # a kept task is still pending
             return ("blocking" if blocking else "poll_track_submit"), ()
         if effect.noop:
             return "base", ()
@@ -400,6 +443,9 @@ def classify(
         return UNKNOWN, (f"{where} does not record the step's dump requests in the tracking set",)
     if method == "get_finished":
         if _reads(effect) and effect.constant is None:
+            if waits and not reported_waits:
+                return UNKNOWN, (f"{where} waits store tasks, but none is selected by the requests it reports: "
+                                 "a reported request's dump may still be running when vLLM frees its blocks",)
             return ("wait_finished" if waits else "report_before_wait"), ()
         if effect.constant == "(None, None)" or effect.noop:
             return "base", ()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 
 from deferdump.tools.mro.behaviour import (
     FORWARD_ALIASES,
+    AMBIGUOUS_PREEMPT,
     OPTIMISTIC,
     OPTIMISTIC_HYBRID,
     OPTIMISTIC_SYNC,
@@ -331,8 +332,12 @@ class Judge:
                 contexts.append(Context(top, inner, "layerwise"))
         return contexts
 
-    def _labels(self, cls: str, inner: str | None, forward_reasons: Sequence[str]) -> list[DefinitionLabel]:
-        """Label every spec-method definition in the MROs of ``cls`` and its inner class."""
+    def _labels(
+        self, cls: str, inner: str | None, forward_reasons: Sequence[str], case: Case = "single"
+    ) -> list[DefinitionLabel]:
+        """Label every spec-method definition in the MROs of ``cls`` and its inner class. A preemption wait
+        that selects tasks by their blocks is a fence or a plain preemption wait: the same without a hybrid
+        model (nothing is freed while running), undecided with one."""
         concretes = [cls] + ([inner] if inner else [])
         labels: dict[tuple[str, str], DefinitionLabel] = {}
         for concrete in concretes:
@@ -343,6 +348,14 @@ class Judge:
                     if method not in methods:
                         continue
                     label = self.reader.label(concrete, owner, method)
+                    if label.hybrid_reasons and case == "hybrid":
+                        label = DefinitionLabel(owner, method, UNKNOWN, label.hybrid_reasons)
+                    if label.label == AMBIGUOUS_PREEMPT:
+                        label = DefinitionLabel(owner, method, "wait_preempted") if case != "hybrid" else (
+                            DefinitionLabel(owner, method, UNKNOWN, (
+                                f"{owner}.handle_preemptions waits tasks chosen by their blocks: a fence over "
+                                "blocks freed while the request runs or a wait for preempted requests only; "
+                                "the reader cannot tell which",)))
                     if label.label == "forward" and inner is not None and concrete == cls:
                         label = self.reader.forward_label(owner, method, inner)
                     if label.label == "forward" and (inner is None or concrete == inner):
@@ -393,7 +406,7 @@ class Judge:
 
     # -- judging -----------------------------------------------------------------------------------------
     def judge_context(self, cls: str, context: Context, inner_reasons: Sequence[str]) -> ContextJudgement:
-        labels = self._labels(cls, context.inner, inner_reasons)
+        labels = self._labels(cls, context.inner, inner_reasons, context.case)
         shown = {f"{l.owner}.{l.method}": l.label for l in labels if not self.hierarchy.classes[l.owner].external}
         unknowns = [l for l in labels if l.label == UNKNOWN]
         reasons = tuple(dict.fromkeys(r for l in unknowns for r in l.reasons))

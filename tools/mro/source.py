@@ -105,6 +105,9 @@ class MethodFacts:
     async_hints: tuple[str, ...] = ()  # calls that hand work to another thread/stream (``submit``, ``non_blocking=True``)
     task_flow: "TaskFlow | None" = None  # where the store tasks this definition submits go (data flow)
     attr_ops: tuple[tuple[str, frozenset[str]], ...] = ()  # self.<x> -> add/remove/read/assign (tracking discovery)
+    words: frozenset[str] = frozenset()  # every attribute and name the body reads (fence recognition)
+    reported_waits: "bool | None" = None  # get_finished-style: does a wait depend on what the call returns?
+    has_condition: bool = False  # any if/while/conditional expression in the body
 
 
 #: Store calls that submit a dump (a task comes back) and that block on one.
@@ -129,6 +132,7 @@ class TaskFlow:
     waits_each: frozenset[str] = frozenset()
     stops_early: frozenset[str] = frozenset()
     clears: frozenset[str] = frozenset()
+    drains: frozenset[str] = frozenset()  # waits_each loops with no condition around the loop or the wait
 
     @property
     def synchronous(self) -> bool:
@@ -278,7 +282,51 @@ class _MethodReader:
             async_hints=tuple(dict.fromkeys(self.async_hints)),
             task_flow=_task_flow(self.func),
             attr_ops=tuple(sorted((a, frozenset(o)) for a, o in self.attr_ops.items())),
+            words=frozenset(
+                [n.attr for n in _own_nodes(self.func) if isinstance(n, ast.Attribute)]
+                + [n.id for n in _own_nodes(self.func) if isinstance(n, ast.Name)]
+            ),
+            reported_waits=self._reported_waits(),
+            has_condition=any(isinstance(n, (ast.If, ast.While, ast.IfExp)) for n in _own_nodes(self.func)),
         )
+
+    def _reported_waits(self) -> bool | None:
+        """Is some store wait (or a ``self`` helper call) of this body selected by the value it returns?
+        The returned names are closed backwards over local assignments; a wait depends on a name through its
+        arguments or the ``if``/``for`` it sits in. None when the body makes no wait and calls no helper."""
+        nodes = list(_own_nodes(self.func))
+        returned: set[str] = set()
+        for node in nodes:
+            if isinstance(node, ast.Return) and node.value is not None:
+                value = node.value.elts[0] if isinstance(node.value, ast.Tuple) and node.value.elts else node.value
+                returned |= _names_in(value)
+        changed = True
+        while changed:
+            changed = False
+            for node in nodes:
+                if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    if any(_names_in(t) & returned for t in targets if isinstance(t, (ast.Name, ast.Tuple))):
+                        new = _names_in(node.value) - returned - {"self"}
+                        if new:
+                            returned |= new
+                            changed = True
+        waits = [n for n in nodes if isinstance(n, ast.Call) and (
+            _call_name(n) in STORE_WAITS or (isinstance(n.func, ast.Attribute) and _is_self(n.func.value)))]
+        if not waits:
+            return None
+        for call in waits:
+            deps = set().union(*(_names_in(a) for a in call.args)) if call.args else set()
+            child, parent = call, self.parents.get(call)
+            while parent is not None:
+                if isinstance(parent, (ast.If, ast.While)) and child is not parent.test:
+                    deps |= _names_in(parent.test)
+                if isinstance(parent, ast.For) and child is not parent.iter:
+                    deps |= _names_in(parent.iter) | _names_in(parent.target)
+                child, parent = parent, self.parents.get(parent)
+            if deps & returned:
+                return True
+        return False
 
     def _collect_aliases(self) -> None:
         for node in _own_nodes(self.func):
@@ -541,6 +589,7 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
             waited += 1
     waits_each: set[str] = set()
     stops_early: set[str] = set()
+    drains: set[str] = set()
     for node in nodes:
         if not (isinstance(node, ast.For) and isinstance(node.target, (ast.Name, ast.Tuple))):
             continue
@@ -558,6 +607,16 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
         waits_each.add(attr)
         if any(isinstance(n, (ast.Break, ast.Return)) for n in body_nodes):
             stops_early.add(attr)
+        guarded = any(isinstance(n, (ast.If, ast.While, ast.IfExp)) for n in body_nodes)
+        up = parents.get(node)
+        while up is not None and not guarded:
+            guarded = isinstance(up, (ast.If, ast.While, ast.ExceptHandler))
+            up = parents.get(up)
+        if not guarded and not any(
+            isinstance(n, ast.If) and n.body and isinstance(n.body[-1], (ast.Return, ast.Raise))
+            for n in nodes if nodes.index(n) < nodes.index(node)
+        ):
+            drains.add(attr)
     clears: set[str] = set()
     for node in nodes:
         if _call_name(node) == "clear" and _self_attr(node.func.value):  # type: ignore[attr-defined]
@@ -569,7 +628,7 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
         elif isinstance(node, ast.Delete):
             clears.update(a for a in (_self_attr(t) for t in node.targets) if a)
     return TaskFlow(len(submits), waited, frozenset(kept), frozenset(waits_each), frozenset(stops_early),
-                    frozenset(clears))
+                    frozenset(clears), frozenset(drains))
 
 
 @dataclass
@@ -765,8 +824,8 @@ def discover_tracking_attrs(classes: dict[str, ClassFacts]) -> frozenset[str]:
     decision (a membership test, ``&``/``-``, an ``if`` test, a filter) in ``request_finished`` or
     ``get_finished``, the helpers they call included (by name, within the class's own methods and those of
     every analysed class). Nothing is discovered where the code uses the PR's own name for the set."""
-    if any(DEFAULT_TRACKING_ATTR in {a for a, _ in m.attr_ops} for c in classes.values() for m in c.methods.values()):
-        return frozenset()
+    if any(m.tracking_ops for c in classes.values() for m in c.methods.values()):
+        return frozenset()  # read with the PR's name: that set is in use
 
     def reach(facts: ClassFacts, roots: Iterable[str]) -> list[MethodFacts]:
         seen: dict[str, MethodFacts] = {}
