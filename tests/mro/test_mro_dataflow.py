@@ -23,6 +23,7 @@ def test_a_submit_waited_in_the_same_call_is_a_synchronous_save() -> None:
     for body in (
         "task = self.store.dump_data(blocks)\nself.store.wait(task)",
         "self.store.wait(self.store.dump(blocks))",
+        "pending = []\ntask = self.store.dump_data(blocks)\npending.append(task)\nfor each in pending:\n    self.store.wait(each)",
         "tasks = []\nfor b in blocks:\n    tasks.append(self.store.dump_data(b))\nfor t in tasks:\n    self.store.wait(t)",
     ):
         source = (

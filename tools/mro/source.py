@@ -571,6 +571,10 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
             used = set().union(*(_names_in(a) for a in node.args)) if node.args else set()
             if holder and any(used & names for names in holders.values()):
                 kept.add(holder)
+            elif isinstance(node.func.value, ast.Name):  # type: ignore[attr-defined]
+                for names in holders.values():  # a local list collecting the task: it holds it too
+                    if used & names:
+                        names.add(node.func.value.id)  # type: ignore[attr-defined]
         elif isinstance(node, ast.Assign) and any(_self_attr(t) for t in node.targets):
             if any(_names_in(node.value) & names for names in holders.values()):
                 kept.update(a for a in (_self_attr(t) for t in node.targets) if a)
