@@ -597,20 +597,32 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
     for node in nodes:
         if not (isinstance(node, ast.For) and isinstance(node.target, (ast.Name, ast.Tuple))):
             continue
+        loop_vars = _names_in(node.target)
+        body_nodes = [n for stmt in node.body for n in ast.walk(stmt)]
         attr = _self_attr(node.iter) or (
             _self_attr(node.iter.func.value)  # ``self.x.items()`` / ``.values()``
             if isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Attribute) else None
         )
-        if attr is None:
+        waited_entries = [n for n in body_nodes if _call_name(n) in STORE_WAITS
+                          and set().union(*(_names_in(a) for a in n.args)) & loop_vars]  # type: ignore[attr-defined]
+        if not waited_entries:
             continue
-        loop_vars = _names_in(node.target)
-        body_nodes = [n for stmt in node.body for n in ast.walk(stmt)]
-        if not any(_call_name(n) in STORE_WAITS and set().union(*(_names_in(a) for a in n.args)) & loop_vars  # type: ignore[attr-defined]
-                   for n in body_nodes):
+        # ``for name in anything: wait(self.x[name])`` waits the entries of ``self.x`` too
+        keyed = {a for w in waited_entries for arg in w.args  # type: ignore[attr-defined]
+                 if isinstance(arg, ast.Subscript) and _names_in(arg.slice) & loop_vars and (a := _self_attr(arg))}
+        attrs = ({attr} if attr else set()) | keyed
+        if not attrs:
             continue
-        waits_each.add(attr)
-        if any(isinstance(n, (ast.Break, ast.Return)) for n in body_nodes):
-            stops_early.add(attr)
+        waits_each |= attrs
+        # a break/return, or a try around the loop whose handler swallows a failed wait, ends it early
+        swallowed = False
+        child, up = node, parents.get(node)
+        while up is not None:
+            if isinstance(up, ast.Try) and up.handlers and child in up.body:
+                swallowed = True
+            child, up = up, parents.get(up)
+        if swallowed or any(isinstance(n, (ast.Break, ast.Return)) for n in body_nodes):
+            stops_early |= attrs
         guarded = any(isinstance(n, (ast.If, ast.While, ast.IfExp)) for n in body_nodes)
         up = parents.get(node)
         while up is not None and not guarded:
@@ -620,7 +632,7 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
             isinstance(n, ast.If) and n.body and isinstance(n.body[-1], (ast.Return, ast.Raise))
             for n in nodes if nodes.index(n) < nodes.index(node)
         ):
-            drains.add(attr)
+            drains |= attrs
     clears: set[str] = set()
     for node in nodes:
         if _call_name(node) == "clear" and _self_attr(node.func.value):  # type: ignore[attr-defined]

@@ -128,7 +128,8 @@ def config_text(
     """The cfg: the injected table, the model's bounds and the context (wrapper, HMA, MultiConnector);
     ``inherited`` assigns further constants the protocol declares (values taken from a spec cfg). With
     ``liveness`` it also checks that every delayed request is eventually freed (no SYMMETRY then, as the
-    spec's own liveness models). Ranks are spelled like the spec's cfgs spell ``Rank0`` (``0`` or ``w0``).
+    spec's own liveness models); safety runs fingerprint states by the spec's ``View`` (without the call
+    record, which the counterexample still shows), as the spec's safety cfgs do. Ranks are spelled like the spec's cfgs spell ``Rank0`` (``0`` or ``w0``).
     ``case`` sizes the model for its kind (:data:`Case`): ``hybrid`` turns the spec's ``Hybrid`` on with a
     pool of :data:`HYBRID_BLOCKS`, ``mla`` sets ``MLA`` with two ranks, ``layerwise`` two layers."""
     stem = rank0.rstrip("0123456789")
@@ -174,7 +175,7 @@ CONSTANTS
     MLA = {"TRUE" if case == "mla" else "FALSE"}
     Faults = {faults}
 {extra}SPECIFICATION Spec
-{"PROPERTY" + chr(10) + "    " + LIVENESS_PROPERTY if liveness else "SYMMETRY Symmetry"}
+{"PROPERTY" + chr(10) + "    " + LIVENESS_PROPERTY if liveness else "SYMMETRY Symmetry" + chr(10) + "VIEW View"}
 INVARIANTS
 {invariants}
 """
