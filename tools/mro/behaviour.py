@@ -291,7 +291,7 @@ class EffectReader:
         kept = save.kept_in
         if not kept or save.reasons or wait.reasons or save.submits_waited or _pending_hints(save):
             return None
-        if not kept <= wait.waits_each or sum(f.submits for f in wait.flows):
+        if not kept <= wait.waits_each:
             return None
         if kept & wait.stops_early:
             attr = sorted(kept & wait.stops_early)[0]
@@ -302,8 +302,8 @@ class EffectReader:
                 "the model has no label for a partial wait",))
         if method == "save_kv_layer":
             return DefinitionLabel(owner, method, "sync_save")
-        if "add" in wait.tracking_ops:
-            return None
+        if "add" in wait.tracking_ops or sum(f.submits for f in wait.flows):
+            return None  # it does more than wait the layer tasks: classified on its own
         return DefinitionLabel(owner, method, "base")  # its waiting belongs to the synchronous save above
 
     def saves_async(self, cls: str) -> bool:
