@@ -19,7 +19,14 @@ ROOT = os.environ.get("DEFERDUMP_UCM_SOURCES")
 #: stage folder -> the files judged together -> connector class -> verdict (docs/mro.md, "UCM's connectors").
 STAGES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     # before #989 (upstream cdd44067): synchronous dumps, wait_for_save waits its own tasks
-    "pre": (("ucm_connector.py",), {}),
+    "pre": (("ucm_connector.py",), {
+        "UCMDirectConnector": "safe",  # wait_for_save submits one task and waits it in the same call
+        "UCMLayerWiseConnector": "unknown",  # its wait loop sits in a try: one failed wait ends it early
+        "UCMCPConnector": "unknown",  # the LayerWise saves when use_layerwise
+        "UCMPDConnector": "safe",  # Direct's synchronous save; get_finished raises
+        "UCMMockConnector": "safe",  # Direct's
+        "UCMConnector": "unknown",  # a non-HMA wrapper: unknown where it holds LayerWise or CP
+    }),
 }
 
 
