@@ -412,9 +412,9 @@ class Judge:
         reasons = tuple(dict.fromkeys(r for l in unknowns for r in l.reasons))
         target = context.inner or cls
         wrapper = context.inner is not None
-        check = lambda table, rename: self.runner.check(  # noqa: E731
-            table, rename[target], wrapper, context.path, context.case
-        )
+        def check(table: ClassTable, rename: dict[str, str]) -> _Outcome:
+            return self.runner.check(table, rename[target], wrapper, context.path, context.case)
+
         table, rename = self._table(cls, context.inner, labels, PESSIMISTIC)
         worst = check(table, rename)
         if worst.passed:
