@@ -2,8 +2,10 @@
 
 For each connector class and each context it can run in (top level on vLLM's HMA path if it is
 ``SupportsHMA``, else top level on the non-HMA path; and as a MultiConnector child beside a non-HMA
-delaying sibling; a wrapper once per inner class its ``__init__`` may pick), the class table is injected
-into the spec and TLC checks the protocol's safety invariants. Definitions the analysis cannot classify
+delaying sibling; a wrapper once per inner class its ``__init__`` may pick), and each case of model vLLM
+can run it under (one KV-cache group; hybrid with a sliding-window group when it is ``SupportsHMA``; MLA;
+two layers when a save may keep a task per layer), the class table is injected into the spec and TLC
+checks the protocol's safety invariants. The class verdict is the worst case's. Definitions the analysis cannot classify
 are first given the worst label their method admits: if even that passes, the class is safe; otherwise
 they get the PR's label, and a violation that survives is ``unsafe``, one that disappears ``unknown``.
 """
@@ -58,6 +60,7 @@ _PATH_WORDS: dict[str, str] = {
     "non_hma": "top level, non-HMA path (request_finished)",
     "multi": "MultiConnector child beside a non-HMA delaying sibling",
 }
+_CASE_ORDER: dict[str, int] = {"single": 0, "mla": 1, "layerwise": 2, "hybrid": 3}
 _CASE_WORDS: dict[str, str] = {
     "single": "",
     "hybrid": "hybrid model (full attention + sliding window: out-of-window blocks freed while running)",
@@ -436,9 +439,13 @@ class Judge:
     def judge(self, cls: str) -> ConnectorJudgement:
         _, inner_reasons = self.inner_choices(cls)
         judgements = tuple(self.judge_context(cls, c, inner_reasons) for c in self.contexts(cls))
-        deciding = next((j for j in judgements if j.verdict == "unsafe"), None) or next(
-            (j for j in judgements if j.verdict == "unknown"), None
-        )
+        # the worst case decides; among equals the plainest model (one group before MLA, two layers, hybrid)
+        # gives the counterexample that is easiest to read
+        def plainest(verdict: str) -> ContextJudgement | None:
+            found = [j for j in judgements if j.verdict == verdict]
+            return min(found, key=lambda j: _CASE_ORDER[j.context.case]) if found else None
+
+        deciding = plainest("unsafe") or plainest("unknown")
         return ConnectorJudgement(
             name=cls,
             resolves=self.hierarchy.resolves(cls),
