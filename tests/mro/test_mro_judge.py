@@ -72,7 +72,8 @@ def test_wrapper_is_judged_once_per_inner_class_its_init_may_pick(runner: ModelR
     # the wrapper is SupportsHMA, so vLLM may run it on a hybrid model: no inner class fences its deferred
     # dumps against the sliding-window frees
     hybrid = {j.context.inner: (j.verdict, j.violated) for j in verdict.judgements if j.context.case == "hybrid"}
-    assert hybrid == {inner: ("unsafe", "NoOverwriteWhileDumpingInv") for inner in ("LayerWise", "Direct", "Forgetful")}
+    assert hybrid["LayerWise"] == hybrid["Direct"] == ("unsafe", "NoOverwriteWhileDumpingInv")
+    assert hybrid["Forgetful"][0] == "unsafe" and hybrid["Forgetful"][1] in SAFETY_VIOLATIONS
 
 
 def test_override_that_does_not_call_super_is_unsafe(runner: ModelRunner) -> None:
