@@ -32,7 +32,8 @@ def test_ucm_cp_resolves_build_connector_meta_to_direct_and_is_safe(runner: Mode
     verdict = _judge("ucm_shaped.py", runner, "UCMCPConnector")["UCMCPConnector"]
     assert verdict.resolves["build_connector_meta"] == "UCMDirectConnector"
     assert verdict.verdict == "safe" and verdict.violated is None and verdict.context is None
-    assert [j.context.path for j in verdict.judgements] == ["non_hma", "multi"]
+    # not SupportsHMA: no hybrid case; it saves layer by layer, so two layers are checked too
+    assert [j.context.key for j in verdict.judgements] == ["single", "multi", "mla", "layerwise"]
     assert verdict.judgements[0].labels["UCMDirectConnector.build_connector_meta"] == "track"
 
 
@@ -62,11 +63,17 @@ def test_wrapper_is_judged_once_per_inner_class_its_init_may_pick(runner: ModelR
     verdict = _judge("wrapper_multi_inner.py", runner, "Wrapper")["Wrapper"]
     by_inner = {}
     for judgement in verdict.judgements:
-        by_inner.setdefault(judgement.context.inner, set()).add(judgement.verdict)
+        if judgement.context.case != "hybrid":
+            by_inner.setdefault(judgement.context.inner, set()).add(judgement.verdict)
     assert by_inner == {"LayerWise": {"safe"}, "Direct": {"safe"}, "Forgetful": {"unsafe"}}
     assert verdict.verdict == "unsafe" and verdict.context is not None
     assert verdict.context.inner == "Forgetful"
     assert {j.context.path for j in verdict.judgements} == {"hma", "multi"}
+    # the wrapper is SupportsHMA, so vLLM may run it on a hybrid model: no inner class fences its deferred
+    # dumps against the sliding-window frees
+    hybrid = {j.context.inner: (j.verdict, j.violated) for j in verdict.judgements if j.context.case == "hybrid"}
+    assert hybrid["LayerWise"] == hybrid["Direct"] == ("unsafe", "NoOverwriteWhileDumpingInv")
+    assert hybrid["Forgetful"][0] == "unsafe" and hybrid["Forgetful"][1] in SAFETY_VIOLATIONS
 
 
 def test_override_that_does_not_call_super_is_unsafe(runner: ModelRunner) -> None:
@@ -103,7 +110,7 @@ def test_identical_runs_are_cached_within_one_judge() -> None:
     judge_files([FIXTURES / "override_no_super.py"], only=["PoliteLoggingConnector"], runner=fresh)
     runs = fresh.runs
     again = judge_files([FIXTURES / "override_no_super.py"], only=["PoliteLoggingConnector"], runner=fresh)
-    assert fresh.runs == runs and again.tlc_runs == 0 and again.cached_runs == 2
+    assert fresh.runs == runs and again.tlc_runs == 0 and again.cached_runs == runs
 
 
 def test_liveness_option_catches_a_get_finished_that_never_reports(runner: ModelRunner) -> None:

@@ -65,15 +65,27 @@ def test_labels_behind_the_style_verdicts(styles) -> None:
     assert styles["GetattrWrapper"].resolves["request_finished"] == "KVConnectorBase_V1"
 
 
-def test_independent_ucm_shaped_wrapper_calling_the_inner_request_finished_is_safe(runner: ModelRunner) -> None:
+def test_independent_ucm_shaped_wrapper_is_safe_with_one_group_and_unsafe_on_a_hybrid_model(
+    runner: ModelRunner,
+) -> None:
+    """The wrapper calls the inner request_finished with block_ids[0] (right with one KV-cache group), but it
+    is SupportsHMA: vLLM keeps the hybrid manager on and frees sliding-window blocks of running requests
+    under the inner class's unfenced deferred dumps."""
     judgement = judge_files([FIXTURES / "ucm_independent.py"], runner=runner).connectors
     assert {name: j.verdict for name, j in judgement.items()} == {
-        "StoreBackedConnector": "safe", "PerLayerConnector": "safe", "OuterStoreConnector": "safe"
+        "StoreBackedConnector": "safe", "PerLayerConnector": "safe", "OuterStoreConnector": "unsafe"
     }
     outer = judgement["OuterStoreConnector"]
     assert {j.context.path for j in outer.judgements} == {"hma", "multi"}
     assert all(j.labels["OuterStoreConnector.request_finished_all_groups"] == "forward_request_finished"
                for j in outer.judgements)
+    by_case = {(j.context.case, j.context.path): j.verdict for j in outer.judgements}
+    assert by_case[("single", "hma")] == by_case[("single", "multi")] == "safe"
+    assert by_case[("hybrid", "hma")] == "unsafe"
+    assert outer.violated == "NoOverwriteWhileDumpingInv" and outer.context is not None
+    assert outer.context.case == "hybrid"
+    cases = outer.to_json()["cases"]
+    assert cases[f"hybrid[{outer.context.inner}]"]["counterexample"]["property"] == "NoOverwriteWhileDumpingInv"
 
 
 def test_its_no_forward_twin_is_unsafe_on_the_hma_path_with_the_counterexample(runner: ModelRunner) -> None:

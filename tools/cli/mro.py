@@ -62,15 +62,26 @@ def _render(report: MroReport, console: Console) -> None:
         for method, owner in judgement.resolves.items():
             table.add_row(method, Text(owner, style="cyan" if owner == name else ""), labels.get(f"{owner}.{method}", ""))
         console.print(table)
+        cases = Table(show_header=True, header_style="bold", box=None, padding=(0, 2))
+        for column in ("case", "vLLM calls it", "wrapping", "verdict", "property"):
+            cases.add_column(column)
         for context_judgement in judgement.judgements:
-            line = Text(f"  {context_judgement.context.describe()}: ")
-            line.append(context_judgement.verdict, style=_VERDICT_STYLE[context_judgement.verdict])
-            if context_judgement.violated:
-                verb = "could be violated" if context_judgement.verdict == "unknown" else "violated"
-                line.append(f" ({context_judgement.violated} {verb})")
-            console.print(line)
+            context = context_judgement.context
+            verb = "could be violated" if context_judgement.verdict == "unknown" else "violated"
+            cases.add_row(
+                context.key.split("[")[0],
+                context.describe().split(", wrapping")[0],
+                context.inner or "-",
+                Text(context_judgement.verdict, style=_VERDICT_STYLE[context_judgement.verdict]),
+                f"{context_judgement.violated} {verb}" if context_judgement.violated else "",
+            )
+        console.print(cases)
+        shown: set[str] = set()
+        for context_judgement in judgement.judgements:
             for reason in context_judgement.reasons:
-                console.print(Text(f"    because {reason}", style="yellow"))
+                if reason not in shown:
+                    shown.add(reason)
+                    console.print(Text(f"    because {reason}", style="yellow"))
         _render_counterexample(judgement, console)
         console.print()
     console.print(
@@ -118,8 +129,10 @@ def _write_pages(report: MroReport, directory: Path) -> list[Path]:
 def mro(
     files: List[Path] = typer.Argument(..., help="Python source files, analysed together; never imported."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
-    tracking_attr: str = typer.Option(
-        DEFAULT_TRACKING_ATTR, "--tracking-attr", help="Attribute holding the async-dump tracking set."
+    tracking_attr: Optional[str] = typer.Option(
+        None, "--tracking-attr",
+        help=f"Attribute holding the async-dump tracking set (default: {DEFAULT_TRACKING_ATTR} and every "
+        "attribute that behaves as one, found by data flow).",
     ),
     only: Optional[List[str]] = typer.Option(
         None, "--class", help="Judge only this connector class (repeatable); all classes are still listed."

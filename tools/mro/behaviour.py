@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deferdump.tools.mro.hierarchy import Hierarchy
-from deferdump.tools.mro.source import CONNECTOR_METHODS, Forward
+from deferdump.tools.mro.source import CONNECTOR_METHODS, Forward, TaskFlow
 
 #: The connector methods the protocol model dispatches (``Connectors!Methods``).
 SPEC_METHODS: tuple[str, ...] = (
@@ -26,6 +26,9 @@ SPEC_METHODS: tuple[str, ...] = (
 )
 
 UNKNOWN = "unknown"
+
+#: Not a model label: a preemption wait selecting tasks by their blocks (the judge resolves it per case).
+AMBIGUOUS_PREEMPT = "wait_preempted_or_freed"
 
 #: Calls on other objects that mean "blocks on a store task", "polls one", "submits a dump".
 WAIT_CALLS = frozenset({"wait", "wait_dump"})
@@ -60,6 +63,10 @@ OPTIMISTIC: dict[str, str] = {
     "_wait_pending_dump_task": "release_finally",
 }
 
+#: Under a hybrid model the benign reading of an unrecognised ``handle_preemptions`` is the fence (wait every
+#: pending task reading a block freed since it was submitted): a plain preemption wait is unsafe there.
+OPTIMISTIC_HYBRID: dict[str, str] = {**OPTIMISTIC, "handle_preemptions": "wait_freed"}
+
 #: The other benign reading of an unrecognised save: it completes before returning (no dump in flight, so
 #: nothing to track or wait). A class is ``unsafe`` only when both benign readings fail.
 OPTIMISTIC_SYNC: dict[str, str] = {**OPTIMISTIC, "save_kv_layer": "sync_save", "wait_for_save": "sync_save"}
@@ -92,6 +99,27 @@ class Effect:
     forwards: tuple[Forward, ...] = ()
     reasons: tuple[str, ...] = ()  # why part of the behaviour is unknown
     async_hints: tuple[str, ...] = ()  # hand-offs to other threads/streams, with where they are
+    flows: tuple[TaskFlow, ...] = ()  # store-task data flow of the definition and everything it calls
+    words: frozenset[str] = frozenset()  # names the definition and everything it calls read
+
+    @property
+    def submits_waited(self) -> bool:
+        """Every store task submitted in the call (helpers included) is waited before it returns and none
+        is kept on ``self``: a synchronous save, whatever the methods are called."""
+        submits = sum(f.submits for f in self.flows)
+        return submits > 0 and sum(f.waited_here for f in self.flows) == submits and not self.kept_in
+
+    @property
+    def kept_in(self) -> frozenset[str]:
+        return frozenset().union(*(f.kept_in for f in self.flows))
+
+    @property
+    def waits_each(self) -> frozenset[str]:
+        return frozenset().union(*(f.waits_each for f in self.flows))
+
+    @property
+    def stops_early(self) -> frozenset[str]:
+        return frozenset().union(*(f.stops_early for f in self.flows))
 
     @property
     def relevant(self) -> bool:
@@ -114,6 +142,7 @@ class DefinitionLabel:
     label: str
     reasons: tuple[str, ...] = ()
     phantom: bool = False
+    hybrid_reasons: tuple[str, ...] = ()  # set: under a hybrid model the label is unknown, for these reasons
 
 
 class EffectReader:
@@ -188,6 +217,8 @@ class EffectReader:
             async_hints=tuple(dict.fromkeys(
                 [*(f"{owner}.{method} {h}" for h in facts.async_hints), *(h for e in everything for h in e.async_hints)]
             )),
+            flows=tuple([*([facts.task_flow] if facts.task_flow else []), *(f for e in everything for f in e.flows)]),
+            words=facts.words.union(*(e.words for e in everything)),
         )
         self._memo[key] = result
         return result
@@ -213,8 +244,67 @@ class EffectReader:
             and not own.reasons
         ):
             return DefinitionLabel(owner, method, "super")
-        label, reasons = classify(method, owner, self.effect(cls, owner, method), self.saves_async(cls))
-        return DefinitionLabel(owner, method, label, reasons)
+        effect = self.effect(cls, owner, method)
+        paired = self._layer_pair(cls, owner, method, effect)
+        if paired is not None:
+            return paired
+        label, reasons = classify(
+            method, owner, effect, self.saves_async(cls), self._reported_waits(cls, owner, method),
+            own_unconditional=not facts.has_condition,
+        )
+        hybrid: tuple[str, ...] = ()
+        submits = sum(f.submits for f in effect.flows)
+        waited = sum(f.waited_here for f in effect.flows)
+        if method in ("wait_for_save", "save_kv_layer") and 0 < waited < submits and effect.kept_in:
+            hybrid = (f"{owner}.{method} waits some of the dumps it submits before returning and keeps others: "
+                      "a fence on a hybrid model if the waited ones are the sliding-window group's, which reading "
+                      "the code cannot establish",)
+        return DefinitionLabel(owner, method, label, reasons, hybrid_reasons=hybrid)
+
+    def _reported_waits(self, cls: str, owner: str, method: str) -> bool:
+        """Does ``owner``'s definition wait tasks selected by what it reports? Followed into a ``super()``
+        the body only passes through."""
+        facts = self.hierarchy.method(owner, method)
+        if facts.reported_waits is not None:
+            return facts.reported_waits
+        for delegation in facts.delegations:
+            target = self.hierarchy.delegation_target(cls, delegation) if delegation.anchor in self.hierarchy.mro else None
+            if target is not None and not self.hierarchy.classes[target].external:
+                return self._reported_waits(cls, target, delegation.method)
+        return True  # no wait here at all: the label says so (report_before_wait)
+
+    def _layer_pair(self, cls: str, owner: str, method: str, effect: Effect) -> DefinitionLabel | None:
+        """A layer-wise save that keeps each layer's task on ``self`` and a ``wait_for_save`` (as ``cls``
+        resolves it) that waits every kept task in a loop: together a synchronous save of the step. A loop
+        that can stop before the last task (``break``/``return``) leaves the other layers' dumps unwaited
+        when one wait fails: not a synchronous save, and not a deferred dump the model has a label for."""
+        if method not in ("save_kv_layer", "wait_for_save") or effect.reasons or effect.tracking_ops:
+            return None
+        save_owner = owner if method == "save_kv_layer" else self.hierarchy.lookup(cls, "save_kv_layer")
+        wait_owner = owner if method == "wait_for_save" else self.hierarchy.lookup(cls, "wait_for_save")
+        if save_owner is None or wait_owner is None:
+            return None
+        if self.hierarchy.classes[save_owner].external or self.hierarchy.classes[wait_owner].external:
+            return None
+        save = self.effect(cls, save_owner, "save_kv_layer")
+        wait = self.effect(cls, wait_owner, "wait_for_save")
+        kept = save.kept_in
+        if not kept or save.reasons or wait.reasons or save.submits_waited or _pending_hints(save):
+            return None
+        if not kept <= wait.waits_each:
+            return None
+        if kept & wait.stops_early:
+            attr = sorted(kept & wait.stops_early)[0]
+            return DefinitionLabel(owner, method, UNKNOWN, (
+                f"{wait_owner}.wait_for_save waits the per-layer tasks in self.{attr} in a loop that can stop "
+                f"before the last one ({save_owner}.save_kv_layer keeps one per layer): with two or more layers "
+                "and a failing wait, the other layers' dumps are left unwaited while their blocks may be freed; "
+                "the model has no label for a partial wait",))
+        if method == "save_kv_layer":
+            return DefinitionLabel(owner, method, "sync_save")
+        if "add" in wait.tracking_ops or sum(f.submits for f in wait.flows):
+            return None  # it does more than wait the layer tasks: classified on its own
+        return DefinitionLabel(owner, method, "base")  # its waiting belongs to the synchronous save above
 
     def saves_async(self, cls: str) -> bool:
         """Does anything ``cls`` runs visibly keep dumps in flight (the tracking set, a store submit)? Only
@@ -271,7 +361,12 @@ def _reads(effect: Effect) -> bool:
 
 
 def classify(
-    method: str, owner: str, effect: Effect, saves_async: bool = True
+    method: str,
+    owner: str,
+    effect: Effect,
+    saves_async: bool = True,
+    reported_waits: bool = True,
+    own_unconditional: bool = False,
 ) -> tuple[str, tuple[str, ...]]:
     """Map a definition's full effect to the label the spec gives that kind of body; ``(unknown, why)``
     when the effect matches none of them or part of it could not be followed. ``saves_async``: the class
@@ -285,6 +380,9 @@ def classify(
     submits = bool(effect.calls & SUBMIT_CALLS)
     hints = _pending_hints(effect)
     synchronous = bool(effect.calls & SYNC_SAVE_CALLS) and not submits and not hints
+    if effect.submits_waited and not hints and method in ("save_kv_layer", "wait_for_save"):
+        if not effect.tracking_ops and not effect.calls & CHECK_CALLS:
+            return "sync_save", ()  # submit, then wait that very task: nothing outlives the call
     if method == "build_connector_meta":
         if "add" in effect.tracking_ops:
             return "track", ()
@@ -305,6 +403,12 @@ def classify(
             return "base", ()
         return UNKNOWN, (f"{where} does not delegate to request_finished",)
     if method == "handle_preemptions":
+        if waits and any(f.drains for f in effect.flows) and own_unconditional:
+            return "wait_all_on_free", ()  # drains every pending task before each forward
+        if waits and any("freed" in w.lower() for w in effect.words):
+            return "wait_freed", ()  # the fence: also waits tasks reading blocks freed since the last schedule
+        if waits and any("block" in w.lower() for w in effect.words):
+            return AMBIGUOUS_PREEMPT, ()
         if waits:
             return "wait_preempted", ()
         if effect.noop:
@@ -321,10 +425,14 @@ def classify(
             return "pass", ()
         return UNKNOWN, (f"{where} does protocol work other than submitting a dump",)
     if method == "wait_for_save":
+        if hints and not submits:  # a pool/thread/stream hand-off: the model's labels do not cover it
+            return UNKNOWN, (f"{where} may leave a save running after it returns: {hints[0]}",)
         if "add" in effect.tracking_ops:
             if not submits:
                 return "poll_track", ()
-            blocking = waits and not effect.calls & CHECK_CALLS
+            submitted = sum(f.submits for f in effect.flows)
+            partial = bool(effect.kept_in) and sum(f.waited_here for f in effect.flows) < submitted
+            blocking = waits and not effect.calls & CHECK_CALLS and not partial  # a kept task is still pending
             return ("blocking" if blocking else "poll_track_submit"), ()
         if effect.noop:
             return "base", ()
@@ -335,6 +443,9 @@ def classify(
         return UNKNOWN, (f"{where} does not record the step's dump requests in the tracking set",)
     if method == "get_finished":
         if _reads(effect) and effect.constant is None:
+            if waits and not reported_waits:
+                return UNKNOWN, (f"{where} waits store tasks, but none is selected by the requests it reports: "
+                                 "a reported request's dump may still be running when vLLM frees its blocks",)
             return ("wait_finished" if waits else "report_before_wait"), ()
         if effect.constant == "(None, None)" or effect.noop:
             return "base", ()

@@ -2,8 +2,10 @@
 
 For each connector class and each context it can run in (top level on vLLM's HMA path if it is
 ``SupportsHMA``, else top level on the non-HMA path; and as a MultiConnector child beside a non-HMA
-delaying sibling; a wrapper once per inner class its ``__init__`` may pick), the class table is injected
-into the spec and TLC checks the protocol's safety invariants. Definitions the analysis cannot classify
+delaying sibling; a wrapper once per inner class its ``__init__`` may pick), and each case of model vLLM
+can run it under (one KV-cache group; hybrid with a sliding-window group when it is ``SupportsHMA``; MLA;
+two layers when a save may keep a task per layer), the class table is injected into the spec and TLC
+checks the protocol's safety invariants. The class verdict is the worst case's. Definitions the analysis cannot classify
 are first given the worst label their method admits: if even that passes, the class is safe; otherwise
 they get the PR's label, and a violation that survives is ``unsafe``, one that disappears ``unknown``.
 """
@@ -17,7 +19,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 
 from deferdump.tools.mro.behaviour import (
     FORWARD_ALIASES,
+    AMBIGUOUS_PREEMPT,
     OPTIMISTIC,
+    OPTIMISTIC_HYBRID,
     OPTIMISTIC_SYNC,
     PESSIMISTIC,
     SPEC_METHODS,
@@ -27,13 +31,14 @@ from deferdump.tools.mro.behaviour import (
 )
 from deferdump.tools.mro.errors import JudgeError, MroError
 from deferdump.tools.mro.hierarchy import Hierarchy, build_hierarchy
-from deferdump.tools.mro.source import DEFAULT_TRACKING_ATTR, read_files
+from deferdump.tools.mro.source import read_files
 from deferdump.tools.mro.tla import (
     ASSIGNED_CONSTANTS,
     PROTOCOL_MODULE,
     TEMPLATE_CFG,
     WRAPPER_NAME,
     CallPath,
+    Case,
     ClassTable,
     ModelBounds,
     cfg_assignments,
@@ -55,6 +60,13 @@ _PATH_WORDS: dict[str, str] = {
     "non_hma": "top level, non-HMA path (request_finished)",
     "multi": "MultiConnector child beside a non-HMA delaying sibling",
 }
+_CASE_ORDER: dict[str, int] = {"single": 0, "mla": 1, "layerwise": 2, "hybrid": 3}
+_CASE_WORDS: dict[str, str] = {
+    "single": "",
+    "hybrid": "hybrid model (full attention + sliding window: out-of-window blocks freed while running)",
+    "mla": "MLA model (two ranks, only rank 0 dumps)",
+    "layerwise": "two attention layers (one save per layer)",
+}
 
 
 @dataclass(frozen=True)
@@ -63,13 +75,23 @@ class Context:
 
     path: CallPath
     inner: str | None = None
+    case: Case = "single"
+
+    @property
+    def key(self) -> str:
+        """The name of the case in ``--json`` (``"cases"``): the model kind, the path where a kind runs on
+        two, and the inner class of a wrapper."""
+        name = "multi" if self.path == "multi" else self.case
+        return f"{name}[{self.inner}]" if self.inner else name
 
     def describe(self) -> str:
         words = _PATH_WORDS[self.path]
+        if self.case != "single":
+            words = f"{_CASE_WORDS[self.case]}, {words}"
         return f"{words}, wrapping {self.inner}" if self.inner else words
 
     def to_json(self) -> dict[str, object]:
-        return {"path": self.path, "inner": self.inner, "description": self.describe()}
+        return {"path": self.path, "case": self.case, "inner": self.inner, "description": self.describe()}
 
 
 @dataclass(frozen=True)
@@ -83,6 +105,26 @@ class ContextJudgement:
     labels: dict[str, str] = field(default_factory=dict)  # "Class.method" -> label, as injected
     counterexample: "TlcResult | None" = None  # TLC's trace of the violation (unknown: under the worst labels)
     model: str | None = None  # the generated module the counterexample comes from
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {**self.context.to_json(), "verdict": self.verdict, "violated": self.violated}
+        if self.reasons:
+            out["reasons"] = list(self.reasons)
+        if self.counterexample is not None:
+            out["counterexample"] = _counterexample_json(self.counterexample, self.model)
+        return out
+
+
+def _counterexample_json(result: "TlcResult", model: str | None) -> dict[str, object]:
+    from deferdump.tools.tlc.manifest import trace_json
+
+    return {
+        "model": model,
+        "property": result.property,
+        "kind": None if result.kind is None else result.kind.value,
+        "trace": trace_json(result),
+        "loop_index": result.loop_index,
+    }
 
 
 @dataclass(frozen=True)
@@ -103,26 +145,18 @@ class ConnectorJudgement:
         return next((j for j in self.judgements if j.context == self.context and j.verdict == self.verdict), None)
 
     def to_json(self) -> dict[str, object]:
-        from deferdump.tools.tlc.manifest import trace_json
-
         context: dict[str, object] | None = None
         if self.context is not None:
             context = self.context.to_json()
             if self.reasons:
                 context["reasons"] = list(self.reasons)
         out: dict[str, Any] = {
-            "resolves": self.resolves, "verdict": self.verdict, "violated": self.violated, "context": context
+            "resolves": self.resolves, "verdict": self.verdict, "violated": self.violated, "context": context,
+            "cases": {j.context.key: j.to_json() for j in self.judgements},
         }
         deciding = self.deciding
         if deciding is not None and deciding.counterexample is not None:
-            result = deciding.counterexample
-            out["counterexample"] = {
-                "model": deciding.model,
-                "property": result.property,
-                "kind": None if result.kind is None else result.kind.value,
-                "trace": trace_json(result),
-                "loop_index": result.loop_index,
-            }
+            out["counterexample"] = _counterexample_json(deciding.counterexample, deciding.model)
         return out
 
 
@@ -194,8 +228,10 @@ class ModelRunner:
             )
         return {name: values[name] for name in missing}, values.get("Rank0", "0")
 
-    def check(self, table: ClassTable, inner: str, wrapper: bool, path: CallPath) -> _Outcome:
-        key = (table.key(), inner, wrapper, path, self.liveness)
+    def check(
+        self, table: ClassTable, inner: str, wrapper: bool, path: CallPath, case: Case = "single"
+    ) -> _Outcome:
+        key = (table.key(), inner, wrapper, path, self.liveness, case)
         if key in self._cache:
             self.cached += 1
             return self._cache[key]
@@ -204,7 +240,7 @@ class ModelRunner:
 
         directory = self.spec_dir or spec_dir()
         inherited, rank0 = self.spec_settings(directory)
-        name = module_name(table, inner, wrapper, path, self.bounds, self.liveness)
+        name = module_name(table, inner, wrapper, path, self.bounds, self.liveness, case)
         result = run_tlc(
             directory / f"{name}.tla",
             f"{name}.cfg",  # type: ignore[arg-type]
@@ -213,13 +249,13 @@ class ModelRunner:
             heap="512m",
             jvm_args=("-XX:TieredStopAtLevel=1",),
             extra_modules={name: module_text(name, table), f"{name}.cfg": config_text(
-                inner, wrapper, path, self.bounds, inherited, self.liveness, rank0
+                inner, wrapper, path, self.bounds, inherited, self.liveness, rank0, case
             )},
         )
         self.runs += 1
         status = getattr(result.status, "value", result.status)
         if status == "error":
-            raise JudgeError(f"TLC could not check the model for {inner} ({path}): {result.message}")
+            raise JudgeError(f"TLC could not check the model for {inner} ({path}, {case}): {result.message}")
         passed = status == "pass"
         outcome = _Outcome(
             passed=passed,
@@ -227,7 +263,7 @@ class ModelRunner:
             result=None if passed else result,
             model=name,
         )
-        log.info("TLC %s %s wrapper=%s %s: %s in %.1fs", name, inner, wrapper, path, status, result.seconds)
+        log.info("TLC %s %s wrapper=%s %s %s: %s in %.1fs", name, inner, wrapper, path, case, status, result.seconds)
         self._cache[key] = outcome
         return outcome
 
@@ -281,12 +317,30 @@ class Judge:
         return list(unique), reasons
 
     def contexts(self, cls: str) -> list[Context]:
-        paths: list[CallPath] = ["hma" if self.hierarchy.supports_hma(cls) else "non_hma", "multi"]
-        inners, _ = self.inner_choices(cls)
-        return [Context(path, inner) for inner in inners for path in paths]
+        """Every way vLLM can run ``cls``: for each inner class a wrapper may hold, on its top-level path
+        (HMA when ``cls`` is ``SupportsHMA``) with one KV-cache group, as a MultiConnector child, under an
+        MLA model, under a hybrid model when ``cls`` is ``SupportsHMA`` (vLLM keeps the hybrid manager
+        on only then), and with two layers when a save may keep one task per layer."""
+        hma = self.hierarchy.supports_hma(cls)
+        top: CallPath = "hma" if hma else "non_hma"
+        inners, reasons = self.inner_choices(cls)
+        contexts: list[Context] = []
+        for inner in inners:
+            contexts += [Context(top, inner), Context("multi", inner)]
+            if hma:
+                contexts.append(Context("hma", inner, "hybrid"))
+            contexts.append(Context(top, inner, "mla"))
+            saves = [l for l in self._labels(cls, inner, reasons) if l.method == "save_kv_layer"]
+            if any(l.label in ("submit_layer", UNKNOWN) for l in saves):
+                contexts.append(Context(top, inner, "layerwise"))
+        return contexts
 
-    def _labels(self, cls: str, inner: str | None, forward_reasons: Sequence[str]) -> list[DefinitionLabel]:
-        """Label every spec-method definition in the MROs of ``cls`` and its inner class."""
+    def _labels(
+        self, cls: str, inner: str | None, forward_reasons: Sequence[str], case: Case = "single"
+    ) -> list[DefinitionLabel]:
+        """Label every spec-method definition in the MROs of ``cls`` and its inner class. A preemption wait
+        that selects tasks by their blocks is a fence or a plain preemption wait: the same without a hybrid
+        model (nothing is freed while running), undecided with one."""
         concretes = [cls] + ([inner] if inner else [])
         labels: dict[tuple[str, str], DefinitionLabel] = {}
         for concrete in concretes:
@@ -297,6 +351,14 @@ class Judge:
                     if method not in methods:
                         continue
                     label = self.reader.label(concrete, owner, method)
+                    if label.hybrid_reasons and case == "hybrid":
+                        label = DefinitionLabel(owner, method, UNKNOWN, label.hybrid_reasons)
+                    if label.label == AMBIGUOUS_PREEMPT:
+                        label = DefinitionLabel(owner, method, "wait_preempted") if case != "hybrid" else (
+                            DefinitionLabel(owner, method, UNKNOWN, (
+                                f"{owner}.handle_preemptions waits tasks chosen by their blocks: a fence over "
+                                "blocks freed while the request runs or a wait for preempted requests only; "
+                                "the reader cannot tell which",)))
                     if label.label == "forward" and inner is not None and concrete == cls:
                         label = self.reader.forward_label(owner, method, inner)
                     if label.label == "forward" and (inner is None or concrete == inner):
@@ -347,23 +409,28 @@ class Judge:
 
     # -- judging -----------------------------------------------------------------------------------------
     def judge_context(self, cls: str, context: Context, inner_reasons: Sequence[str]) -> ContextJudgement:
-        labels = self._labels(cls, context.inner, inner_reasons)
+        labels = self._labels(cls, context.inner, inner_reasons, context.case)
         shown = {f"{l.owner}.{l.method}": l.label for l in labels if not self.hierarchy.classes[l.owner].external}
         unknowns = [l for l in labels if l.label == UNKNOWN]
         reasons = tuple(dict.fromkeys(r for l in unknowns for r in l.reasons))
         target = context.inner or cls
         wrapper = context.inner is not None
+        def check(table: ClassTable, rename: dict[str, str]) -> _Outcome:
+            return self.runner.check(table, rename[target], wrapper, context.path, context.case)
+
         table, rename = self._table(cls, context.inner, labels, PESSIMISTIC)
-        worst = self.runner.check(table, rename[target], wrapper, context.path)
+        worst = check(table, rename)
         if worst.passed:
             return ContextJudgement(context, "safe", None, (), shown)
         if not unknowns:
             return ContextJudgement(context, "unsafe", worst.violated, (), shown, worst.result, worst.model)
-        table, rename = self._table(cls, context.inner, labels, OPTIMISTIC)
-        best = self.runner.check(table, rename[target], wrapper, context.path)
+        benign = OPTIMISTIC_HYBRID if context.case == "hybrid" else OPTIMISTIC
+        table, rename = self._table(cls, context.inner, labels, benign)
+        best = check(table, rename)
         if not best.passed and any(l.method in ("save_kv_layer", "wait_for_save") for l in unknowns):
-            table, rename = self._table(cls, context.inner, labels, OPTIMISTIC_SYNC)
-            synchronous = self.runner.check(table, rename[target], wrapper, context.path)
+            sync = {**OPTIMISTIC_SYNC, "handle_preemptions": benign["handle_preemptions"]}
+            table, rename = self._table(cls, context.inner, labels, sync)
+            synchronous = check(table, rename)
             best = best if not synchronous.passed else synchronous
         if not best.passed:
             return ContextJudgement(context, "unsafe", best.violated, (), shown, best.result, best.model)
@@ -372,9 +439,13 @@ class Judge:
     def judge(self, cls: str) -> ConnectorJudgement:
         _, inner_reasons = self.inner_choices(cls)
         judgements = tuple(self.judge_context(cls, c, inner_reasons) for c in self.contexts(cls))
-        deciding = next((j for j in judgements if j.verdict == "unsafe"), None) or next(
-            (j for j in judgements if j.verdict == "unknown"), None
-        )
+        # the worst case decides; among equals the plainest model (one group before MLA, two layers, hybrid)
+        # gives the counterexample that is easiest to read
+        def plainest(verdict: str) -> ContextJudgement | None:
+            found = [j for j in judgements if j.verdict == verdict]
+            return min(found, key=lambda j: _CASE_ORDER[j.context.case]) if found else None
+
+        deciding = plainest("unsafe") or plainest("unknown")
         return ConnectorJudgement(
             name=cls,
             resolves=self.hierarchy.resolves(cls),
@@ -389,7 +460,7 @@ class Judge:
 def judge_files(
     paths: Sequence[Path | str],
     *,
-    tracking_attr: str = DEFAULT_TRACKING_ATTR,
+    tracking_attr: str | None = None,
     bounds: ModelBounds = ModelBounds(),
     timeout: float | None = 300.0,
     only: Sequence[str] | None = None,

@@ -18,6 +18,13 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TRACKING_ATTR = "_async_dump_req_ids"
 
+#: One tracking attribute, or several (found by data flow: :func:`discover_tracking_attrs`).
+TrackingAttrs = str | frozenset[str]
+
+
+def _attr_set(tracking: TrackingAttrs) -> frozenset[str]:
+    return frozenset({tracking}) if isinstance(tracking, str) else frozenset(tracking)
+
 #: Methods of vLLM's ``KVConnectorBase_V1`` (and ``SupportsHMA``) a connector may define or inherit.
 CONNECTOR_METHODS: tuple[str, ...] = (
     "register_kv_caches",
@@ -96,6 +103,41 @@ class MethodFacts:
     attr_loads: frozenset[str] = frozenset()  # ``self.<x>`` read (not called): runs a property getter
     is_property: bool = False  # a ``@property`` getter (stored under its name; setters as ``<x>.setter``)
     async_hints: tuple[str, ...] = ()  # calls that hand work to another thread/stream (``submit``, ``non_blocking=True``)
+    task_flow: "TaskFlow | None" = None  # where the store tasks this definition submits go (data flow)
+    attr_ops: tuple[tuple[str, frozenset[str]], ...] = ()  # self.<x> -> add/remove/read/assign (tracking discovery)
+    words: frozenset[str] = frozenset()  # every attribute and name the body reads (fence recognition)
+    reported_waits: "bool | None" = None  # get_finished-style: does a wait depend on what the call returns?
+    has_condition: bool = False  # any if/while/conditional expression in the body
+
+
+#: Store calls that submit a dump (a task comes back) and that block on one.
+STORE_SUBMITS = frozenset({"dump_data", "dump"})
+STORE_WAITS = frozenset({"wait", "wait_dump"})
+
+
+@dataclass(frozen=True)
+class TaskFlow:
+    """The data flow of store tasks in one definition, read from its assignments and loops.
+
+    ``submits``: store submits it makes; ``waited_here``: how many of them are waited in the same call (the
+    task, a local holding it, or a local list it was appended to, reaches a ``wait``); ``kept_in``: ``self``
+    attributes a task is put into (``append``, item assignment, a wrapping constructor); ``waits_each``:
+    ``self`` attributes whose every entry a loop waits; ``stops_early``: those of them whose waiting loop can
+    leave before the last entry (``break``/``return``, or an ``except`` that leaves the loop); ``clears``:
+    ``self`` attributes emptied (``.clear()``, ``= []``/``{}``, ``del x[:]``)."""
+
+    submits: int = 0
+    waited_here: int = 0
+    kept_in: frozenset[str] = frozenset()
+    waits_each: frozenset[str] = frozenset()
+    stops_early: frozenset[str] = frozenset()
+    clears: frozenset[str] = frozenset()
+    drains: frozenset[str] = frozenset()  # waits_each loops with no condition around the loop or the wait
+
+    @property
+    def synchronous(self) -> bool:
+        """Every task submitted here is waited before the call returns (and none is kept)."""
+        return self.submits > 0 and self.waited_here == self.submits and not self.kept_in
 
 
 @dataclass(frozen=True)
@@ -179,10 +221,10 @@ def _body_kind(func: ast.FunctionDef | ast.AsyncFunctionDef) -> BodyKind:
 class _MethodReader:
     """Walks one method body and collects its facts."""
 
-    def __init__(self, func: ast.FunctionDef | ast.AsyncFunctionDef, owner: str, tracking_attr: str) -> None:
+    def __init__(self, func: ast.FunctionDef | ast.AsyncFunctionDef, owner: str, tracking_attr: TrackingAttrs) -> None:
         self.func = func
         self.owner = owner
-        self.tracking_attr = tracking_attr
+        self.tracking_attrs = _attr_set(tracking_attr)
         self.parents: dict[ast.AST, ast.AST] = {}
         for node in _own_nodes(func):
             for child in ast.iter_child_nodes(node):
@@ -198,16 +240,22 @@ class _MethodReader:
         self.attr_stores: set[str] = set()
         self.attr_loads: set[str] = set()
         self.async_hints: list[str] = []
+        self.attr_ops: dict[str, set[str]] = {}  # every self attribute -> tracking-style ops on it
 
     def read(self) -> MethodFacts:
         self._collect_aliases()
         for node in _own_nodes(self.func):
             if isinstance(node, ast.Call):
                 self._read_call(node)
-            elif isinstance(node, ast.Attribute) and _is_self(node.value) and node.attr == self.tracking_attr:
+            elif isinstance(node, ast.Attribute) and _is_self(node.value) and node.attr in self.tracking_attrs:
                 self.tracking_ops.add(self._tracking_op(node))
             elif isinstance(node, ast.Attribute) and _is_self(node.value):
                 parent = self.parents.get(node)
+                if not (isinstance(parent, ast.Call) and parent.func is node):
+                    ops = self.attr_ops.setdefault(node.attr, set())
+                    ops.add(self._tracking_op(node))
+                    if self._decides(node):
+                        ops.add("test")
                 if isinstance(node.ctx, ast.Store):
                     self.attr_stores.add(node.attr)
                 elif not (isinstance(parent, ast.Call) and parent.func is node):
@@ -232,20 +280,92 @@ class _MethodReader:
             attr_loads=frozenset(self.attr_loads),
             is_property=any(_simple(_dotted(d) or "") == "property" for d in self.func.decorator_list),
             async_hints=tuple(dict.fromkeys(self.async_hints)),
+            task_flow=_task_flow(self.func),
+            attr_ops=tuple(sorted((a, frozenset(o)) for a, o in self.attr_ops.items())),
+            words=frozenset(
+                [n.attr for n in _own_nodes(self.func) if isinstance(n, ast.Attribute)]
+                + [n.id for n in _own_nodes(self.func) if isinstance(n, ast.Name)]
+            ),
+            reported_waits=self._reported_waits(),
+            has_condition=any(isinstance(n, (ast.If, ast.While, ast.IfExp)) for n in _own_nodes(self.func)),
         )
+
+    def _reported_waits(self) -> bool | None:
+        """Is some store wait (or a ``self`` helper call) of this body selected by the value it returns?
+        The returned names are closed backwards over local assignments; a wait depends on a name through its
+        arguments or the ``if``/``for`` it sits in. None when the body makes no wait and calls no helper."""
+        nodes = list(_own_nodes(self.func))
+        returned: set[str] = set()
+        for node in nodes:
+            if isinstance(node, ast.Return) and node.value is not None:
+                value = node.value.elts[0] if isinstance(node.value, ast.Tuple) and node.value.elts else node.value
+                returned |= _names_in(value)
+        changed = True
+        while changed:
+            changed = False
+            for node in nodes:
+                if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    if any(_names_in(t) & returned for t in targets if isinstance(t, (ast.Name, ast.Tuple))):
+                        new = _names_in(node.value) - returned - {"self"}
+                        if new:
+                            returned |= new
+                            changed = True
+        waits = [n for n in nodes if isinstance(n, ast.Call) and (
+            _call_name(n) in STORE_WAITS or (isinstance(n.func, ast.Attribute) and _is_self(n.func.value)))]
+        if not waits:
+            return None
+        for call in waits:
+            deps = set().union(*(_names_in(a) for a in call.args)) if call.args else set()
+            child, parent = call, self.parents.get(call)
+            while parent is not None:
+                if isinstance(parent, (ast.If, ast.While)) and child is not parent.test:
+                    deps |= _names_in(parent.test)
+                if isinstance(parent, ast.For) and child is not parent.iter:
+                    deps |= _names_in(parent.iter) | _names_in(parent.target)
+                child, parent = parent, self.parents.get(parent)
+            if deps & returned:
+                return True
+        return False
 
     def _collect_aliases(self) -> None:
         for node in _own_nodes(self.func):
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 value = node.value
                 if isinstance(value, ast.Attribute) and _is_self(value.value):
-                    if value.attr == self.tracking_attr:
+                    if value.attr in self.tracking_attrs:
                         self.tracking_aliases.add(node.targets[0].id)
                     else:
                         self.inner_aliases[node.targets[0].id] = value.attr
 
+    def _decides(self, node: ast.AST) -> bool:
+        """Is this read part of a decision: a membership test, a set intersection or difference, the test of
+        an ``if``/``while``/conditional, or a comprehension filtering over it?"""
+        child, parent = node, self.parents.get(node)
+        while parent is not None and not isinstance(parent, ast.stmt):
+            if isinstance(parent, ast.Compare) and any(isinstance(o, (ast.In, ast.NotIn)) for o in parent.ops):
+                return True
+            if isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.BitAnd, ast.Sub)):
+                return True
+            if isinstance(parent, ast.IfExp) and child is parent.test:
+                return True
+            if isinstance(parent, ast.comprehension):
+                return True
+            child, parent = parent, self.parents.get(parent)
+        if isinstance(parent, (ast.If, ast.While)) and child is parent.test:
+            return True
+        if isinstance(parent, ast.AugAssign) and isinstance(parent.op, (ast.BitAnd, ast.Sub)):
+            return True
+        return isinstance(parent, ast.For) and child is parent.iter
+
     def _tracking_op(self, node: ast.expr) -> str:
         parent = self.parents.get(node)
+        if isinstance(parent, ast.Subscript) and parent.value is node:  # a dict keyed by request (or tuple)
+            if isinstance(parent.ctx, ast.Store):
+                return "add"
+            if isinstance(parent.ctx, ast.Del):
+                return "remove"
+            return "read"
         if isinstance(parent, ast.Attribute) and parent.value is node:
             call = self.parents.get(parent)
             if isinstance(call, ast.Call) and call.func is parent:
@@ -287,7 +407,7 @@ class _MethodReader:
             self._read_super(call, func.attr, target)
         elif _is_self(target):
             self.self_calls.add(func.attr)
-        elif isinstance(target, ast.Attribute) and _is_self(target.value) and target.attr != self.tracking_attr:
+        elif isinstance(target, ast.Attribute) and _is_self(target.value) and target.attr not in self.tracking_attrs:
             if func.attr in CONNECTOR_METHODS:
                 self.forwards.append(Forward(target.attr, func.attr, self._guards(call, target.attr)))
         elif isinstance(target, ast.Name) and target.id in self.inner_aliases:
@@ -387,6 +507,146 @@ class _MethodReader:
         return values.pop() if len(values) == 1 else None
 
 
+def _call_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr
+    return None
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _self_attr(node: ast.AST) -> str | None:
+    """``self.x`` (or ``self.x[...]``) -> ``x``."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Attribute) and _is_self(node.value):
+        return node.attr
+    return None
+
+
+def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
+    """Follow store tasks through one body: which are waited here, which are kept on ``self``."""
+    nodes = list(_own_nodes(func))
+    submits = [n for n in nodes if _call_name(n) in STORE_SUBMITS]
+    if not submits and not any(isinstance(n, ast.For) for n in nodes):
+        return TaskFlow()
+    parents: dict[ast.AST, ast.AST] = {}
+    for node in nodes:
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+    holders: dict[ast.AST, set[str]] = {}  # submit call -> local names that hold it (or a list of it)
+    kept: set[str] = set()
+    for call in submits:
+        names: set[str] = set()
+        node: ast.AST = call
+        while True:  # climb through wrapping constructors / tuples to the statement that stores it
+            parent = parents.get(node)
+            if isinstance(parent, (ast.Call, ast.Tuple, ast.List, ast.keyword, ast.Dict)) and not (
+                isinstance(parent, ast.Call) and _call_name(parent) in STORE_WAITS | {"append", "extend", "add"}
+            ):
+                node = parent
+                continue
+            break
+        parent = parents.get(node)
+        if isinstance(parent, (ast.Assign, ast.AnnAssign)):
+            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    names.add(target.id)
+                elif _self_attr(target):
+                    kept.add(_self_attr(target))  # type: ignore[arg-type]
+        elif isinstance(parent, ast.Call) and _call_name(parent) in {"append", "extend", "add"}:
+            holder = parent.func.value  # type: ignore[attr-defined]
+            if isinstance(holder, ast.Name):
+                names.add(holder.id)
+            elif _self_attr(holder):
+                kept.add(_self_attr(holder))  # type: ignore[arg-type]
+        holders[call] = names
+    # a local holding a task, appended or assigned to ``self``: kept beyond the call
+    for node in nodes:
+        if isinstance(node, ast.Call) and _call_name(node) in {"append", "extend", "add", "__setitem__"}:
+            holder = _self_attr(node.func.value)  # type: ignore[attr-defined]
+            used = set().union(*(_names_in(a) for a in node.args)) if node.args else set()
+            if holder and any(used & names for names in holders.values()):
+                kept.add(holder)
+            elif isinstance(node.func.value, ast.Name):  # type: ignore[attr-defined]
+                for names in holders.values():  # a local list collecting the task: it holds it too
+                    if used & names:
+                        names.add(node.func.value.id)  # type: ignore[attr-defined]
+        elif isinstance(node, ast.Assign) and any(_self_attr(t) for t in node.targets):
+            if any(_names_in(node.value) & names for names in holders.values()):
+                kept.update(a for a in (_self_attr(t) for t in node.targets) if a)
+    # locals that alias a holder: ``for t in tasks`` / ``x = tasks[i]``
+    for node in nodes:
+        if isinstance(node, ast.For) and isinstance(node.target, ast.Name):
+            for call, names in holders.items():
+                if _names_in(node.iter) & names:
+                    names.add(node.target.id)
+    waits = [n for n in nodes if _call_name(n) in STORE_WAITS]
+    waited_args = [set().union(*(_names_in(a) for a in w.args)) if w.args else set() for w in waits]  # type: ignore[attr-defined]
+    waited = 0
+    for call, names in holders.items():
+        direct = isinstance(parents.get(call), ast.Call) and _call_name(parents.get(call)) in STORE_WAITS
+        if direct or any(names & args for args in waited_args):
+            waited += 1
+    waits_each: set[str] = set()
+    stops_early: set[str] = set()
+    drains: set[str] = set()
+    for node in nodes:
+        if not (isinstance(node, ast.For) and isinstance(node.target, (ast.Name, ast.Tuple))):
+            continue
+        loop_vars = _names_in(node.target)
+        body_nodes = [n for stmt in node.body for n in ast.walk(stmt)]
+        attr = _self_attr(node.iter) or (
+            _self_attr(node.iter.func.value)  # ``self.x.items()`` / ``.values()``
+            if isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Attribute) else None
+        )
+        waited_entries = [n for n in body_nodes if _call_name(n) in STORE_WAITS
+                          and set().union(*(_names_in(a) for a in n.args)) & loop_vars]  # type: ignore[attr-defined]
+        if not waited_entries:
+            continue
+        # ``for name in anything: wait(self.x[name])`` waits the entries of ``self.x`` too
+        keyed = {a for w in waited_entries for arg in w.args  # type: ignore[attr-defined]
+                 if isinstance(arg, ast.Subscript) and _names_in(arg.slice) & loop_vars and (a := _self_attr(arg))}
+        attrs = ({attr} if attr else set()) | keyed
+        if not attrs:
+            continue
+        waits_each |= attrs
+        # a break/return, or a try around the loop whose handler swallows a failed wait, ends it early
+        swallowed = False
+        child, up = node, parents.get(node)
+        while up is not None:
+            if isinstance(up, ast.Try) and up.handlers and child in up.body:
+                swallowed = True
+            child, up = up, parents.get(up)
+        if swallowed or any(isinstance(n, (ast.Break, ast.Return)) for n in body_nodes):
+            stops_early |= attrs
+        guarded = any(isinstance(n, (ast.If, ast.While, ast.IfExp)) for n in body_nodes)
+        up = parents.get(node)
+        while up is not None and not guarded:
+            guarded = isinstance(up, (ast.If, ast.While, ast.ExceptHandler))
+            up = parents.get(up)
+        if not guarded and not any(
+            isinstance(n, ast.If) and n.body and isinstance(n.body[-1], (ast.Return, ast.Raise))
+            for n in nodes if nodes.index(n) < nodes.index(node)
+        ):
+            drains |= attrs
+    clears: set[str] = set()
+    for node in nodes:
+        if _call_name(node) == "clear" and _self_attr(node.func.value):  # type: ignore[attr-defined]
+            clears.add(_self_attr(node.func.value))  # type: ignore[arg-type,attr-defined]
+        elif isinstance(node, ast.Assign) and isinstance(node.value, (ast.List, ast.Dict)) and not (
+            node.value.elts if isinstance(node.value, ast.List) else node.value.keys
+        ):
+            clears.update(a for a in (_self_attr(t) for t in node.targets) if a)
+        elif isinstance(node, ast.Delete):
+            clears.update(a for a in (_self_attr(t) for t in node.targets) if a)
+    return TaskFlow(len(submits), waited, frozenset(kept), frozenset(waits_each), frozenset(stops_early),
+                    frozenset(clears), frozenset(drains))
+
+
 @dataclass
 class _ClassExprScope:
     """What a class-valued expression may refer to: module-level registries (``{"a": A}``), the class's own
@@ -444,7 +704,7 @@ def _factory_returns(
 
 
 def _inner_assignments(
-    func: ast.FunctionDef | ast.AsyncFunctionDef, tracking_attr: str, scope: _ClassExprScope
+    func: ast.FunctionDef | ast.AsyncFunctionDef, tracking_attr: TrackingAttrs, scope: _ClassExprScope
 ) -> dict[str, tuple[str, ...]]:
     """Which classes ``__init__`` may instantiate into each ``self.<attr>`` (every branch counts); an attribute
     assigned from something unrecognisable is simply absent (the judge then says the inner is unknown)."""
@@ -458,7 +718,7 @@ def _inner_assignments(
                 names = _class_names_of(node.value, scope)
                 if names is not None:
                     scope.local_classes[target.id] = scope.local_classes.get(target.id, ()) + names
-            elif isinstance(target, ast.Attribute) and _is_self(target.value) and target.attr != tracking_attr:
+            elif isinstance(target, ast.Attribute) and _is_self(target.value) and target.attr not in _attr_set(tracking_attr):
                 if isinstance(node.value, ast.Call):
                     names = _class_names_of(node.value.func, scope)
                     if names is not None:
@@ -496,7 +756,7 @@ def _module_classes(body: Iterable[ast.stmt]) -> Iterator[ast.ClassDef]:
 
 
 def _read_class(
-    node: ast.ClassDef, file: str, tracking_attr: str, registries: dict[str, tuple[str, ...]]
+    node: ast.ClassDef, file: str, tracking_attr: TrackingAttrs, registries: dict[str, tuple[str, ...]]
 ) -> ClassFacts:
     bases: list[str] = []
     base_exprs: list[str] = []
@@ -550,7 +810,9 @@ def _read_class(
     )
 
 
-def read_source(text: str, file: str = "<string>", tracking_attr: str = DEFAULT_TRACKING_ATTR) -> dict[str, ClassFacts]:
+def read_source(
+    text: str, file: str = "<string>", tracking_attr: TrackingAttrs = DEFAULT_TRACKING_ATTR
+) -> dict[str, ClassFacts]:
     """Classes defined at module level in one source text; a later definition of a name replaces an earlier one,
     as Python's module execution would."""
     try:
@@ -567,8 +829,58 @@ def read_source(text: str, file: str = "<string>", tracking_attr: str = DEFAULT_
     return classes
 
 
-def read_files(paths: Iterable[Path | str], tracking_attr: str = DEFAULT_TRACKING_ATTR) -> dict[str, ClassFacts]:
-    """Classes of several files analysed together (a connector and the module its base lives in, say)."""
+#: Where a tracking set is written (the save path) and where it is consulted (the free decision, the report).
+_TRACK_WRITERS = ("build_connector_meta", "wait_for_save", "save_kv_layer")
+_TRACK_READERS = ("request_finished", "get_finished")
+
+
+def discover_tracking_attrs(classes: dict[str, ClassFacts]) -> frozenset[str]:
+    """``self`` attributes that behave as a tracking set, whatever their name or shape: written (``add``,
+    ``update``, ``|=``, an item stored under a request or tuple key) on the save path and consulted in a
+    decision (a membership test, ``&``/``-``, an ``if`` test, a filter) in ``request_finished`` or
+    ``get_finished``, the helpers they call included (by name, within the class's own methods and those of
+    every analysed class). Nothing is discovered where the code uses the PR's own name for the set."""
+    if any(m.tracking_ops for c in classes.values() for m in c.methods.values()):
+        return frozenset()  # read with the PR's name: that set is in use
+
+    def reach(facts: ClassFacts, roots: Iterable[str]) -> list[MethodFacts]:
+        seen: dict[str, MethodFacts] = {}
+        todo = [r for r in roots if r in facts.methods]
+        pool = {**{n: m for c in classes.values() for n, m in c.methods.items()}, **facts.methods}
+        while todo:
+            name = todo.pop()
+            if name in seen or name not in pool:
+                continue
+            seen[name] = pool[name]
+            todo.extend(pool[name].self_calls)
+        return list(seen.values())
+
+    found: set[str] = set()
+    for facts in classes.values():
+        written = {a for m in reach(facts, _TRACK_WRITERS) for a, ops in m.attr_ops if "add" in ops}
+        consulted = {a for m in reach(facts, _TRACK_READERS) for a, ops in m.attr_ops if "test" in ops}
+        found |= written & consulted
+    return frozenset(found)
+
+
+def read_files(
+    paths: Iterable[Path | str], tracking_attr: TrackingAttrs | None = None
+) -> dict[str, ClassFacts]:
+    """Classes of several files analysed together (a connector and the module its base lives in, say).
+    ``tracking_attr`` names the tracking set; without it the default name and every attribute
+    :func:`discover_tracking_attrs` finds by data flow are read as tracking sets."""
+    paths = list(paths)
+    if tracking_attr is None:
+        first = _read_files(paths, DEFAULT_TRACKING_ATTR)
+        found = discover_tracking_attrs(first)
+        if not found - {DEFAULT_TRACKING_ATTR}:
+            return first
+        log.info("tracking sets found by data flow: %s", ", ".join(sorted(found)))
+        return _read_files(paths, found | {DEFAULT_TRACKING_ATTR})
+    return _read_files(paths, tracking_attr)
+
+
+def _read_files(paths: Iterable[Path | str], tracking_attr: TrackingAttrs) -> dict[str, ClassFacts]:
     merged: dict[str, ClassFacts] = {}
     for raw in paths:
         path = Path(raw)

@@ -1,0 +1,51 @@
+"""`deferdump mro` on a corpus of realistic connectors (tests/fixtures/mro/corpus/, index.json): each class
+gets the verdict recorded for it, which is never the opposite of what a careful reader concludes (`truth`);
+`unknown` is allowed only where the index says why reading cannot decide. The `blind_*` files were written
+against vLLM's connector API, not against the judge's rules."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deferdump.tools.mro.judge import ModelRunner, judge_files
+from deferdump.tools.mro.tla import ModelBounds
+from support import FIXTURES
+
+pytestmark = pytest.mark.slow  # long file: tests/conftest.py starts it early
+
+CORPUS = FIXTURES / "mro" / "corpus"
+INDEX: dict[str, dict[str, dict[str, str]]] = json.loads((CORPUS / "index.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def runner() -> ModelRunner:
+    return ModelRunner(ModelBounds(), timeout=300)
+
+
+def test_the_index_covers_every_corpus_file_and_no_verdict_contradicts_the_truth() -> None:
+    assert sorted(INDEX) == sorted(p.name for p in CORPUS.glob("*.py"))
+    for entries in INDEX.values():
+        for entry in entries.values():
+            assert entry["verdict"] in ("safe", "unsafe", "unknown") and entry["truth"] in ("safe", "unsafe")
+            assert entry["verdict"] in (entry["truth"], "unknown") and entry["why"]
+
+
+@pytest.mark.parametrize("name", sorted(INDEX))
+def test_corpus_connector_gets_its_recorded_verdict(runner: ModelRunner, name: str) -> None:
+    report = judge_files([CORPUS / name], runner=runner)
+    expected = INDEX[name]
+    assert set(report.connectors) == set(expected)
+    for cls, judgement in report.connectors.items():
+        entry = expected[cls]
+        got = (judgement.verdict, judgement.violated, judgement.context and judgement.context.key)
+        assert judgement.verdict == entry["verdict"], (cls, got, judgement.reasons)
+        if "case" in entry:  # the case the verdict comes from
+            assert judgement.context is not None and judgement.context.key == entry["case"], (cls, got)
+        if "violated" in entry:
+            assert judgement.violated == entry["violated"], (cls, got)
+        if judgement.verdict == "unknown":
+            assert judgement.reasons, cls
+            assert "reason" not in entry or any(entry["reason"] in r for r in judgement.reasons), judgement.reasons
+        if judgement.verdict != "safe":
+            assert judgement.deciding is not None and judgement.deciding.counterexample is not None
