@@ -4,6 +4,7 @@ nothing is pending or leaked, every request finishes and every delayed free happ
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -25,6 +26,26 @@ def _sets(server: LocalRedis) -> int:
     return int(stats.get("cmdstat_set", {}).get("calls", 0))
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _let_run(process: subprocess.Popen, cpu_s: float, limit_s: float = 600.0) -> None:
+    """Wait until ``process`` used ``cpu_s`` more CPU seconds, or ended."""
+    start = _cpu_seconds(process.pid)
+    deadline = time.monotonic() + limit_s
+    while process.poll() is None:
+        try:
+            if _cpu_seconds(process.pid) - start >= cpu_s:
+                return
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        assert time.monotonic() < deadline, "the soak made no progress"
+        time.sleep(0.05)
+
+
 def test_soak_survives_a_redis_kill_and_restart(redis_server: LocalRedis) -> None:
     soak = subprocess.Popen(
         [DEFERDUMP, "soak", "--requests", "1200", "--faults", "0.005", "--store", "redis",
@@ -37,7 +58,9 @@ def test_soak_survives_a_redis_kill_and_restart(redis_server: LocalRedis) -> Non
         assert time.monotonic() < deadline, "the soak never dumped to Redis"
         time.sleep(0.05)
     redis_server.kill()
-    time.sleep(1.5)  # steps keep running against a dead server
+    # steps keep running against a dead server: 1.5 s of the soak's own CPU, not of wall time (on a loaded
+    # machine 1.5 s of wall could pass with no step run, and no store error to count)
+    _let_run(soak, cpu_s=1.5)
     redis_server.start()  # same port, empty
     out, err = soak.communicate(timeout=600)
     assert soak.returncode == 0, err[-3000:] + out[-3000:]
