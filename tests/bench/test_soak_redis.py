@@ -61,7 +61,7 @@ def test_soak_survives_a_redis_kill_and_restart(redis_server: LocalRedis) -> Non
     # steps keep running against a dead server, for 0.4 s of the soak's own CPU (~50 steps at ~7 ms), not of
     # wall time: a loaded machine could spend any wall time with no step run (no store error to count), and
     # the outage must end inside the cell it began in (a cell of 400 requests is ~270 steps): a cell that
-    # opens its RedisStore while the server is down exits 2, as it should. 1.5 s of wall did cross a cell.
+    # opens its RedisStore while the server is down exits 2, as it should (1.5 s of its CPU crossed one here).
     _let_run(soak, cpu_s=0.4)
     redis_server.start()  # same port, empty
     out, err = soak.communicate(timeout=600)
