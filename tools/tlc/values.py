@@ -19,7 +19,9 @@ any other function ``(k :> v @@ …)``   :class:`TlaFunction` (a ``Mapping[Value
 
 Why the wrappers: Python says ``True == 1``, so ``frozenset({True, 1})`` has one element and
 ``(True,) == (1,)``. Equality and hashing of the wrapper types go through :func:`value_key`, a
-canonical form that tags every scalar with its type. It also follows TLA+ semantics where TLC does:
+canonical form that tags every scalar with its type; so do membership (``in``, a tuple's ``count`` and
+``index``, a function's ``items()`` and ``values()``), so code that keeps TLA+ values in these types never
+merges ``FALSE`` with ``0`` (a plain ``set``/``dict`` of them would). It also follows TLA+ semantics where TLC does:
 a tuple, a record and a function are all functions, so ``<<"a">>``, ``(1 :> "a")`` and
 ``TlaFunction({1: "a"})`` are equal, and so are ``[a |-> 1]`` and ``("a" :> 1)``.
 
