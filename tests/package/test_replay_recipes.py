@@ -140,6 +140,12 @@ def test_the_profile_follows_ci_and_hypothesis_profile(monkeypatch: pytest.Monke
     assert randomness.profile_name() == "fixed"
 
 
+def test_an_unknown_profile_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(randomness.PROFILE_VARIABLE, "derandomised")
+    with pytest.raises(pytest.UsageError, match="'derandomised': not one of the suite's profiles dev, ci, fixed"):
+        randomness.load_hypothesis_profile()
+
+
 def test_the_makefile_and_ci_share_one_example_database() -> None:
     checkout = TESTS.parent
     assert "export DEFERDUMP_HYPOTHESIS_DB ?= $(CURDIR)/.hypothesis/examples" in (checkout / "Makefile").read_text()

@@ -31,6 +31,7 @@ SEED_VARIABLE = "DEFERDUMP_TEST_SEED"
 PROFILE_VARIABLE = "HYPOTHESIS_PROFILE"
 CHECKOUT = Path(__file__).resolve().parents[2]
 DEFAULT_DB = CHECKOUT / ".hypothesis" / "examples"
+PROFILES = ("dev", "ci", "fixed")
 _SEED = pytest.StashKey[int]()
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -57,7 +58,9 @@ def load_hypothesis_profile() -> str:
     settings.register_profile("ci", derandomize=False, database=database, **common)
     settings.register_profile("fixed", derandomize=True, **common)
     name = profile_name()
-    settings.load_profile(name)  # an unknown name raises InvalidArgument naming the known ones
+    if name not in PROFILES:
+        raise pytest.UsageError(f"{PROFILE_VARIABLE}={name!r}: not one of the suite's profiles {', '.join(PROFILES)}")
+    settings.load_profile(name)
     return name
 
 
