@@ -47,6 +47,9 @@ $(STAMP): pyproject.toml
 # The edge covers come from the checkout's trace cache, which `make test` fills too (each generated once).
 VERIFY_REPORT := .verify/report.json
 export DEFERDUMP_TRACE_CACHE ?= $(CURDIR)/.cache/deferdump-traces
+# Hypothesis's example database: one directory for every step of a run (`make test`, `make verify`, xdist
+# workers), so a failure found in one step is replayed first in the next (tests/support/randomness.py).
+export DEFERDUMP_HYPOTHESIS_DB ?= $(CURDIR)/.hypothesis/examples
 verify: setup
 	$(VENV)/bin/deferdump verify --report $(VERIFY_REPORT)
 	DEFERDUMP_VERIFY_REPORT=$(VERIFY_REPORT) $(VENV)/bin/pytest -q tests --ignore=tests/vllm -p no:cacheprovider -m verify

@@ -11,13 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from deferdump.reference.errors import DeferDumpError
 from deferdump.tools.tlc.values import ItfTrace, Value
 
 __all__ = ["Driver", "DriverFactory", "StepMismatch"]
 
 
-class StepMismatch(Exception):
-    """A call's result disagrees with what the action record says it returned (a divergence)."""
+class StepMismatch(DeferDumpError):
+    """A call's result disagrees with what the action record says it returned (a divergence).
+
+    Not a `UserError`: the replay engine catches it and reports the divergence (the trace's verdict)."""
 
     def __init__(self, lines: list[str] | str) -> None:
         self.lines = [lines] if isinstance(lines, str) else list(lines)

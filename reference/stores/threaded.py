@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from deferdump.reference.errors import DeferDumpError
 from deferdump.reference.stores.block_ledger import BlockLedger
 from deferdump.reference.stores.payload_watcher import PayloadWatcher
 from deferdump.reference.stores.work_queue import WorkQueue
@@ -37,8 +38,11 @@ from deferdump.reference.stores.base import (
 logger = logging.getLogger(__name__)
 
 
-class BadBlock(Exception):
-    """A stored block cannot be returned as data (missing, truncated, checksum mismatch)."""
+class BadBlock(DeferDumpError):
+    """A stored block cannot be returned as data (missing, truncated, checksum mismatch).
+
+    The record decoders (`file.decode_block_view`) raise it; inside a store the job that reads a block catches
+    it, fails that load (a `LoadError`) and forgets a corrupt copy, so no store method lets it out."""
 
     def __init__(self, reason: str, *, corrupt: bool) -> None:
         super().__init__(reason)

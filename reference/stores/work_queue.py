@@ -117,7 +117,7 @@ def _batch_policy() -> None:
     """Run this thread as batch work (Linux `SCHED_BATCH`): a job is queued by the forward's thread, and a
     woken worker of the normal policy preempts it on its core, only to block at once on the GIL the forward
     holds; under `SCHED_BATCH` the wakeup does not preempt, so the forward runs on (measured: the queueing
-    `read_blocks` 0.035 ms instead of 0.042-0.058 ms inside a step at load 7, docs/benchmarks.md). The
+    `read_blocks` 0.035 ms instead of 0.042-0.058 ms inside a step at load 7, docs/benchmarks-history.md). The
     worker still gets its fair share of the CPU. Left as it is where the platform has no such policy."""
     policy = getattr(os, "SCHED_BATCH", None)
     if policy is None or not hasattr(os, "sched_setscheduler"):

@@ -27,6 +27,13 @@ class RedisServerError(UserError):
     """redis-server is not installed, or did not start / form a cluster."""
 
 
+class _PortTaken(RedisServerError):
+    """Private to `LocalRedis.start`: another process holds the port (caught there, never escapes)."""
+
+
+PORT_ATTEMPTS = 5
+
+
 def free_port() -> int:
     """A TCP port nothing listens on now (the kernel picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -70,6 +77,7 @@ class LocalRedis:
     ) -> None:
         self.server_bin, self.cli_bin = redis_binaries()
         self.port = port or free_port()
+        self._may_move = port is None  # a port we chose may be taken before the server binds it: choose again
         self.maxmemory = maxmemory
         self.policy = policy
         self.extra_args = tuple(extra_args)
@@ -90,8 +98,24 @@ class LocalRedis:
         return args + list(self.extra_args)
 
     def start(self) -> "LocalRedis":
+        """Start the server and wait until it answers. A port this object chose itself (no ``port`` given)
+        can be taken by another process between choosing and binding (parallel test workers, other suites):
+        then it chooses another, up to PORT_ATTEMPTS times; once started, restarts keep the port."""
         if self.running:
             return self
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self._start_once()
+            except _PortTaken as taken:
+                if not self._may_move or attempt == PORT_ATTEMPTS:
+                    raise RedisServerError(f"redis-server on port {self.port} did not start: {taken}") from None
+                self.port = free_port()
+                continue
+            self._may_move = False
+            return self
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _start_once(self) -> None:
         self.process = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self.ping():
@@ -100,9 +124,31 @@ class LocalRedis:
                 self.kill()
                 log = (self.workdir / "redis.log")
                 detail = (error or (log.read_text(errors="replace") if log.exists() else "")).strip()[-500:]
+                if "Address already in use" in detail:
+                    raise _PortTaken(detail)
                 raise RedisServerError(f"redis-server on port {self.port} did not start: {detail or 'no output'}")
             time.sleep(0.02)
-        return self
+        if self._server_pid() != self.process.pid:  # a PONG from another process's server on this port
+            self.kill()
+            raise _PortTaken("another process's server answers on this port")
+
+    def _server_pid(self) -> int | None:
+        """The process id the server on our port reports (INFO server), or None if it does not say."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=5) as conn:
+                conn.sendall(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
+                reply = b""
+                while b"process_id:" not in reply or not reply.split(b"process_id:", 1)[1].count(b"\r\n"):
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    reply += chunk
+        except OSError:
+            return None
+        for line in reply.decode(errors="replace").splitlines():
+            if line.startswith("process_id:"):
+                return int(line.split(":", 1)[1])
+        return None
 
     def ping(self) -> bool:
         try:

@@ -24,9 +24,10 @@ def _share(index: int) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.seed(0)
 @pytest.mark.parametrize(("index", "store", "variant"), [(i, s, v) for i, (s, v) in enumerate(CELLS)])
-def test_ci_soak_cell_is_clean(index: int, store: str, variant: str) -> None:
-    config = SoakConfig(requests=CI_REQUESTS, fault_rate=0.01, seed=0)
+def test_ci_soak_cell_is_clean(index: int, store: str, variant: str, seed: int) -> None:
+    config = SoakConfig(requests=CI_REQUESTS, fault_rate=0.01, seed=seed)
     cell = run_cell(config, store, variant, _share(index))
     assert cell.requests == _share(index)
     assert cell.violations == 0, cell.violation_messages
@@ -68,8 +69,9 @@ def test_soak_catches_a_broken_connector(broken: type, monkeypatch: pytest.Monke
     assert not cell.ok
 
 
-def test_soak_report_json_has_every_key() -> None:
-    report = run_soak(SoakConfig(requests=60, fault_rate=0.05, seed=3))
+@pytest.mark.seed(3)
+def test_soak_report_json_has_every_key(seed: int) -> None:
+    report = run_soak(SoakConfig(requests=60, fault_rate=0.05, seed=seed))
     data = report.to_json()
     for key in ("requests", "violations", "pending_tasks", "live_event_handles", "leaked_blocks", "rss_growth", "seconds"):
         assert key in data

@@ -4,6 +4,7 @@ nothing is pending or leaked, every request finishes and every delayed free happ
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -25,6 +26,26 @@ def _sets(server: LocalRedis) -> int:
     return int(stats.get("cmdstat_set", {}).get("calls", 0))
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _let_run(process: subprocess.Popen, cpu_s: float, limit_s: float = 600.0) -> None:
+    """Wait until ``process`` used ``cpu_s`` more CPU seconds, or ended."""
+    start = _cpu_seconds(process.pid)
+    deadline = time.monotonic() + limit_s
+    while process.poll() is None:
+        try:
+            if _cpu_seconds(process.pid) - start >= cpu_s:
+                return
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        assert time.monotonic() < deadline, "the soak made no progress"
+        time.sleep(0.05)
+
+
 def test_soak_survives_a_redis_kill_and_restart(redis_server: LocalRedis) -> None:
     soak = subprocess.Popen(
         [DEFERDUMP, "soak", "--requests", "1200", "--faults", "0.005", "--store", "redis",
@@ -37,7 +58,11 @@ def test_soak_survives_a_redis_kill_and_restart(redis_server: LocalRedis) -> Non
         assert time.monotonic() < deadline, "the soak never dumped to Redis"
         time.sleep(0.05)
     redis_server.kill()
-    time.sleep(1.5)  # steps keep running against a dead server
+    # steps keep running against a dead server, for 0.4 s of the soak's own CPU (~50 steps at ~7 ms), not of
+    # wall time: a loaded machine could spend any wall time with no step run (no store error to count), and
+    # the outage must end inside the cell it began in (a cell of 400 requests is ~270 steps): a cell that
+    # opens its RedisStore while the server is down exits 2, as it should (1.5 s of its CPU crossed one here).
+    _let_run(soak, cpu_s=0.4)
     redis_server.start()  # same port, empty
     out, err = soak.communicate(timeout=600)
     assert soak.returncode == 0, err[-3000:] + out[-3000:]

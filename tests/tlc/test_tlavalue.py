@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from deferdump.tools.tlc.values import (
@@ -131,32 +131,96 @@ def _compound(children: st.SearchStrategy) -> st.SearchStrategy:
 values = st.recursive(_scalars, _compound, max_leaves=12)
 
 
+_FALSE_AND_ZERO = (  # legitimate TLA+ values that Python's False == 0 / True == 1 would collapse
+    TlaSet([False, 0]),
+    TlaSet([True, 1]),
+    TlaFunction([(False, "f"), (0, "z")]),
+    TlaFunction([(True, 1), (1, True)]),
+    Tup((TlaSet([False, 0]), TlaSet([0]))),
+    TlaSet([Tup((False,)), Tup((0,))]),
+    Record(a=TlaSet([True, 1, False, 0])),
+)
+
+
+def _with_collapse_examples(test):  # type: ignore[no-untyped-def]
+    for value in _FALSE_AND_ZERO:
+        test = example(value)(test)
+    return test
+
+
+
 @settings(max_examples=200, deadline=None)
 @given(values)
+@_with_collapse_examples
 def test_text_round_trip(value: object) -> None:
     assert value_key(parse_value(format_value(value))) == value_key(value)
 
 
+class _Collapsed(Exception):
+    """A plain Python container would merge elements or keys that TLA+ keeps apart (FALSE and 0)."""
+
+
 def _plain(value: object) -> object:
-    """The same TLA+ value in plain Python containers (tuples, frozensets, dicts), which take the general path."""
+    """The same TLA+ value in plain Python containers (tuples, frozensets, dicts), which take the general path.
+
+    Python's ``False == 0`` and ``True == 1`` merge ``{FALSE, 0}`` into one element and the keys of
+    ``(FALSE :> a @@ 0 :> b)`` into one key: such a value has no plain-container copy (:class:`_Collapsed`)."""
     if isinstance(value, TlaSet):
-        return frozenset(_plain(v) for v in value)
+        elements = frozenset(_plain(v) for v in value)
+        if len(elements) != len(value):
+            raise _Collapsed(value)
+        return elements
     if isinstance(value, (Tup, Seq)):
         return tuple(_plain(v) for v in value)
     if isinstance(value, (Record, TlaFunction)):
-        return {_plain(k): _plain(v) for k, v in value.items()}
+        table = {_plain(k): _plain(v) for k, v in value.items()}
+        if len(table) != len(value):
+            raise _Collapsed(value)
+        return table
     return value
 
 
 @settings(max_examples=200, deadline=None)
 @given(values)
+@_with_collapse_examples
 def test_the_exact_type_fast_path_keys_as_the_general_path(value: object) -> None:
     assert value_key(value) == _value_key_by_kind(value)
     try:
         plain = _plain(value)
+    except _Collapsed:  # Python merges FALSE and 0: there is no plain copy to compare with
+        return
     except TypeError:  # a set or a key that Python cannot hash as a plain container (a dict inside)
         return
     assert value_key(plain) == value_key(value)
+
+
+@pytest.mark.parametrize("value", _FALSE_AND_ZERO, ids=repr)
+def test_false_and_zero_stay_two_values_everywhere(value: object) -> None:
+    """Keys, text, ITF and the parser keep FALSE apart from 0 and TRUE apart from 1."""
+    assert parse_value(format_value(value)) == value
+    assert from_itf(json.loads(json.dumps(to_itf(value)))) == value
+    assert len(TlaSet([value, parse_value(format_value(value))])) == 1
+    with pytest.raises(_Collapsed):
+        _plain(value)
+
+
+def test_collapse_prone_python_operations_are_keyed() -> None:
+    assert len(TlaSet([False, 0])) == 2 and len(TlaFunction([(False, "f"), (0, "z")])) == 2
+    assert TlaFunction([(False, "f"), (0, "z")])[0] == "z" and TlaFunction([(False, "f"), (0, "z")])[False] == "f"
+    assert 0 not in TlaSet([False]) and False not in TlaSet([0]) and 1 not in TlaSet([True])
+    assert 0 not in Tup((False,)) and False not in Seq((0,)) and True in Tup((1, True))
+    assert Tup((False, 0, False)).count(0) == 1 and Tup((False, 0)).index(0) == 1
+    with pytest.raises(ValueError):
+        Tup((False,)).index(0)
+    assert (0, "z") in TlaFunction([(0, "z")]).items() and (False, "z") not in TlaFunction([(0, "z")]).items()
+    assert 0 not in TlaFunction([(1, False)]).values() and ("a", 0) not in Record(a=False).items()
+    assert 0 not in Record(a=False).values() and False in Record(a=False).values()
+    assert TlaSet([False]) != TlaSet([0]) and TlaSet([False]) != {0} and not TlaSet([False]) <= TlaSet([0])
+    assert TlaSet([False, 0]) - TlaSet([0]) == TlaSet([False]) and TlaSet([False]) | TlaSet([0]) == TlaSet([0, False])
+    assert parse_value("(FALSE :> 1 @@ 0 :> 2)") == TlaFunction([(False, 1), (0, 2)])
+    assert parse_value("<<FALSE>>") != parse_value("<<0>>")
+    with pytest.raises(TypeError, match="not a TLA\\+ value"):  # 1.0 == 1 in Python; a float is no TLA+ value
+        TlaSet([1, 1.0])
 
 
 class _Flag(int):
@@ -174,6 +238,7 @@ def test_subclasses_of_scalars_and_containers_take_the_general_path() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(values)
+@_with_collapse_examples
 def test_itf_round_trip_through_json(value: object) -> None:
     encoded = json.loads(json.dumps(to_itf(value)))
     decoded = from_itf(encoded)

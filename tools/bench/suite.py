@@ -124,7 +124,7 @@ def tune_malloc() -> bool:
 
     The reference stores allocate a fresh host tensor per dumped block and free evicted ones; by default
     glibc serves such >128 KiB buffers with mmap/munmap, so every dump page-faults fresh memory (≈3x
-    slower than a copy into touched memory, measured in docs/benchmarks.md) and every eviction
+    slower than a copy into touched memory, measured in docs/benchmarks-history.md) and every eviction
     pays an munmap inside `store.dump`. Real stores use pre-allocated, pre-touched staging buffers (UCM's
     pinned buffer pool, vLLM's pinned CPU blocks); a fixed mmap threshold and no trimming make the heap
     behave like one. Process-wide and permanent; returns False where glibc's `mallopt` is unavailable.

@@ -17,7 +17,7 @@ from typing import Any
 from deferdump.tools.explain.timeline import (ActionLabel, Cell, LaneBinding, LaneGroup, Offence, generic_binding, lane_id,
                                natural_key, show, show_set)
 from deferdump.tools.explain.trace import Step
-from deferdump.tools.tlc.values import Value
+from deferdump.tools.tlc.values import TlaFunction, TlaSet, Value, value_key
 
 REQUESTS, BLOCKS, TASKS, CALLS, SCHEDULER = "Requests", "Blocks", "Dump tasks", "Connector calls", "Scheduler"
 REQUIRED = frozenset({"reqState", "blocksOf", "pending"})
@@ -39,9 +39,10 @@ def _fn(step: Step, variable: str) -> Mapping[Value, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _set(step: Step, variable: str) -> frozenset[Value]:
+def _set(step: Step, variable: str) -> TlaSet:
+    """A set variable, kept a TlaSet: a plain frozenset would merge FALSE and 0 (Python's False == 0)."""
     value = step.values.get(variable)
-    return frozenset(value) if isinstance(value, Iterable) and not isinstance(value, (str, Mapping)) else frozenset()
+    return TlaSet(value) if isinstance(value, Iterable) and not isinstance(value, (str, Mapping)) else TlaSet()
 
 
 def _tasks(step: Step, rank: Value) -> list[Mapping[str, Any]]:
@@ -52,7 +53,7 @@ def _tasks(step: Step, rank: Value) -> list[Mapping[str, Any]]:
 def _owner(step: Step, block: Value) -> tuple[Value, int] | None:
     for req, blocks in _fn(step, "blocksOf").items():
         for position, held in enumerate(blocks or ()):
-            if held == block:
+            if value_key(held) == value_key(block):  # held == block would take 0 for FALSE
                 return req, position + 1
     return None
 
@@ -62,16 +63,18 @@ def _owner(step: Step, block: Value) -> tuple[Value, int] | None:
 # --------------------------------------------------------------------------------------------
 
 
-def _writes(step: Step) -> dict[Value, tuple[Value, Value]]:
-    """Block -> (request, prompt index) written by this step's forward (every rank writes the same)."""
-    written: dict[Value, tuple[Value, Value]] = {}
+def _writes(step: Step) -> Mapping[Value, tuple[Value, Value]]:
+    """Block -> (request, prompt index) written by this step's forward (every rank writes the same).
+
+    Keyed by :func:`value_key` while built (the last write wins), so blocks FALSE and 0 stay two blocks."""
+    written: dict[Any, tuple[Value, tuple[Value, Value]]] = {}
     for rank in _get(_phase(step.action, "execute_model"), "ranks", {}):
         for call in _calls(step.action, rank):
             if call.get("name") == "forward":
                 for write in (*_get(call, "writes", ()), *_get(call, "sw_writes", ())):  # both KV-cache groups
                     if isinstance(write, tuple) and len(write) == 3:
-                        written[write[0]] = (write[1], write[2])
-    return written
+                        written[value_key(write[0])] = (write[0], (write[1], write[2]))
+    return TlaFunction(written.values())
 
 
 def version(steps: Sequence[Step], block: Value, i: int) -> tuple[int, tuple[Value, Value] | None]:
@@ -90,7 +93,14 @@ def content(write: tuple[Value, Value] | None) -> str:
 
 
 def _same_task(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    return all(_get(a, f) == _get(b, f) for f in ("id", "reqs", "blocks", "layer"))
+    return all(_same(_get(a, f), _get(b, f)) for f in ("id", "reqs", "blocks", "layer"))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """TLA+ equality (``FALSE`` is not ``0``); None for an absent field."""
+    if a is None or b is None:
+        return a is b
+    return bool(value_key(a) == value_key(b))
 
 
 def submitted_at(steps: Sequence[Step], rank: Value, task: Mapping[str, Any], i: int) -> int:
@@ -119,18 +129,17 @@ def overwrites(steps: Sequence[Step], i: int) -> list[tuple[Value, Mapping[str, 
         return []
     events = []
     for rank in _get(_phase(steps[i].action, "execute_model"), "ranks", {}):
-        waited: set[Value] = set()
-        written: set[Value] = set()
+        waited, written = TlaSet(), TlaSet()  # keyed sets: FALSE and 0 stay two values
         for call in _calls(steps[i].action, rank):
             if call.get("name") == "handle_preemptions":
-                waited |= {_get(record, "task") for record in _get(call, "waited", ())}
+                waited |= TlaSet(_get(record, "task") for record in _get(call, "waited", ()))
             if call.get("name") == "forward":
-                written = {w[0] for w in (*_get(call, "writes", ()), *_get(call, "sw_writes", ()))
-                           if isinstance(w, tuple) and w}
+                written = TlaSet(w[0] for w in (*_get(call, "writes", ()), *_get(call, "sw_writes", ()))
+                                 if isinstance(w, tuple) and w)
                 break
         for task in _tasks(steps[i - 1], rank):
             if _get(task, "status") == "running" and _get(task, "id") not in waited:
-                events.extend((rank, task, block) for block in sorted(set(_get(task, "blocks", ())) & written,
+                events.extend((rank, task, block) for block in sorted(TlaSet(_get(task, "blocks", ())) & written,
                                                                       key=show))
     return events
 
@@ -330,7 +339,7 @@ def _scheduler_cell(lane: Value, steps: Sequence[Step], i: int) -> Cell:
         calls = list(_get(update, "calls", ()))
         xfer = next((c for c in calls if _get(c, "name") == "_update_from_kv_xfer_finished"), {})
         emitted, unexpected = _get(xfer, "finished_sending", ()), _get(xfer, "unexpected", ())
-        lines = [f"freed {show_set(set(emitted) - set(unexpected))}"] if emitted else ["—"]
+        lines = [f"freed {show_set(TlaSet(emitted) - TlaSet(unexpected))}"] if emitted else ["—"]
         if unexpected:
             lines.append(f"UNEXPECTED {show_set(unexpected)} (assert)")
         return Cell(tuple(lines), tone="alert" if unexpected else "")
@@ -341,9 +350,9 @@ def _scheduler_cell(lane: Value, steps: Sequence[Step], i: int) -> Cell:
 
 def _blocks(step: Step) -> Iterable[Value]:
     """Blocks held, read by a task, or written in this step (the spec's Block set is not a variable)."""
-    held = {b for blocks in _fn(step, "blocksOf").values() for b in blocks or ()}
-    read = {b for rank in _fn(step, "pending") for t in _tasks(step, rank) for b in _get(t, "blocks", ())}
-    return held | read | set(_writes(step)) | _parked_blocks(step)
+    held = TlaSet(b for blocks in _fn(step, "blocksOf").values() for b in blocks or ())
+    read = TlaSet(b for rank in _fn(step, "pending") for t in _tasks(step, rank) for b in _get(t, "blocks", ()))
+    return held | read | TlaSet(_writes(step)) | _parked_blocks(step)
 
 
 def _parked(step: Step) -> list[Mapping[str, Any]]:
@@ -351,8 +360,8 @@ def _parked(step: Step) -> list[Mapping[str, Any]]:
     return [e for e in _set(step, "parked") if isinstance(e, Mapping)]
 
 
-def _parked_blocks(step: Step, by: str | None = None) -> set[Value]:
-    return {b for e in _parked(step) if by is None or _get(e, "by") == by for b in _get(e, "blocks", ())}
+def _parked_blocks(step: Step, by: str | None = None) -> TlaSet:
+    return TlaSet(b for e in _parked(step) if by is None or _get(e, "by") == by for b in _get(e, "blocks", ()))
 
 
 def _ranks(step: Step) -> Iterable[Value]:
@@ -528,9 +537,9 @@ def _first_true(steps: Sequence[Step], i: int, variable: str) -> int | None:
 
 def no_unexpected_report(steps: Sequence[Step], i: int) -> list[Offence]:
     """finished_sending for a request whose free was not delayed (from the action, or the history set)."""
-    unexpected: set[Value] = set()
+    unexpected = TlaSet()
     for call in _get(_phase(steps[i].action, "update_from_output"), "calls", ()):
-        unexpected |= set(_get(call, "unexpected", ()) or ())
+        unexpected |= TlaSet(_get(call, "unexpected", ()) or ())
     unexpected |= _set(steps[i], "unexpectedReports")
     offences = []
     for req in sorted(unexpected, key=show):
@@ -577,8 +586,8 @@ def no_event_leak(steps: Sequence[Step], i: int) -> list[Offence]:
     step = steps[i]
     offences = []
     for rank, live in _fn(step, "live").items():
-        owned = {_get(task, "event") for task in _tasks(step, rank)}
-        leaked, missing = set(live) - owned, owned - set(live)
+        owned = TlaSet(_get(task, "event") for task in _tasks(step, rank))
+        leaked, missing = TlaSet(live) - owned, owned - TlaSet(live)
         if leaked:
             offences.append(Offence(f"rank {show(rank)}: event handle(s) {show_set(leaked)} still live with no "
                                     "pending task (leaked)", frozenset({lane_id(TASKS, _rank_label(rank))})))
@@ -615,9 +624,9 @@ def preempt_waits_only_preempted(steps: Sequence[Step], i: int) -> list[Offence]
     k = i if when is None else when
     offences = []
     for rank, call in _each_call(steps, k, "handle_preemptions"):
-        preempted = set(_get(call, "preempted_req_ids", ()))
+        preempted = TlaSet(_get(call, "preempted_req_ids", ()))
         for record in _get(call, "waited", ()):
-            if not set(_get(record, "reqs", ())) & preempted:
+            if not TlaSet(_get(record, "reqs", ())) & preempted:
                 offences.append(Offence(
                     f"step {k}: handle_preemptions({show_set(preempted)}) on rank {show(rank)} waited task "
                     f"{_get(record, 'task')} of requests {show_set(_get(record, 'reqs', ()))}, none of them "
@@ -641,8 +650,8 @@ def workers_track(steps: Sequence[Step], i: int) -> list[Offence]:
     """Once no unexecuted step still dumps a request, every rank tracks what the scheduler tracks."""
     step = steps[i]
     inflight = list(step.values.get("inflight") or ())
-    dumping = {_get(slice_, "req") for meta in inflight[step.values.get("executed", 0):]
-               for slice_ in _get(meta, "dump", ())}
+    dumping = TlaSet(_get(slice_, "req") for meta in inflight[step.values.get("executed", 0):]
+                     for slice_ in _get(meta, "dump", ()))
     return [Offence(f"rank {show(rank)} does not track {show(req)}, which the scheduler tracks: it will never "
                     f"report {show(req)}, so the delayed free never comes",
                     frozenset({lane_id(CALLS, _rank_label(rank)), lane_id(REQUESTS, show(req))}))
@@ -701,7 +710,7 @@ def no_fruitless_preemption(steps: Sequence[Step], i: int) -> list[Offence]:
 
 def drained_when_due(steps: Sequence[Step], i: int) -> list[Offence]:
     """A deferred free whose fence has passed still parked: the drain was skipped (after an empty step)."""
-    due = {b for e in _parked(steps[i]) if _get(e, "wait") == 0 for b in _get(e, "blocks", ())}
+    due = TlaSet(b for e in _parked(steps[i]) if _get(e, "wait") == 0 for b in _get(e, "blocks", ()))
     if not due:
         return []
     return [Offence(f"step {i}: blocks {show_set(sorted(due, key=show))} are still parked although the step their "
@@ -713,7 +722,9 @@ def parked_eventually_freed(steps: Sequence[Step], loop: int) -> list[Offence]:
     """Blocks parked by a deferred free through the whole loop: they are never returned to the pool."""
     if not all(_parked(s) for s in steps[loop:]):
         return []
-    blocks = set.intersection(*(_parked_blocks(s) for s in steps[loop:]))
+    blocks = _parked_blocks(steps[loop])
+    for s in steps[loop + 1:]:
+        blocks = blocks & _parked_blocks(s)
     return [Offence(f"blocks {show_set(sorted(blocks, key=show))} stay parked by a deferred free forever: the "
                     "steps that would drain them never come", frozenset(lane_id(BLOCKS, show(b)) for b in blocks))]
 

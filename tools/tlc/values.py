@@ -19,7 +19,9 @@ any other function ``(k :> v @@ …)``   :class:`TlaFunction` (a ``Mapping[Value
 
 Why the wrappers: Python says ``True == 1``, so ``frozenset({True, 1})`` has one element and
 ``(True,) == (1,)``. Equality and hashing of the wrapper types go through :func:`value_key`, a
-canonical form that tags every scalar with its type. It also follows TLA+ semantics where TLC does:
+canonical form that tags every scalar with its type; so do membership (``in``, a tuple's ``count`` and
+``index``, a function's ``items()`` and ``values()``), so code that keeps TLA+ values in these types never
+merges ``FALSE`` with ``0`` (a plain ``set``/``dict`` of them would). It also follows TLA+ semantics where TLC does:
 a tuple, a record and a function are all functions, so ``<<"a">>``, ``(1 :> "a")`` and
 ``TlaFunction({1: "a"})`` are equal, and so are ``[a |-> 1]`` and ``("a" :> 1)``.
 
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -143,7 +146,37 @@ class _Keyed:
         return hash(value_key(self))
 
 
-class Tup(_Keyed, tuple):  # type: ignore[misc]
+class _KeyedItems(_Keyed):
+    """Membership, ``count`` and ``index`` through :func:`value_key` (``tuple``'s own use ``==``)."""
+
+    __slots__ = ()
+
+    def __contains__(self, item: object) -> bool:
+        try:
+            key = value_key(item)
+        except TypeError:
+            return False
+        return any(value_key(own) == key for own in self)  # type: ignore[attr-defined]
+
+    def count(self, item: object) -> int:
+        try:
+            key = value_key(item)
+        except TypeError:
+            return 0
+        return sum(value_key(own) == key for own in self)  # type: ignore[attr-defined]
+
+    def index(self, item: object, start: int = 0, stop: int = sys.maxsize) -> int:
+        try:
+            key = value_key(item)
+        except TypeError:
+            raise ValueError(f"{item!r} is not in the tuple") from None
+        for position, own in enumerate(self):  # type: ignore[attr-defined]
+            if start <= position < stop and value_key(own) == key:
+                return position
+        raise ValueError(f"{item!r} is not in the tuple")
+
+
+class Tup(_KeyedItems, tuple):  # type: ignore[misc]
     """A TLA+ tuple ``<<a, b>>`` (how TLC prints both tuples and sequences); ITF ``#tup``."""
 
     __slots__ = ()
@@ -152,7 +185,7 @@ class Tup(_Keyed, tuple):  # type: ignore[misc]
         return f"Tup({tuple(self)!r})"
 
 
-class Seq(_Keyed, tuple):  # type: ignore[misc]
+class Seq(_KeyedItems, tuple):  # type: ignore[misc]
     """A TLA+ sequence that came from an ITF JSON array; equal to the :class:`Tup` of its items."""
 
     __slots__ = ()
@@ -218,6 +251,12 @@ class Record(_Keyed, Mapping):  # type: ignore[type-arg]
     def __repr__(self) -> str:
         return f"Record({self._fields!r})"
 
+    def items(self) -> Any:
+        return _Pairs(self._fields.items())
+
+    def values(self) -> Any:
+        return _Pairs(self._fields.values())
+
     def replace(self, **changes: Value) -> "Record":
         """A copy with some fields changed (``[r EXCEPT !.a = 1]``)."""
         return Record({**self._fields, **changes})
@@ -255,10 +294,24 @@ class TlaFunction(_Keyed, Mapping):  # type: ignore[type-arg]
         return len(self._pairs)
 
     def items(self) -> Any:  # a list is enough: the mapping is immutable
-        return list(self._pairs.values())
+        return _Pairs(self._pairs.values())
+
+    def values(self) -> Any:
+        return _Pairs(value for _, value in self._pairs.values())
 
     def __repr__(self) -> str:
         return f"TlaFunction({self.items()!r})"
+
+
+class _Pairs(list):  # type: ignore[type-arg]
+    """A function's items (or values) whose ``in`` goes through :func:`value_key`: ``(0, x)`` is not ``(FALSE, x)``."""
+
+    def __contains__(self, item: object) -> bool:
+        try:
+            key = value_key(item)
+        except TypeError:
+            return False
+        return any(value_key(own) == key for own in self)
 
 
 def make_function(pairs: Iterable[tuple[Value, Value]]) -> Value:

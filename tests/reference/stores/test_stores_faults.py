@@ -39,9 +39,10 @@ def test_fault_config_from_mapping_names_unknown_keys() -> None:
     assert not FaultConfig().active and FaultConfig(delay_s=0.1).active
 
 
-def test_submit_failure_rate_is_honoured_and_starts_nothing() -> None:
+@pytest.mark.seed(7)
+def test_submit_failure_rate_is_honoured_and_starts_nothing(seed: int) -> None:
     inner = ManualStore(auto_complete_on_wait=True)
-    store = FaultyStore(inner, FaultConfig(submit_fail=0.3, seed=7))
+    store = FaultyStore(inner, FaultConfig(submit_fail=0.3, seed=seed))
     accepted = refused = 0
     for i in range(N):
         try:
@@ -54,9 +55,10 @@ def test_submit_failure_rate_is_honoured_and_starts_nothing() -> None:
     assert len(inner.outstanding_tasks()) == accepted == inner.stats().dumps_submitted
 
 
-def test_check_failure_rate_is_honoured_and_keeps_the_task() -> None:
+@pytest.mark.seed(11)
+def test_check_failure_rate_is_honoured_and_keeps_the_task(seed: int) -> None:
     inner = ManualStore()
-    store = FaultyStore(inner, FaultConfig(check_fail=0.2, seed=11))
+    store = FaultyStore(inner, FaultConfig(check_fail=0.2, seed=seed))
     task = store.dump([b"a"], ReadyPayload(rows(1)))
     failures = 0
     for _ in range(N):
@@ -72,9 +74,10 @@ def test_check_failure_rate_is_honoured_and_keeps_the_task() -> None:
         store.check(task)  # an unknown task is never disguised as an injected fault
 
 
-def test_wait_failure_rate_is_honoured_and_drains_every_task() -> None:
+@pytest.mark.seed(5)
+def test_wait_failure_rate_is_honoured_and_drains_every_task(seed: int) -> None:
     inner = ManualStore(auto_complete_on_wait=True)
-    store = FaultyStore(inner, FaultConfig(wait_fail=0.25, seed=5))
+    store = FaultyStore(inner, FaultConfig(wait_fail=0.25, seed=seed))
     failures = 0
     for i in range(N):
         task = store.dump([i.to_bytes(4, "big")], ReadyPayload(rows(1, nbytes=4)))
@@ -89,7 +92,8 @@ def test_wait_failure_rate_is_honoured_and_drains_every_task() -> None:
     assert len(inner.waited) == N
 
 
-def test_same_seed_same_faults_other_seed_other_faults() -> None:
+@pytest.mark.seed(1)
+def test_same_seed_same_faults_other_seed_other_faults(seed: int) -> None:
     def outcomes(seed: int) -> list[bool]:
         store = FaultyStore(ManualStore(), FaultConfig(submit_fail=0.5, seed=seed))
         result = []
@@ -101,8 +105,8 @@ def test_same_seed_same_faults_other_seed_other_faults() -> None:
                 result.append(False)
         return result
 
-    assert outcomes(1) == outcomes(1)
-    assert outcomes(1) != outcomes(2)
+    assert outcomes(seed) == outcomes(seed)
+    assert outcomes(seed) != outcomes(seed + 1)  # 64 fair coin flips agree with odds 2**-64
 
 
 def test_injected_wait_failure_reports_only_after_the_inner_transfer_stopped() -> None:

@@ -91,13 +91,20 @@ def test_check_never_consumes_and_wait_returns_after_the_transfer(redis_server: 
 
 
 def test_ttl_expires_blocks_into_misses(redis_server: LocalRedis, open_store: Opener) -> None:
-    store = open_store(redis_server.url, ttl_s=0.4)
+    # A TTL long enough that no loaded machine reaches it mid-test (0.4 s did: the keys could expire before
+    # the first lookup); expiry itself is then brought forward by Redis, not waited out.
+    store = open_store(redis_server.url, ttl_s=600)
     keys = hashes(2)
     dump_and_wait(store, keys, rows(2))
     client = redis.Redis(port=redis_server.port)
-    assert 0 < client.pttl(store.key_of(keys[0])) <= 400
+    assert all(0 < client.pttl(store.key_of(key)) <= 600_000 for key in keys)  # the store set the TTL
     assert store.lookup_prefix(keys) == 2
-    time.sleep(0.6)
+    for key in keys:
+        client.pexpire(store.key_of(key), 1)
+    deadline = time.monotonic() + 60
+    while client.exists(*(store.key_of(key) for key in keys)):
+        assert time.monotonic() < deadline, "Redis never expired the keys"
+        time.sleep(0.01)
     assert store.lookup_prefix(keys) == 0
     with pytest.raises(LoadError, match="not stored"):
         store.wait(store.load(keys))

@@ -114,12 +114,41 @@ def test_wait_on_running_failed_task_raises_only_after_the_transfer_stopped(harn
     assert store.stats().pending == 0
 
 
-def test_timed_out_wait_drains_the_transfer_before_raising(blocking_harness: StoreHarness) -> None:
+def _capture_waited_jobs(store: object, monkeypatch: pytest.MonkeyPatch) -> list:
+    """The jobs a ThreadedStore's `wait` looks up from now on (white box: a job's cancel flag is set exactly
+    when its wait timed out). FaultyStore's slow-task delay here is at most the wait's timeout, so its
+    wait hands the timeout to the inner store."""
+    inner = getattr(store, "inner", store)
+    jobs: list = []
+    lookup = inner._job
+
+    def capture(task: StoreTask):  # type: ignore[no-untyped-def]
+        job = lookup(task)
+        jobs.append(job)
+        return job
+
+    monkeypatch.setattr(inner, "_job", capture)
+    return jobs
+
+
+def _until(condition, what: str, limit_s: float = 120.0) -> None:  # type: ignore[no-untyped-def]
+    """Poll for a state the test needs (not a timing assertion: the limit only turns a hang into a failure)."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.005)
+
+
+def test_timed_out_wait_drains_the_transfer_before_raising(blocking_harness: StoreHarness,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     harness = blocking_harness
     store = harness.store
     task = harness.dump([b"a"], rows(1))
+    jobs = _capture_waited_jobs(store, monkeypatch)
     thread, outcome = _wait_in_thread(store, task, timeout=0.02)
-    thread.join(0.2)
+    # release only once the wait has timed out (before: a fixed 0.2 s, and a waiter that a loaded machine
+    # had not yet run saw the task done and returned it instead of timing out)
+    _until(lambda: bool(jobs) and jobs[0].cancel.is_set(), "the wait timed out")
     assert thread.is_alive(), "a timed-out wait must keep draining until the transfer stopped"
     harness.release(task)
     thread.join(10)
