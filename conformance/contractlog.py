@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from deferdump.conformance.tracelog import LogEvent, load_events
+from deferdump.reference.errors import DeferDumpError
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class ContractVerdict:
     unchecked: tuple[str, ...] = field(default=())
 
 
-class _Violation(Exception):
+class _Violation(DeferDumpError):
     """Internal: the first event that breaks a clause."""
 
     def __init__(self, prop: str, event: LogEvent, why: str, req: str | None = None,
