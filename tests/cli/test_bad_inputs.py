@@ -216,6 +216,8 @@ CLI_CASES: dict[str, CliCase] = {
         ("unknown model 'NoSuchModel'",)),
     "bench-connector-without-vllm": CliCase(lambda d: ["bench", "--connector", "example"],
                                             ("--connector and --rounds go with --vllm",)),
+    "bench-vllm-with-engine-options": CliCase(lambda d: ["bench", "--vllm", "--load-async"],
+                                              ("the simulated engine's options, not --vllm's",)),
     "bench-vllm-unknown-connector": CliCase(lambda d: ["bench", "--vllm", "--connector", "nixl"],
                                             ("unknown connector 'nixl'", "reference-memory")),
     "traces-out-is-a-file": CliCase(

@@ -53,6 +53,9 @@ def bench(
 ) -> None:
     """Measure what deferring the dump wait buys (wait_for_save, step time) and what it costs."""
     if vllm:
+        if device is not DeviceChoice.cpu or no_tlc or no_malloc_tuning or load_async:
+            raise UserError("--device, --no-tlc, --no-malloc-tuning and --load-async are the simulated engine's "
+                            "options, not --vllm's (its connectors: --connector)")
         _bench_vllm(quick, connector or [], rounds, as_json, plot)
         return
     if connector or rounds is not None:
