@@ -38,13 +38,27 @@ def vllm_root() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model(vllm_root: Path) -> Path:
-    return write_tiny_model(vllm_root / "tiny-llama")
+    """The tiny Llama's config only, for `load_format="dummy"` runs (the harness's default)."""
+    return write_tiny_model(vllm_root / "tiny-llama", weights="none")
 
 
 @pytest.fixture(scope="session")
 def tiny_hybrid_model(vllm_root: Path) -> Path:
     """The tiny Llama with a sliding-window layer and a full-attention one (a hybrid model)."""
-    return write_tiny_model(vllm_root / "tiny-hybrid-llama", TINY_HYBRID_CONFIG)
+    return write_tiny_model(vllm_root / "tiny-hybrid-llama", TINY_HYBRID_CONFIG, weights="none")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_weights(vllm_root: Path) -> Path:
+    """The tiny Llama with seeded random weights (std 0.2): load it with `load_format="auto"` where a test
+    compares outputs (dummy weights make them blind to the KV)."""
+    return write_tiny_model(vllm_root / "tiny-llama-weights")
+
+
+@pytest.fixture(scope="session")
+def tiny_hybrid_model_weights(vllm_root: Path) -> Path:
+    """The tiny hybrid Llama with seeded random weights (std 0.2), for output comparisons."""
+    return write_tiny_model(vllm_root / "tiny-hybrid-llama-weights", TINY_HYBRID_CONFIG)
 
 
 @pytest.fixture

