@@ -29,8 +29,15 @@ _SLICES = {
               "properties": {"req": {"type": "string"}, "block_ids": _BLOCKS, "group_block_ids": _GROUPS}},
 }
 _EVENTS: dict[str, dict[str, Any]] = {
+    # The first line of each file a watching wrapper writes (`deferdump watch`): which connector it wraps.
+    "connector": {
+        "required": ["inner", "hma", "scribble"],
+        "properties": {"inner": {"type": "string"}, "hma": {"type": "boolean"}, "scribble": {"type": "boolean"}},
+    },
     "build_connector_meta": {
-        "required": ["block_size", "reqs", "dump", "load", "preempted", "finished"],
+        # `dump` and `load` are the reference connector's own slices: a wrapper around another connector
+        # cannot see them, and leaves them out.
+        "required": ["block_size", "reqs", "preempted", "finished"],
         "properties": {
             "role": {"const": "scheduler"},
             "block_size": {"type": "integer", "minimum": 1},
@@ -47,6 +54,17 @@ _EVENTS: dict[str, dict[str, Any]] = {
             "dump": _SLICES, "load": _SLICES, "preempted": _IDS, "finished": _IDS,
         },
     },
+    "get_num_new_matched_tokens": {
+        "required": ["req", "num_computed_tokens", "matched", "load_async"],
+        "properties": {"role": {"const": "scheduler"}, "req": {"type": "string"},
+                       "num_computed_tokens": {"type": "integer", "minimum": 0},
+                       "matched": {"type": ["integer", "null"], "minimum": 0}, "load_async": {"type": "boolean"}},
+    },
+    "update_state_after_alloc": {
+        "required": ["req", "block_ids", "num_external_tokens"],
+        "properties": {"role": {"const": "scheduler"}, "req": {"type": "string"}, "block_ids": _BLOCKS,
+                       "group_block_ids": _GROUPS, "num_external_tokens": {"type": "integer", "minimum": 0}},
+    },
     "request_finished": {
         "required": ["req", "block_ids", "delayed"],
         "properties": {"role": {"const": "scheduler"}, "req": {"type": "string"}, "block_ids": _BLOCKS,
@@ -54,14 +72,25 @@ _EVENTS: dict[str, dict[str, Any]] = {
     },
     "update_connector_output": {
         "required": ["finished_sending", "finished_recving"],
-        "properties": {"role": {"const": "scheduler"}, "finished_sending": _IDS, "finished_recving": _IDS},
+        "properties": {"role": {"const": "scheduler"}, "finished_sending": _IDS, "finished_recving": _IDS,
+                       "invalid_block_ids": _BLOCKS},
     },
     "handle_preemptions": {
-        "required": ["preempted", "waited"],
+        "required": ["preempted"],
         "properties": {"role": {"const": "worker"}, "preempted": _IDS, "waited": _TASKS},
     },
+    "scribble": {
+        "required": ["block_ids"],
+        "properties": {"role": {"const": "worker"}, "block_ids": _BLOCKS},
+    },
+    "start_load_kv": {
+        "required": [],
+        "properties": {"role": {"const": "worker"}, "loads": {"type": "array", "items": {
+            "type": "object", "required": ["req", "block_ids", "task"],
+            "properties": {"req": {"type": "string"}, "block_ids": _BLOCKS, "task": {"type": "integer"}}}}},
+    },
     "wait_for_save": {
-        "required": ["reaped", "submitted", "submit_error"],
+        "required": [],
         "properties": {
             "role": {"const": "worker"}, "reaped": _TASKS,
             "submitted": {"type": "array", "items": {
@@ -72,10 +101,24 @@ _EVENTS: dict[str, dict[str, Any]] = {
         },
     },
     "get_finished": {
-        "required": ["finished_req_ids", "waited", "reported"],
-        "properties": {"role": {"const": "worker"}, "finished_req_ids": _IDS, "waited": _TASKS, "reported": _IDS},
+        "required": ["finished_req_ids", "reported"],
+        "properties": {"role": {"const": "worker"}, "finished_req_ids": _IDS, "waited": _TASKS, "reported": _IDS,
+                       "reported_recving": _IDS},
+    },
+    "get_block_ids_with_load_errors": {
+        "required": ["block_ids"],
+        "properties": {"role": {"const": "worker"}, "block_ids": _BLOCKS},
     },
     "shutdown": {"required": ["waited"], "properties": {"waited": _TASKS}},
+}
+
+#: Fields only the reference connector's adapter writes (its own dumps, loads and store tasks). The
+#: DeferDump trace model needs them; a log without them comes from another connector's boundary.
+REFERENCE_FIELDS: dict[str, tuple[str, ...]] = {
+    "build_connector_meta": ("dump", "load"),
+    "handle_preemptions": ("waited",),
+    "wait_for_save": ("reaped", "submitted", "submit_error"),
+    "get_finished": ("waited",),
 }
 
 #: The JSON Schema of one log line (draft 2020-12).
@@ -182,8 +225,12 @@ def log_files(paths: Iterable[Path | str]) -> list[Path]:
     return files
 
 
-# Within one engine step: the schedule, then the ranks' execution, then the output's processing.
-_PHASE = {"build_connector_meta": 0, "request_finished": 2, "update_connector_output": 2}
+# Within one engine step: the schedule, then the ranks' execution, then the output's processing. The
+# scheduler's calls while it schedules step s+1 (matched tokens, allocations) carry step s, the number of
+# schedules it has finished: they come after step s's output, before step s+1's metadata. A wrapper's
+# `connector` line comes before everything.
+_PHASE = {"connector": -1, "build_connector_meta": 0, "request_finished": 2, "update_connector_output": 2,
+          "get_num_new_matched_tokens": 2, "update_state_after_alloc": 2}
 
 
 def _order(event: LogEvent) -> tuple[int, int, int, int]:
@@ -191,7 +238,7 @@ def _order(event: LogEvent) -> tuple[int, int, int, int]:
     if record["role"] == "scheduler":
         phase = 3 if event.event == "shutdown" else _PHASE[event.event]
         return record["step"], phase, 0, event.seq
-    phase = 4 if event.event == "shutdown" else 1
+    phase = 4 if event.event == "shutdown" else -1 if event.event == "connector" else 1
     return record["step"], phase, record["rank"], event.seq
 
 

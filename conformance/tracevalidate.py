@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deferdump.conformance.tracelog import LogEvent, load_events
+from deferdump.conformance.tracelog import REFERENCE_FIELDS, LogEvent, load_events
 from deferdump.reference.errors import DeferDumpError, UserError
 from deferdump.tools.tlc.bridge import run_tlc
 from deferdump.tools.tlc.output import Kind, Status
@@ -164,6 +164,35 @@ def _b(value: bool) -> str:
     return "TRUE" if value else "FALSE"
 
 
+# Events of the boundary log that the DeferDump trace model does not express (docs/trace-log.md).
+_BEYOND_EVENTS = ("get_num_new_matched_tokens", "update_state_after_alloc", "scribble", "start_load_kv",
+                  "get_block_ids_with_load_errors")
+
+
+def require_reference_log(events: Sequence[LogEvent]) -> None:
+    """Refuse, in one line, a log the DeferDump trace model cannot read: a watching wrapper's log of another
+    connector (its `connector` line, or lines without the reference connector's own fields), or events of
+    paths the trace model does not express."""
+    for event in events:
+        record = event.record
+        if event.event == "connector":
+            raise BeyondModel(f"{event.file}:{event.line}: a watching wrapper's log of {record['inner']}: the "
+                              "DeferDump model checks only the reference connector's own logs")
+        if event.event in _BEYOND_EVENTS:
+            raise BeyondModel(f"{event.file}:{event.line}: event {event.event}: the DeferDump trace model does "
+                              "not express it")
+        for field in REFERENCE_FIELDS.get(event.event, ()):
+            if field not in record:
+                raise BeyondModel(f"{event.file}:{event.line}: field {field}: missing; the DeferDump model needs "
+                                  "the reference connector's own fields")
+        if event.event == "update_connector_output" and record.get("invalid_block_ids"):
+            raise BeyondModel(f"{event.file}:{event.line}: field invalid_block_ids: failed asynchronous loads; "
+                              "the DeferDump trace model does not express them")
+        if event.event == "get_finished" and record.get("reported_recving"):
+            raise BeyondModel(f"{event.file}:{event.line}: field reported_recving: asynchronous loads; the "
+                              "DeferDump trace model does not express them")
+
+
 def model_constants(events: Sequence[LogEvent]) -> dict[str, Any]:
     """Requests, blocks, ranks and block size, read from the log."""
     reqs: set[str] = set()
@@ -252,6 +281,7 @@ def validate(paths: Iterable[Path | str], *, timeout: float | None = 600.0, work
     """
     started = time.perf_counter()
     events = load_events(paths)
+    require_reference_log(events)
     constants = model_constants(events)
     module, cfg = generate_module(events, constants)
     result = run_tlc(

@@ -161,3 +161,18 @@ def test_a_skip_of_a_request_without_a_load_is_rejected(tmp_path: Path) -> None:
     assert not result.matched and result.first_unmatched is not None
     assert result.first_unmatched.event == "wait_for_save"
     assert result.first_unmatched.reason.startswith("skipped_failed_loads:"), result.first_unmatched.reason
+
+
+def test_a_watching_wrappers_log_is_beyond_the_deferdump_model(tmp_path: Path) -> None:
+    scheduler, workers = finished_run()
+    scheduler.insert(0, {"step": 0, "event": "connector", "inner": "ExampleConnector", "hma": False,
+                         "scribble": False})
+    with pytest.raises(BeyondModel, match="watching wrapper's log of ExampleConnector"):
+        validate([write_run(tmp_path, scheduler, workers)])
+
+
+def test_a_log_without_the_reference_connectors_own_fields_is_beyond_the_model(tmp_path: Path) -> None:
+    scheduler, workers = finished_run()
+    del workers[0][1]["submitted"]  # step 1's wait_for_save, as a wrapper around another connector logs it
+    with pytest.raises(BeyondModel, match=r"worker-rank0-2.ndjson:2: field submitted: missing"):
+        validate([write_run(tmp_path, scheduler, workers)])
