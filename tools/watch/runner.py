@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from deferdump.tools.watch.boundary import check_boundary, read_scheduler_events
+from deferdump.conformance.contractlog import check_contract_log
 from deferdump.tools.watch.config import watch_transfer_config
 from deferdump.tools.watch.oracle import first_mismatch
 from deferdump.tools.watch.scenarios import (
@@ -150,10 +150,9 @@ def run(spec: dict[str, Any]) -> ScenarioResult:
         logger.exception("scenario %s crashed", name)
         return ScenarioResult(name, CRASH, one_line(exc))
     watchdog.stop()
-    verdict = check_boundary(read_scheduler_events(log_dir), drained=True)
+    verdict = check_contract_log([log_dir], drained=True)  # run_workload stepped until no request was held
     if not verdict.ok:
-        event = json.dumps(verdict.event, separators=(",", ":")) if verdict.event else ""
-        return ScenarioResult(name, CONTRACT, f"{verdict.property}: {verdict.detail}" + (f"; event {event}" if event else ""))
+        return ScenarioResult(name, CONTRACT, f"{verdict.property}: {verdict.detail}")
     mismatch = first_mismatch(expected, got)
     if mismatch is not None:
         return ScenarioResult(name, MISMATCH, mismatch)

@@ -68,7 +68,7 @@ def _catalogue() -> dict[str, Scenario]:
         # one is preempted and resumed.
         Scenario("preempt", "preemption and resume under a small KV cache, then the prompts again",
                  (Round(preempt, 30), Round(preempt, 4, reset_before=True)),
-                 engine={"num_gpu_blocks_override": 7}),
+                 engine={"num_gpu_blocks_override": 7, "max_model_len": 192}),
         Scenario("several_victims", "every running request preempted in one step, resumed, then served again",
                  (Round(victims, 8, preempt_all_at_step=3), Round(victims, 4, reset_before=True))),
         Scenario("abort", "a request aborted mid-prefill while its first blocks' saves may be pending",
