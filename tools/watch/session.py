@@ -33,8 +33,8 @@ def child_env(work: Path) -> dict[str, str]:
 
 
 def run_scenario(scenario: str, inner: Mapping[str, Any], *, hma: bool, scribble: bool, timeout: float,
-                 hang_after: float, work_root: Path, keep: bool = False) -> ScenarioResult:
-    """One scenario's verdict, from a child process given `timeout` seconds."""
+                 hang_after: float, work_root: Path, keep: bool = False, runner: str = RUNNER) -> ScenarioResult:
+    """One scenario's verdict, from a child process (`python -m <runner> SPEC`) given `timeout` seconds."""
     work = Path(tempfile.mkdtemp(prefix=f"watch-{scenario}-", dir=work_root))
     spec = {"scenario": scenario, "inner": dict(inner), "hma": hma, "scribble": scribble,
             "work_dir": str(work), "hang_after": hang_after}
@@ -43,7 +43,7 @@ def run_scenario(scenario: str, inner: Mapping[str, Any], *, hma: bool, scribble
     log_path = work / "child.log"
     try:
         with open(log_path, "wb") as log:
-            process = subprocess.Popen([sys.executable, "-m", RUNNER, str(work / "spec.json")], stdout=log,
+            process = subprocess.Popen([sys.executable, "-m", runner, str(work / "spec.json")], stdout=log,
                                        stderr=subprocess.STDOUT, env=child_env(work), start_new_session=True)
             try:
                 process.wait(timeout=timeout)
