@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from deferdump.reference.errors import UserError
+from deferdump.tools.tlc.cds import cache_dir
 from deferdump.tools.watch.resolve import inner_config, resolve_inner
 from deferdump.tools.watch.scenarios import SCENARIOS
 from deferdump.tools.watch.session import run_scenarios
@@ -73,7 +74,8 @@ def watch(
     if live:
         console.print(f"watching {qualname} ({'HMA' if hma else 'non-HMA'}), scribble {'on' if scribble else 'off'}")
     results = run_scenarios(names, inner, hma=hma, scribble=scribble, timeout=timeout, hang_after=hang_after,
-                            work_root=work_dir, keep=work_dir is not None, progress=progress)
+                            work_root=work_dir, keep=work_dir is not None,
+                            baseline_cache=cache_dir() / "watch", progress=progress)
     if as_json:
         typer.echo(json.dumps([result.as_json() for result in results]))
     else:

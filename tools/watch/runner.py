@@ -3,7 +3,8 @@
 The parent (`deferdump.tools.watch.session`) starts this module in a child process with a timeout, so a
 crashed or hung engine never takes the command down. Here: the reference run without a connector, the
 run through the watching wrapper under a watchdog, then the contract check of the boundary log and the
-output oracle. The spec: `{"scenario", "inner", "hma", "scribble", "work_dir", "hang_after"}`; the result
+output oracle. The spec: `{"scenario", "inner", "hma", "scribble", "work_dir", "hang_after"}`, optionally
+`"baseline_cache"` (a directory keeping the reference outputs); the result
 (`result.json` in `work_dir`): `{"scenario", "verdict", "detail"}`.
 """
 from __future__ import annotations
@@ -120,6 +121,34 @@ def _run_engine(kwargs: dict[str, Any], scenario: Scenario, watchdog: Watchdog |
         cleanup_dist_env_and_memory()
 
 
+def reference_outputs(kwargs: dict[str, Any], scenario: Scenario, cache_dir: str | None) -> dict[str, Any]:
+    """The scenario's outputs without a connector; kept in `cache_dir` (when given) under a digest of
+    everything they depend on (scenario, engine arguments, model file, vLLM and torch versions), logprobs
+    stored as exact hex floats."""
+    if cache_dir is None:
+        return _run_engine(kwargs, scenario, None)
+    import hashlib
+
+    import torch
+    import vllm
+
+    model = Path(kwargs["model"])
+    digest = hashlib.sha256(repr((scenario, sorted((k, str(v)) for k, v in kwargs.items() if k != "model"),
+                                  (model / "config.json").read_bytes(), vllm.__version__, torch.__version__)).encode())
+    for weights in sorted(model.glob("*.safetensors")):
+        digest.update(weights.read_bytes())
+    path = Path(cache_dir) / f"watch-reference-{scenario.name}-{digest.hexdigest()[:16]}.json"
+    if path.exists():
+        stored = json.loads(path.read_text())
+        return {key: tuple((token, float.fromhex(logprob)) for token, logprob in value) for key, value in stored.items()}
+    outputs = _run_engine(kwargs, scenario, None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(json.dumps({key: [(token, float(lp).hex()) for token, lp in value] for key, value in outputs.items()}))
+    os.replace(partial, path)
+    return outputs
+
+
 def run(spec: dict[str, Any]) -> ScenarioResult:
     """The scenario's verdict (writes nothing; `main` does)."""
     from deferdump.reference.testing.tinymodel import write_tiny_model
@@ -133,7 +162,7 @@ def run(spec: dict[str, Any]) -> ScenarioResult:
     model = write_tiny_model(work / "model", model_config(scenario))
     kwargs = engine_kwargs(model, scenario)
     try:
-        expected = _run_engine(kwargs, scenario, None)
+        expected = reference_outputs(kwargs, scenario, spec.get("baseline_cache"))
     except Exception as exc:  # noqa: BLE001 - no connector involved: no verdict on it
         logger.exception("the reference run of %s failed", name)
         return ScenarioResult(name, UNKNOWN, f"the reference run without a connector failed: {one_line(exc)}")

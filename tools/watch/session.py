@@ -33,11 +33,13 @@ def child_env(work: Path) -> dict[str, str]:
 
 
 def run_scenario(scenario: str, inner: Mapping[str, Any], *, hma: bool, scribble: bool, timeout: float,
-                 hang_after: float, work_root: Path, keep: bool = False, runner: str = RUNNER) -> ScenarioResult:
+                 hang_after: float, work_root: Path, keep: bool = False, runner: str = RUNNER,
+                 baseline_cache: Path | None = None) -> ScenarioResult:
     """One scenario's verdict, from a child process (`python -m <runner> SPEC`) given `timeout` seconds."""
     work = Path(tempfile.mkdtemp(prefix=f"watch-{scenario}-", dir=work_root))
     spec = {"scenario": scenario, "inner": dict(inner), "hma": hma, "scribble": scribble,
-            "work_dir": str(work), "hang_after": hang_after}
+            "work_dir": str(work), "hang_after": hang_after,
+            "baseline_cache": None if baseline_cache is None else str(baseline_cache)}
     (work / "spec.json").write_text(json.dumps(spec))
     result_path = work / "result.json"
     log_path = work / "child.log"
@@ -73,7 +75,7 @@ def last_error_line(log_path: Path) -> str:
 
 def run_scenarios(scenarios: Iterable[str], inner: Mapping[str, Any], *, hma: bool, scribble: bool,
                   timeout: float, hang_after: float, work_root: Path | None = None, keep: bool = False,
-                  progress: Callable[[str, ScenarioResult | None], None] | None = None) -> list[ScenarioResult]:
+                  baseline_cache: Path | None = None, progress: Callable[[str, ScenarioResult | None], None] | None = None) -> list[ScenarioResult]:
     """Every scenario's verdict, in order; `progress(name, None)` before and `(name, result)` after each."""
     root = Path(work_root) if work_root is not None else Path(tempfile.mkdtemp(prefix="deferdump-watch-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -83,7 +85,7 @@ def run_scenarios(scenarios: Iterable[str], inner: Mapping[str, Any], *, hma: bo
             if progress is not None:
                 progress(name, None)
             result = run_scenario(name, inner, hma=hma, scribble=scribble, timeout=timeout, hang_after=hang_after,
-                                  work_root=root, keep=keep)
+                                  work_root=root, keep=keep, baseline_cache=baseline_cache)
             results.append(result)
             if progress is not None:
                 progress(name, result)
