@@ -1,0 +1,108 @@
+"""[watch] The watching wrapper in real vLLM: transparent when nothing is on; verdicts on connectors it has
+never seen (vLLM's ExampleConnector, and the test connectors in tests/fixtures/watch).
+
+In-process scenarios go through `runner.run` (the same code a `deferdump watch` child runs); the hang case
+needs a child process (the watchdog ends its process), so it goes through `session.run_scenario`.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deferdump.tools.watch.config import watch_transfer_config
+from deferdump.tools.watch.scenarios import SCENARIOS, engine_kwargs, run_workload
+from deferdump.tools.watch.verdict import CRASH, HANG, MISMATCH, OK
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "watch"
+sys.path.insert(0, str(FIXTURES))  # the test connectors' module, as a user's would be importable
+
+from deferdump.reference.testing.tinymodel import write_tiny_model  # noqa: E402
+
+
+def _example(store: Path, name: str = "ExampleConnector", module: str | None = None) -> dict[str, Any]:
+    config: dict[str, Any] = {"kv_connector": name, "kv_role": "kv_both",
+                              "kv_connector_extra_config": {"shared_storage_path": str(store)}}
+    if module:
+        config["kv_connector_module_path"] = module
+    return config
+
+
+def _test_connector(name: str, store: Path) -> dict[str, Any]:
+    return {"kv_connector": name, "kv_connector_module_path": "watch_test_connectors", "kv_role": "kv_both",
+            "kv_connector_extra_config": {"dir": str(store)}}
+
+
+def _run(scenario: str, inner: dict[str, Any], work: Path, baselines: Path, *, scribble: bool = True):
+    from deferdump.tools.watch.runner import run
+
+    work.mkdir(parents=True, exist_ok=True)
+    return run({"scenario": scenario, "inner": inner, "hma": False, "scribble": scribble, "work_dir": str(work),
+                "hang_after": 60, "baseline_cache": str(baselines)})
+
+
+@pytest.fixture(scope="module")
+def baselines(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Reference outputs shared by the tests of this module (one run without a connector per scenario)."""
+    return tmp_path_factory.mktemp("watch-baselines")
+
+
+def test_wrapper_is_transparent_with_nothing_on(tmp_path: Path) -> None:
+    """Same outputs and the very same connector calls, with and without the wrapper (no log, no scribble)."""
+    import watch_test_connectors as fixtures
+    from vllm import LLM
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+    scenario = SCENARIOS["prefix"]
+    model = write_tiny_model(tmp_path / "model")
+    runs = []
+    for wrapped in (False, True):
+        fixtures.CALLS.clear()
+        inner = _example(tmp_path / f"store-{wrapped}", "RecordingExampleConnector", "watch_test_connectors")
+        transfer = watch_transfer_config(inner, hma=False) if wrapped else inner
+        llm = LLM(**engine_kwargs(model, scenario), kv_transfer_config=transfer)
+        try:
+            outputs = run_workload(llm, scenario)
+        finally:
+            llm.llm_engine.engine_core.shutdown()
+            cleanup_dist_env_and_memory()
+        runs.append((outputs, list(fixtures.CALLS)))
+    (plain_out, plain_calls), (wrapped_out, wrapped_calls) = runs
+    assert plain_out == wrapped_out and len(plain_out) == 6
+    assert any(name == "start_load_kv" for _, name, _ in plain_calls)
+    assert [call for call in wrapped_calls if call[1] != "shutdown"] == [c for c in plain_calls if c[1] != "shutdown"]
+
+
+def test_example_connector_prefix_ok_preempt_crash(tmp_path: Path, baselines: Path) -> None:
+    """vLLM's ExampleConnector: repeated prompts are served bitwise equal; after preempt-and-resume it
+    names its file from prompt plus generated tokens and crashes (not hidden, not skipped)."""
+    prefix = _run("prefix", _example(tmp_path / "store-a"), tmp_path / "a", baselines)
+    assert (prefix.verdict, prefix.detail) == (OK, "6 outputs bitwise equal to a run without a connector")
+    preempt = _run("preempt", _example(tmp_path / "store-b"), tmp_path / "b", baselines)
+    assert preempt.verdict == CRASH and preempt.detail.startswith("FileNotFoundError"), preempt
+
+
+def test_correct_async_connector_is_ok_under_preemption(tmp_path: Path, baselines: Path) -> None:
+    result = _run("preempt", _test_connector("AsyncSaveConnector", tmp_path / "store"), tmp_path / "w", baselines)
+    assert result.verdict == OK, result
+
+
+@pytest.mark.parametrize("name", ["FreeBeforeCopyConnector", "ReportBeforeCopyConnector"])
+def test_copy_after_the_blocks_were_handed_on_is_an_output_mismatch(name: str, tmp_path: Path, baselines: Path) -> None:
+    """The copy reads blocks vLLM already gave another request (scribbled): round two loads garbage."""
+    result = _run("preempt", _test_connector(name, tmp_path / "store"), tmp_path / "w", baselines)
+    assert result.verdict == MISMATCH, result
+    assert result.detail.startswith("prompt 1/")  # the second round, served from the connector
+
+
+def test_never_reporting_connector_is_a_hang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The request's blocks stay held forever: the watchdog names it (in a child process: it ends it)."""
+    from deferdump.tools.watch.session import run_scenario
+
+    monkeypatch.setenv("PYTHONPATH", str(FIXTURES))
+    result = run_scenario("prefix", _test_connector("NeverReportsConnector", tmp_path / "store"), hma=False,
+                          scribble=True, timeout=900, hang_after=10, work_root=tmp_path)
+    assert result.verdict == HANG, result
+    assert "requests still holding blocks: r0-p0" in result.detail and "finished_" in result.detail
