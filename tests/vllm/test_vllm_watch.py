@@ -49,30 +49,16 @@ def baselines(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("watch-baselines")
 
 
-def test_wrapper_is_transparent_with_nothing_on(tmp_path: Path) -> None:
-    """Same outputs and the very same connector calls, with and without the wrapper (no log, no scribble)."""
-    import watch_test_connectors as fixtures
-    from vllm import LLM
-    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+def test_every_connector_method_is_forwarded() -> None:
+    """A method vLLM adds to the base class would fall through to the base's default: a wrapper that
+    silently changes the inner connector's behaviour. Only the role and the metadata accessors stay the base's."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
 
-    scenario = SCENARIOS["prefix"]
-    model = write_tiny_model(tmp_path / "model")
-    runs = []
-    for wrapped in (False, True):
-        fixtures.CALLS.clear()
-        inner = _example(tmp_path / f"store-{wrapped}", "RecordingExampleConnector", "watch_test_connectors")
-        transfer = watch_transfer_config(inner, hma=False) if wrapped else inner
-        llm = LLM(**engine_kwargs(model, scenario), kv_transfer_config=transfer)
-        try:
-            outputs = run_workload(llm, scenario)
-        finally:
-            llm.llm_engine.engine_core.shutdown()
-            cleanup_dist_env_and_memory()
-        runs.append((outputs, list(fixtures.CALLS)))
-    (plain_out, plain_calls), (wrapped_out, wrapped_calls) = runs
-    assert plain_out == wrapped_out and len(plain_out) == 6
-    assert any(name == "start_load_kv" for _, name, _ in plain_calls)
-    assert [call for call in wrapped_calls if call[1] != "shutdown"] == [c for c in plain_calls if c[1] != "shutdown"]
+    from deferdump.tools.watch.wrapper import WatchConnector
+
+    own = {"_cache_hit_source", "role", "_get_connector_metadata", "has_connector_metadata"}
+    assert [name for name in vars(KVConnectorBase_V1)
+            if not name.startswith("__") and name not in vars(WatchConnector) and name not in own] == []
 
 
 def test_example_connector_prefix_ok_preempt_crash(tmp_path: Path, baselines: Path) -> None:
@@ -97,12 +83,38 @@ def test_copy_after_the_blocks_were_handed_on_is_an_output_mismatch(name: str, t
     assert result.detail.startswith("prompt 1/")  # the second round, served from the connector
 
 
-def test_never_reporting_connector_is_a_hang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_never_reporting_connector_is_a_hang(tmp_path: Path, baselines: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The request's blocks stay held forever: the watchdog names it (in a child process: it ends it)."""
     from deferdump.tools.watch.session import run_scenario
 
     monkeypatch.setenv("PYTHONPATH", str(FIXTURES))
     result = run_scenario("prefix", _test_connector("NeverReportsConnector", tmp_path / "store"), hma=False,
-                          scribble=True, timeout=900, hang_after=10, work_root=tmp_path)
+                          scribble=True, timeout=900, hang_after=10, work_root=tmp_path, baseline_cache=baselines)
     assert result.verdict == HANG, result
     assert "requests still holding blocks: r0-p0" in result.detail and "finished_" in result.detail
+
+
+def test_wrapper_is_transparent_with_nothing_on(tmp_path: Path) -> None:
+    """Same outputs and the very same connector calls, with and without the wrapper (no log, no scribble)."""
+    import watch_test_connectors as fixtures
+    from vllm import LLM
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+    scenario = SCENARIOS["prefix"]
+    model = write_tiny_model(tmp_path / "model")
+    runs = []
+    for wrapped in (False, True):
+        fixtures.CALLS.clear()
+        inner = _example(tmp_path / f"store-{wrapped}", "RecordingExampleConnector", "watch_test_connectors")
+        transfer = watch_transfer_config(inner, hma=False) if wrapped else inner
+        llm = LLM(**engine_kwargs(model, scenario), kv_transfer_config=transfer)
+        try:
+            outputs = run_workload(llm, scenario)
+        finally:
+            llm.llm_engine.engine_core.shutdown()
+            cleanup_dist_env_and_memory()
+        runs.append((outputs, list(fixtures.CALLS)))
+    (plain_out, plain_calls), (wrapped_out, wrapped_calls) = runs
+    assert plain_out == wrapped_out and len(plain_out) == 6
+    assert any(name == "start_load_kv" for _, name, _ in plain_calls)
+    assert [call for call in wrapped_calls if call[1] != "shutdown"] == [c for c in plain_calls if c[1] != "shutdown"]
