@@ -118,3 +118,11 @@ def test_wrapper_is_transparent_with_nothing_on(tmp_path: Path) -> None:
     assert plain_out == wrapped_out and len(plain_out) == 6
     assert any(name == "start_load_kv" for _, name, _ in plain_calls)
     assert [call for call in wrapped_calls if call[1] != "shutdown"] == [c for c in plain_calls if c[1] != "shutdown"]
+
+
+def test_reporting_an_undelayed_request_is_a_contract_violation(tmp_path: Path, baselines: Path) -> None:
+    """finished_sending for a request whose free was not delayed: the contract's first clause, named with
+    its event, even though vLLM then asserts (the violation is the cause, the crash its consequence)."""
+    result = _run("prefix", _test_connector("ReportsUndelayedConnector", tmp_path / "store"), tmp_path / "w", baselines)
+    assert result.verdict == "contract_violation", result
+    assert result.detail.startswith("SendingOnlyDelayedInv: ") and "update_connector_output" in result.detail

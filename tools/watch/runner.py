@@ -177,6 +177,9 @@ def run(spec: dict[str, Any]) -> ScenarioResult:
     except Exception as exc:  # noqa: BLE001 - any failure of the engine with the connector is the verdict
         watchdog.stop()
         logger.exception("scenario %s crashed", name)
+        broken = _contract_before_crash(log_dir)
+        if broken is not None:  # the connector broke the contract first (vLLM often asserts on it next)
+            return ScenarioResult(name, CONTRACT, f"{broken}; then the engine crashed: {one_line(exc)}")
         return ScenarioResult(name, CRASH, one_line(exc))
     watchdog.stop()
     verdict = check_contract_log([log_dir], drained=True)  # run_workload stepped until no request was held
@@ -186,6 +189,17 @@ def run(spec: dict[str, Any]) -> ScenarioResult:
     if mismatch is not None:
         return ScenarioResult(name, MISMATCH, mismatch)
     return ScenarioResult(name, OK, f"{len(got)} outputs bitwise equal to a run without a connector")
+
+
+def _contract_before_crash(log_dir: Path) -> str | None:
+    """The contract clause the log broke before a crash (None: none, or no readable log)."""
+    from deferdump.reference.errors import DeferDumpError
+
+    try:
+        verdict = check_contract_log([log_dir], drained=False)
+    except DeferDumpError:
+        return None
+    return None if verdict.ok else f"{verdict.property}: {verdict.detail}"
 
 
 def _multi_hma(inner: dict[str, Any]) -> bool:
