@@ -121,20 +121,40 @@ class WatchConnector(KVConnectorBase_V1):
 
     @classmethod
     def build_kv_connector_stats(cls, data: dict[str, Any] | None = None) -> Any:
-        """Stats travel wrapped under the inner class name (as MultiConnector's children's do)."""
-        from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import MultiConnector
+        """Stats travel wrapped under the inner class name (as MultiConnector's children's do). Across
+        processes they arrive as dicts: rebuilt by the inner class when vLLM's registry knows its name,
+        else kept as vLLM's generic `KVConnectorStats` (a class has no config to find a module-path class)."""
+        from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+        from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import MultiKVConnectorStats
 
-        return MultiConnector.build_kv_connector_stats(data)
+        if data is None:
+            return MultiKVConnectorStats()
+        rebuilt: dict[str, Any] = {}
+        for name, value in data.items():
+            if isinstance(value, KVConnectorStats):
+                rebuilt[name] = value
+                continue
+            try:
+                stats = KVConnectorFactory.get_connector_class_by_name(name).build_kv_connector_stats(data=value)
+            except ValueError:
+                stats = KVConnectorStats(data=value)
+            if stats is not None:
+                rebuilt[name] = stats
+        return MultiKVConnectorStats(data=rebuilt)
 
     @classmethod
     def build_prom_metrics(cls, vllm_config: "VllmConfig", metric_types: Any, labelnames: Any,
                            per_engine_labelvalues: Any) -> Any:
+        """The inner class's metrics (None when it has none, as vLLM would get from it alone), fed the
+        inner connector's stats out of their wrapping."""
         from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import MultiKVConnectorPromMetrics
 
         inner, config = inner_class(vllm_config)
         metrics = inner.build_prom_metrics(config, metric_types, labelnames, per_engine_labelvalues)
-        prom = {} if metrics is None else {inner.__name__: metrics}
-        return MultiKVConnectorPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues, prom)
+        if metrics is None:
+            return None
+        return MultiKVConnectorPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues,
+                                           {inner.__name__: metrics})
 
     # ------------------------------------------------------------ properties
     @property
