@@ -21,9 +21,13 @@ from deferdump.tools.watch.verdict import CRASH, HANG, ScenarioResult
 RUNNER = "deferdump.tools.watch.runner"
 
 
-def child_env(work: Path) -> dict[str, str]:
-    """vLLM in-process, everything it writes under `work`, no usage reports."""
+def child_env(work: Path, cache: Path | None = None) -> dict[str, str]:
+    """vLLM in-process, everything it writes under `work`, no usage reports; torch's compiled kernels
+    under `cache` when given (vLLM's CPU path compiles C++ through inductor: minutes on a busy machine,
+    once per cache instead of once per scenario)."""
     env = dict(os.environ)
+    if cache is not None and "TORCHINDUCTOR_CACHE_DIR" not in env:
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
     for name in ("TMPDIR", "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "HF_HOME"):
         path = work / name.lower()
         path.mkdir(parents=True, exist_ok=True)
@@ -46,7 +50,8 @@ def run_scenario(scenario: str, inner: Mapping[str, Any], *, hma: bool, scribble
     try:
         with open(log_path, "wb") as log:
             process = subprocess.Popen([sys.executable, "-m", runner, str(work / "spec.json")], stdout=log,
-                                       stderr=subprocess.STDOUT, env=child_env(work), start_new_session=True)
+                                       stderr=subprocess.STDOUT, env=child_env(work, baseline_cache),
+                                       start_new_session=True)
             try:
                 process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
