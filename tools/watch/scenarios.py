@@ -75,7 +75,9 @@ def _catalogue() -> dict[str, Scenario]:
                  (Round(aborts, 4, abort_at_step=1, abort=("a0",)), Round(aborts, 4, reset_before=True)),
                  engine={"max_num_batched_tokens": 64}),
         Scenario("sliding_window", "the hybrid model (a sliding-window layer): blocks freed while running",
-                 (Round(window, 20), Round(window, 4, reset_before=True)), hybrid=True),
+                 # 40 new tokens: past token 80 a prompt block leaves the 16-token window and is freed, at
+                 # token 96 new blocks are handed out (the freed ones first) while the request still runs.
+                 (Round(window, 40), Round(window, 4, reset_before=True)), hybrid=True),
         Scenario("multi", "the inner connector as one of two MultiConnector children",
                  (Round(prefix, 4), Round(prefix, 4, reset_before=True)), multi=True),
     )}
