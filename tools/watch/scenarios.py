@@ -60,7 +60,7 @@ def _catalogue() -> dict[str, Scenario]:
     preempt = token_prompts("q", 6, 100, seed=2)
     victims = token_prompts("v", 3, 70, seed=3)
     aborts = token_prompts("a", 2, 160, seed=4)
-    window = token_prompts("w", 2, 70, seed=5)
+    window = token_prompts("w", 8, 70, seed=5)
     return {s.name: s for s in (
         Scenario("prefix", "prompts saved, the prefix cache reset, the same prompts served again",
                  (Round(prefix, 4), Round(prefix, 4, reset_before=True))),
@@ -76,9 +76,11 @@ def _catalogue() -> dict[str, Scenario]:
                  (Round(aborts, 4, abort_at_step=1, abort=("a0",)), Round(aborts, 4, reset_before=True)),
                  engine={"max_num_batched_tokens": 64}),
         Scenario("sliding_window", "the hybrid model (a sliding-window layer): blocks freed while running",
-                 # 40 new tokens: past token 80 a prompt block leaves the 16-token window and is freed, at
-                 # token 96 new blocks are handed out (the freed ones first) while the request still runs.
-                 (Round(window, 40), Round(window, 4, reset_before=True)), hybrid=True),
+                 # 40 usable blocks for two groups: requests queue, and a prompt block that leaves the 16-token
+                 # window (past token 80) is handed to a waiting request at once, while its owner still runs
+                 # (as tests/vllm/test_vllm_sliding_window.py).
+                 (Round(window, 40), Round(window, 4, reset_before=True)), hybrid=True,
+                 engine={"num_gpu_blocks_override": 41}),
         Scenario("multi", "the inner connector as one of two MultiConnector children",
                  (Round(prefix, 4), Round(prefix, 4, reset_before=True)), multi=True),
     )}
