@@ -61,13 +61,14 @@ def test_every_connector_method_is_forwarded() -> None:
             if not name.startswith("__") and name not in vars(WatchConnector) and name not in own] == []
 
 
-def test_example_connector_prefix_ok_preempt_crash(tmp_path: Path, baselines: Path) -> None:
-    """vLLM's ExampleConnector: repeated prompts are served bitwise equal; after preempt-and-resume it
-    names its file from prompt plus generated tokens and crashes (not hidden, not skipped)."""
+def test_example_connector_prefix_ok_resume_from_connector_crash(tmp_path: Path, baselines: Path) -> None:
+    """vLLM's ExampleConnector: repeated prompts are served bitwise equal; a preempted request resumed from
+    the connector (its cached blocks evicted: `several_victims` resets the prefix cache with the running
+    requests) names its file from prompt plus generated tokens and crashes (not hidden, not skipped)."""
     prefix = _run("prefix", _example(tmp_path / "store-a"), tmp_path / "a", baselines)
     assert (prefix.verdict, prefix.detail) == (OK, "6 outputs bitwise equal to a run without a connector")
-    preempt = _run("preempt", _example(tmp_path / "store-b"), tmp_path / "b", baselines)
-    assert preempt.verdict == CRASH and preempt.detail.startswith("FileNotFoundError"), preempt
+    victims = _run("several_victims", _example(tmp_path / "store-b"), tmp_path / "b", baselines)
+    assert victims.verdict == CRASH and victims.detail.startswith("FileNotFoundError"), victims
 
 
 def test_correct_async_connector_is_ok_under_preemption(tmp_path: Path, baselines: Path) -> None:
