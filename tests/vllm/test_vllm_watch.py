@@ -14,7 +14,7 @@ import pytest
 
 from deferdump.tools.watch.config import watch_transfer_config
 from deferdump.tools.watch.scenarios import SCENARIOS, engine_kwargs, run_workload
-from deferdump.tools.watch.verdict import CRASH, HANG, MISMATCH, OK
+from deferdump.tools.watch.verdict import HANG, MISMATCH, OK
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "watch"
 sys.path.insert(0, str(FIXTURES))  # the test connectors' module, as a user's would be importable
@@ -61,14 +61,14 @@ def test_every_connector_method_is_forwarded() -> None:
             if not name.startswith("__") and name not in vars(WatchConnector) and name not in own] == []
 
 
-def test_example_connector_prefix_ok_resume_from_connector_crash(tmp_path: Path, baselines: Path) -> None:
-    """vLLM's ExampleConnector: repeated prompts are served bitwise equal; a preempted request resumed from
-    the connector (its cached blocks evicted: `several_victims` resets the prefix cache with the running
-    requests) names its file from prompt plus generated tokens and crashes (not hidden, not skipped)."""
+def test_example_connector_prefix_and_several_victims_ok(tmp_path: Path, baselines: Path) -> None:
+    """vLLM's ExampleConnector (synchronous saves): repeated prompts are served bitwise equal, scribble on,
+    also when every running request is preempted at once. (Its crash after preempt-and-resume needs a
+    resumed request served from the connector; no scenario here reaches that path yet: docs/watch.md.)"""
     prefix = _run("prefix", _example(tmp_path / "store-a"), tmp_path / "a", baselines)
     assert (prefix.verdict, prefix.detail) == (OK, "6 outputs bitwise equal to a run without a connector")
     victims = _run("several_victims", _example(tmp_path / "store-b"), tmp_path / "b", baselines)
-    assert victims.verdict == CRASH and victims.detail.startswith("FileNotFoundError"), victims
+    assert victims.verdict == OK, victims
 
 
 def test_correct_async_connector_is_ok_under_preemption(tmp_path: Path, baselines: Path) -> None:
