@@ -35,11 +35,12 @@ def _test_connector(name: str, store: Path) -> dict[str, Any]:
             "kv_connector_extra_config": {"dir": str(store)}}
 
 
-def _run(scenario: str, inner: dict[str, Any], work: Path, baselines: Path, *, scribble: bool = True):
+def _run(scenario: str, inner: dict[str, Any], work: Path, baselines: Path, *, scribble: bool = True,
+         hma: bool = False):
     from deferdump.tools.watch.runner import run
 
     work.mkdir(parents=True, exist_ok=True)
-    return run({"scenario": scenario, "inner": inner, "hma": False, "scribble": scribble, "work_dir": str(work),
+    return run({"scenario": scenario, "inner": inner, "hma": hma, "scribble": scribble, "work_dir": str(work),
                 "hang_after": 60, "baseline_cache": str(baselines)})
 
 
@@ -69,6 +70,17 @@ def test_example_connector_prefix_and_several_victims_ok(tmp_path: Path, baselin
     assert (prefix.verdict, prefix.detail) == (OK, "6 outputs bitwise equal to a run without a connector")
     victims = _run("several_victims", _example(tmp_path / "store-b"), tmp_path / "b", baselines)
     assert victims.verdict == OK, victims
+
+
+@pytest.mark.parametrize("fence, verdict", [("none", MISMATCH), ("freed", OK)])
+def test_reference_connector_hybrid_fence(fence: str, verdict: str, tmp_path: Path, baselines: Path) -> None:
+    """#989 as merged (`hybrid_fence: none`) dumps window-freed blocks after vLLM handed them on: not ok;
+    with the fence the same run (same adversarial copy device, scribble on) is ok."""
+    inner = {"kv_connector": "DeferDumpConnector", "kv_connector_module_path": "deferdump.reference.vllm",
+             "kv_role": "kv_both",
+             "kv_connector_extra_config": {"store": "memory", "hybrid_fence": fence, "test_late_copy": "hold"}}
+    result = _run("sliding_window", inner, tmp_path / "w", baselines, hma=True)
+    assert result.verdict == verdict, result
 
 
 def test_correct_async_connector_is_ok_under_preemption(tmp_path: Path, baselines: Path) -> None:
