@@ -64,9 +64,9 @@ def _catalogue() -> dict[str, Scenario]:
     return {s.name: s for s in (
         Scenario("prefix", "prompts saved, the prefix cache reset, the same prompts served again",
                  (Round(prefix, 4), Round(prefix, 4, reset_before=True))),
-        # 8 usable blocks of 32 tokens, 6 requests of 100 + 60 tokens (5 blocks each): requests are
-        # preempted, and their cached blocks evicted before they resume, so a resumed request is served
-        # from the connector (observed: shared/notes/vllm-cpu-e2e.md, "Forcing preemption").
+        # 8 usable blocks of 32 tokens, 6 requests of 100 + 60 tokens (5 blocks each): 3 preemptions
+        # (shared/notes/vllm-cpu-e2e.md, "Forcing preemption"); freed blocks are handed on at once. In the
+        # runs so far the resumed requests found their prompt blocks in vLLM's local prefix cache.
         Scenario("preempt", "preemption and resume under a small KV cache, then the prompts again",
                  (Round(preempt, 60), Round(preempt, 4, reset_before=True)),
                  engine={"num_gpu_blocks_override": 9}),
