@@ -27,8 +27,9 @@ ALLOWED: dict[str, set[str]] = {
     "tools.explain": {"reference", "tools.tlc"},
     "tools.mro": {"reference", "tools.tlc"},
     "tools.bench": {"reference", "tools.tlc", "tools.engine", "tools.vllmrun", "conformance"},
+    "tools.watch": {"reference", "tools.tlc", "tools.engine", "tools.vllmrun", "conformance"},
     "tools.cli": {"reference", "tools.tlc", "tools.engine", "tools.vllmrun", "conformance", "tools.explain", "tools.mro",
-                  "tools.bench"},
+                  "tools.bench", "tools.watch"},
 }
 # inside reference: the stores sit below the connector and know nothing of it.
 STORES_MAY_IMPORT = ("deferdump.reference.errors", "deferdump.reference.stores")

@@ -10,6 +10,7 @@ from deferdump.tools.cli.explain import explain
 from deferdump.tools.cli.mro import mro
 from deferdump.tools.cli.soak import soak
 from deferdump.tools.cli.validate import validate
+from deferdump.tools.cli.watch import watch
 from deferdump.reference.errors import UserError
 
 app = typer.Typer(
@@ -43,6 +44,7 @@ app.command("bench")(bench)
 app.command("soak")(soak)
 app.command("mro")(mro)
 app.command("validate")(validate)
+app.command("watch")(watch)
 
 
 def main() -> None:
