@@ -16,7 +16,9 @@ import pytest
 from deferdump.reference.errors import DeferDumpError
 
 TOP_PACKAGES = ("deferdump.reference", "deferdump.tools", "deferdump.conformance", "deferdump.spec")
-NEEDS_VLLM = importlib.util.find_spec("vllm") is None
+_VLLM = importlib.util.find_spec("vllm")
+# Under pytest tests/ is on sys.path, and tests/vllm imports as a namespace package named vllm (no origin).
+NEEDS_VLLM = _VLLM is None or _VLLM.origin is None
 
 
 def _module_names() -> list[str]:
