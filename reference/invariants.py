@@ -33,6 +33,8 @@ PYTHON_ONLY_CHECKS: dict[str, str] = {
     "NoAsyncLoads": "no rank reports finished_recving (loads are synchronous here)",
     "Liveness": "after a drain every delayed free has happened (the spec's DelayedEventuallyFreedProp, bounded)",
     "HybridLoadErrors": "no rank reports block-level load errors under several KV-cache groups (vLLM 0.32 raises there)",
+    "LoadIntoFreedBlock": "an asynchronous load writes only blocks its request still holds (the spec's "
+                          "NoLoadIntoFreedBlockInv, on the simulated engine's blocks)",
 }
 
 

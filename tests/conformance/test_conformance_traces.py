@@ -155,8 +155,8 @@ def delay_every_request(self, request, block_ids):  # LMCache MP's answer: (True
 _ORIGINAL_AFTER_ALLOC = DirectConnector.update_state_after_alloc
 
 
-def hit_never_loaded(self, request, block_ids, num_external_tokens):  # the announced hit is not loaded
-    return _ORIGINAL_AFTER_ALLOC(self, request, block_ids, 0)
+def hit_never_loaded(self, request, block_ids, num_external_tokens, *groups):  # the announced hit is not loaded
+    return _ORIGINAL_AFTER_ALLOC(self, request, block_ids, 0, *groups)
 
 
 def shutdown_without_drain(self):  # the KVConnectorBase_V1 default: shutdown does nothing

@@ -30,5 +30,6 @@ def test_the_manifest_variants_are_table_names() -> None:
     import json
 
     manifest = json.loads((Path(deferdump.spec.__file__).parent / "manifest.json").read_text())
-    variants = {model["variant"] for model in manifest["models"] if "variant" in model}
+    # variant "Contract": the connector contract's models and DeferDump's refinement of it, no class table
+    variants = {model["variant"] for model in manifest["models"] if "variant" in model} - {"Contract"}
     assert variants and variants <= set(BY_MODEL), variants - set(BY_MODEL)

@@ -39,7 +39,7 @@ def test_a_correct_spec_counts_every_behaviour_of_every_batch() -> None:
 def test_a_budget_that_ends_inside_the_first_batch_is_an_error_not_a_pass() -> None:
     plan = SimulationPlan(depth=100, seed=1, num=10**9, batch=10**9, time_budget=3)
     with pytest.raises(SimulationUsageError, match="larger --time-budget"):
-        simulate(FIXTURES / "Big.tla", None, plan)
+        simulate(FIXTURES / "BigCycle.tla", None, plan)
 
 
 def test_shards_split_the_batches_without_overlap() -> None:
