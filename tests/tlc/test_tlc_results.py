@@ -56,6 +56,17 @@ def test_liveness_lasso_names_the_single_property_and_the_loop() -> None:
     assert result.distinct_states == 3
 
 
+def test_temporal_properties_are_checked_once_on_the_whole_graph() -> None:
+    """TLC's default checks liveness at timed intervals mid-search, so under load a mutant's lasso and state
+    count change from run to run (a CI failure: another lasso than the one the test expected). The bridge
+    asks for `-lncheck final`; simulation, which has no graph to check at the end, does without."""
+    result = run_tlc(FIXTURES / "Lasso.tla")
+    at = result.command.index("-lncheck")
+    assert result.command[at + 1] == "final" and result.command.index("-config") < at < len(result.command) - 1
+    simulated = run_tlc(FIXTURES / "Counter.tla", extra_args=["-simulate", "num=2", "-depth", "3", "-seed", "1"])
+    assert "-lncheck" not in simulated.command and simulated.status is Status.PASS
+
+
 def test_action_property_violation() -> None:
     result = run_tlc(FIXTURES / "Lasso.tla", FIXTURES / "LassoAction.cfg")
     assert (result.status, result.kind, result.property, result.exit_code) == (

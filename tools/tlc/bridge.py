@@ -206,12 +206,17 @@ def run_tlc(
         cfg_name, cfg_source = _prepare_run_dir(run_dir, spec, config, generated)
         (run_dir / "tmp").mkdir(exist_ok=True)  # java.io.tmpdir must exist, or SANY finds no standard modules
 
+        # TLC checks temporal properties at timed intervals during the search by default, so which lasso a
+        # liveness counterexample shows, and how many states it counted first, depend on the machine's load;
+        # `-lncheck final` checks them once, on the whole graph: the same counterexample and counts every run.
+        liveness_args = () if "-simulate" in extra_args else ("-lncheck", "final")
+
         def command(sharing: tuple[str, ...]) -> list[str]:
             return [
                 str(install.java), "-XX:+UseParallelGC", f"-Xmx{heap}", f"-Djava.io.tmpdir={run_dir / 'tmp'}",
                 *sharing, *jit_args(expected_states), *jvm_args, "-cp", str(install.jar), "tlc2.TLC",
                 "-tool", "-nowarning", "-metadir", str(run_dir / "states"), "-workers", str(workers),
-                "-config", cfg_name, *extra_args, spec.stem,
+                "-config", cfg_name, *liveness_args, *extra_args, spec.stem,
             ]
 
         cfg_text = (run_dir / cfg_name).read_text(encoding="utf-8", errors="replace")
