@@ -14,7 +14,7 @@ import pytest
 
 from deferdump.tools.watch.config import watch_transfer_config
 from deferdump.tools.watch.scenarios import SCENARIOS, engine_kwargs, run_workload
-from deferdump.tools.watch.verdict import HANG, MISMATCH, OK
+from deferdump.tools.watch.verdict import CRASH, HANG, MISMATCH, OK
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "watch"
 sys.path.insert(0, str(FIXTURES))  # the test connectors' module, as a user's would be importable
@@ -64,12 +64,20 @@ def test_every_connector_method_is_forwarded() -> None:
 
 def test_example_connector_prefix_and_several_victims_ok(tmp_path: Path, baselines: Path) -> None:
     """vLLM's ExampleConnector (synchronous saves): repeated prompts are served bitwise equal, scribble on,
-    also when every running request is preempted at once. (Its crash after preempt-and-resume needs a
-    resumed request served from the connector; no scenario here reaches that path yet: docs/watch.md.)"""
+    also when every running request is preempted at once (`preempt` is the scenario where it crashes)."""
     prefix = _run("prefix", _example(tmp_path / "store-a"), tmp_path / "a", baselines)
     assert (prefix.verdict, prefix.detail) == (OK, "6 outputs bitwise equal to a run without a connector")
     victims = _run("several_victims", _example(tmp_path / "store-b"), tmp_path / "b", baselines)
     assert victims.verdict == OK, victims
+
+
+def test_example_connector_crashes_on_a_resume_served_from_its_files(tmp_path: Path, baselines: Path) -> None:
+    """The bug the third-party note records: the `preempt` scenario's second round resumes a preempted
+    request whose prompt blocks vLLM evicted, so ExampleConnector loads it, from a file it names after
+    prompt + output (example_connector.py ~354-383) while it saved it under the prompt alone: FileNotFoundError."""
+    result = _run("preempt", _example(tmp_path / "store"), tmp_path / "w", baselines)
+    assert result.verdict == CRASH, result
+    assert "FileNotFoundError" in result.detail and "safetensors" in result.detail, result.detail
 
 
 @pytest.mark.parametrize("fence, verdict", [("none", MISMATCH), ("freed", OK)])

@@ -58,17 +58,24 @@ def _catalogue() -> dict[str, Scenario]:
     # Small on purpose: each scenario builds two engines, and a 2-core machine steps ~2-10 times a second.
     prefix = token_prompts("p", 3, 70, seed=1)  # two full blocks each: something to save and load
     preempt = token_prompts("q", 6, 100, seed=2)
+    # a long request and a short one that together outgrow the pool (see the `preempt` scenario)
+    evict = token_prompts("e", 1, 100, seed=7) + [("e1", token_prompts("f", 1, 70, seed=8)[0][1])]
     victims = token_prompts("v", 3, 70, seed=3)
     aborts = token_prompts("a", 2, 160, seed=4)
     window = token_prompts("w", 8, 70, seed=5)
     return {s.name: s for s in (
         Scenario("prefix", "prompts saved, the prefix cache reset, the same prompts served again",
                  (Round(prefix, 4), Round(prefix, 4, reset_before=True))),
-        # 8 usable blocks of 32 tokens, 6 requests of 100 + 60 tokens (5 blocks each): 3 preemptions
-        # (shared/notes/vllm-cpu-e2e.md, "Forcing preemption"); freed blocks are handed on at once. In the
-        # runs so far the resumed requests found their prompt blocks in vLLM's local prefix cache.
-        Scenario("preempt", "preemption and resume under a small KV cache, then the prompts again",
-                 (Round(preempt, 60), Round(preempt, 4, reset_before=True)),
+        # 8 usable blocks of 32 tokens. Round 1: 6 requests of 100 + 60 tokens (5 blocks each), 3 preemptions
+        # (shared/notes/vllm-cpu-e2e.md, "Forcing preemption"); freed blocks are handed on at once, but the
+        # resumed requests find their prompt blocks in vLLM's local prefix cache. Round 2 makes a resume miss
+        # that cache: e0 (100 tokens) and e1 (70) each grow to 8 blocks (156 new tokens); e0 needs its 5th
+        # block when none is free, so vLLM preempts e1 (the last running), and e0's blocks 6-8 are e1's
+        # freed ones (prefix hashes evicted): e1 resumes from the connector, if it saved its prompt (where
+        # ExampleConnector names the file after prompt + output and crashes, example_connector.py ~354-383).
+        Scenario("preempt", "preemption and resume under a small KV cache, a resume served by the connector, "
+                 "then the prompts again",
+                 (Round(preempt, 60), Round(evict, 156, reset_before=True), Round(preempt, 4, reset_before=True)),
                  engine={"num_gpu_blocks_override": 9}),
         Scenario("several_victims", "every running request preempted in one step, resumed, then served again",
                  (Round(victims, 8, preempt_all_at_step=3), Round(victims, 4, reset_before=True))),
