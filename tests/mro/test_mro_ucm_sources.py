@@ -4,12 +4,15 @@ connectors", shows how to fill it: `git show` for the stage before #989, the sea
 #989 and later), and is skipped otherwise. Each stage's classes get the verdicts recorded in docs/mro.md."""
 from __future__ import annotations
 
+import ast
 import os
 from pathlib import Path
 
 import pytest
 
-from deferdump.tools.mro.judge import ModelRunner, judge_files
+from deferdump.tools.mro.hierarchy import build_hierarchy
+from deferdump.tools.mro.judge import Judge, ModelRunner, judge_files
+from deferdump.tools.mro.source import read_files
 from deferdump.tools.mro.tla import ModelBounds
 
 pytestmark = pytest.mark.slow
@@ -97,3 +100,32 @@ def test_ucm_stage_gets_the_recorded_verdicts(stage: str) -> None:
     for judgement in report.connectors.values():
         if judgement.verdict != "safe":
             assert judgement.deciding is not None and judgement.deciding.counterexample is not None
+
+
+def _labels(path: Path) -> dict[tuple[str, str | None, str], list[tuple[str, str, str]]]:
+    """Every definition label of every connector, for each inner class and with and without a hybrid model."""
+    hierarchy = build_hierarchy(read_files([path]))
+    judge = Judge(hierarchy, ModelRunner(ModelBounds(), timeout=300))
+    out: dict[tuple[str, str | None, str], list[tuple[str, str, str]]] = {}
+    for cls in hierarchy.connectors:
+        inners, reasons = judge.inner_choices(cls)
+        for inner in inners:
+            for case in ("single", "hybrid"):
+                out[(cls, inner, case)] = sorted(
+                    (l.owner, l.method, l.label) for l in judge._labels(cls, inner, reasons, case))
+    return out
+
+
+@pytest.mark.skipif(ROOT is None, reason=SKIP)
+def test_module_level_code_outside_connector_classes_changes_no_label(tmp_path: Path) -> None:
+    """Why excerpts suffice (docs/mro.md): the full `pre` file and the same file without its module-level
+    functions and non-connector classes (KVCacheLayout, RequestHasher) get the same labels everywhere."""
+    assert ROOT is not None
+    full = Path(ROOT) / "pre" / "ucm_connector.py"
+    tree = ast.parse(full.read_text())
+    tree.body = [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and not (isinstance(n, ast.ClassDef) and n.name in ("KVCacheLayout", "RequestHasher"))]
+    trimmed = tmp_path / "ucm_connector.py"
+    trimmed.write_text(ast.unparse(tree))
+    assert len(trimmed.read_text()) < len(full.read_text())
+    assert _labels(trimmed) == _labels(full)
