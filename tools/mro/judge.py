@@ -316,6 +316,15 @@ class Judge:
             return [*unique, None], reasons
         return list(unique), reasons
 
+    def unanalysed_inners(self, cls: str) -> list[str]:
+        """Inner classes ``cls``'s ``__init__`` may choose that the analysed files do not define."""
+        attrs = self._forwarded_attrs(cls)
+        init_owner = self.hierarchy.lookup(cls, "__init__")
+        assigned = self.hierarchy.classes[init_owner].inner_classes if init_owner else {}
+        return [c for attr in attrs for c in assigned.get(attr, ())
+                if c not in self.hierarchy.connectors
+                and (c not in self.hierarchy.classes or self.hierarchy.classes[c].external)]
+
     def contexts(self, cls: str) -> list[Context]:
         """Every way vLLM can run ``cls``: for each inner class a wrapper may hold, on its top-level path
         (HMA when ``cls`` is ``SupportsHMA``) with one KV-cache group, as a MultiConnector child, under an
@@ -423,7 +432,7 @@ class Judge:
         if worst.passed:
             return ContextJudgement(context, "safe", None, (), shown)
         if not unknowns:
-            return ContextJudgement(context, "unsafe", worst.violated, (), shown, worst.result, worst.model)
+            return self._unsafe_unless_unreachable(cls, context, worst, shown)
         benign = OPTIMISTIC_HYBRID if context.case == "hybrid" else OPTIMISTIC
         table, rename = self._table(cls, context.inner, labels, benign)
         best = check(table, rename)
@@ -433,8 +442,25 @@ class Judge:
             synchronous = check(table, rename)
             best = best if not synchronous.passed else synchronous
         if not best.passed:
-            return ContextJudgement(context, "unsafe", best.violated, (), shown, best.result, best.model)
+            return self._unsafe_unless_unreachable(cls, context, best, shown)
         return ContextJudgement(context, "unknown", worst.violated, reasons, shown, worst.result, worst.model)
+
+    def _unsafe_unless_unreachable(
+        self, cls: str, context: Context, outcome: "_Outcome", shown: dict[str, str]
+    ) -> ContextJudgement:
+        """A hybrid-model violation of a wrapper holding ``context.inner`` is a real one only if a hybrid
+        model can reach that inner class. When ``__init__`` may also choose classes the analysed files do
+        not define (UCM's ``UCMFAWAConnector`` for full + sliding-window layouts, chosen by
+        ``can_handle_kv_cache_config``), the hybrid model may be served by one of them instead: unknown."""
+        if context.case == "hybrid" and context.inner is not None:
+            others = self.unanalysed_inners(cls)
+            if others:
+                why = (f"{cls}.__init__ may also choose {', '.join(others)}, not in the analysed files: which "
+                       f"inner class serves a hybrid (sliding-window) model is decided at run time from the "
+                       f"KV-cache layout, so the hybrid model may never reach {context.inner}; pass the files "
+                       "defining those classes",)
+                return ContextJudgement(context, "unknown", outcome.violated, why, shown, outcome.result, outcome.model)
+        return ContextJudgement(context, "unsafe", outcome.violated, (), shown, outcome.result, outcome.model)
 
     def judge(self, cls: str) -> ConnectorJudgement:
         _, inner_reasons = self.inner_choices(cls)
