@@ -1489,11 +1489,16 @@ FreedAfterTransfersInv ==
 
 (* A request waiting for remote KV has a load that will be reported: some  *)
 (* rank still loads it, or the scheduler knows its receive finished (a     *)
-(* request with neither waits forever).                                    *)
+(* request with neither waits forever).  Unfused, a report may also sit  *)
+(* in an executed step's output that the scheduler has not processed yet  *)
+(* (`recving`).                                                           *)
 RemoteHasLoadInv ==
     \A r \in Req : reqState[r] = "remote" =>
-        r \in recvDone \/ aggRecv[r] > 0 \/ \E w \in Rank : r \in workerRecv[w]
+        \/ r \in recvDone
+        \/ aggRecv[r] > 0
+        \/ \E w \in Rank : r \in workerRecv[w]
         \/ \E k \in 1..Len(inflight) : r \in {l.req : l \in inflight[k].recv}
+        \/ \E k \in 1..executed : \E w \in Rank : r \in inflight[k].recving[w]
 
 -----------------------------------------------------------------------------
 (* Liveness, under fairness stated as premises over state predicates      *)
