@@ -112,7 +112,9 @@ DD == INSTANCE DeferDump WITH
     tick <- 0, action <- [name |-> "init"],
     \* asynchronous loads (move "async_loads", off here): their variables keep their initial values
     recvDone <- {}, recvFailed <- {}, aggRecv <- [r \in Reqs |-> 0], aggRecvFail <- {}, noHit <- {},
-    loadTasks <- [w \in Ranks |-> {}], workerRecv <- [w \in Ranks |-> {}]
+    loadTasks <- [w \in Ranks |-> {}], workerRecv <- [w \in Ranks |-> {}],
+    \* the worker keys completions per save job (no bug "count_per_req")
+    staleSaves <- [w \in Ranks |-> {}]
 
 (* The class table's labels, evaluated once (constant-level definitions). *)
 Track == DD!BCMLabel = "track"               \* build_connector_meta tracks dump requests
