@@ -5,10 +5,9 @@ in ``build_connector_meta``, ``request_finished(_all_groups)``, ``handle_preempt
 (``save_kv_layer``, ``wait_for_save``, submit, poll, flush, wait, event release), ``get_finished``, and
 the wrapper's forwarding of all of them. Loads, registration, shutdown, metrics and dump verification
 are outside the model and not counted. Measured with coverage.py (branch mode) over exactly the lines
-of those functions, less the load branches inside them: a line marked ``# corecov: load path`` (the
-asynchronous-load branches of ``build_connector_meta`` and ``request_finished``) is excluded with its block,
-like the loads outside these functions. The spec models those paths (move ``async_loads``); no conformance
-model replays them yet.
+of those functions. The asynchronous-load branches inside them (``build_connector_meta`` sending a parked
+request's load, ``request_finished`` of a request whose load runs) are counted: the conformance model
+``AsyncLoadConformance`` (move ``async_loads``) replays them.
 """
 from __future__ import annotations
 
@@ -44,9 +43,6 @@ CORE_FUNCTIONS: dict[str, tuple[str, ...]] = {
     ),
 }
 """Class -> methods counted as the protocol core (see the module docstring)."""
-
-LOAD_PATH_MARK = r"#\s*corecov: load path"
-"""Marks a load branch inside a core method: excluded from the core's coverage (see the module docstring)."""
 
 CORE_BRANCH_TARGET = 0.95
 """Share of the core's branches the shipped conformance models' edge covers must reach (`deferdump verify`
@@ -106,7 +102,6 @@ def measure_core_coverage(run: Callable[[], T],
     """Run ``run()`` under coverage.py and return its result and the protocol core's coverage."""
     source = Path(inspect.getsourcefile(connectors) or connectors.__file__).resolve()
     cov = coverage.Coverage(branch=True, data_file=None, include=[str(source)], config_file=False)
-    cov.exclude(LOAD_PATH_MARK)  # the line and, for an `if` or `for`, its whole block
     cov.start()
     try:
         result = run()

@@ -18,7 +18,19 @@ model action           calls on the reference connector
 ``engine_step``        the three phases above in order (sync scheduling fused into one step)
 ``task_complete``      the rank's :class:`ManualStore` completes or fails the task (under Lockstep:
                        every running task of the listed ranks)
+``finish_requests``    an abort: ``request_finished`` of a request waiting for remote KV (its answer
+                       compared)
+``load_complete``      the rank's store completes or fails the request's asynchronous load task
 =====================  =======================================================================
+
+Asynchronous loads (move ``async_loads``; the connector runs with ``load_async``): ``schedule`` first plays
+``_update_waiting_for_remote_kv`` (received requests are scheduled on their loaded block, failed ones wait
+again), keeps the parked requests (``get_num_new_matched_tokens`` answering ``load_async``) out of the
+StepView, and checks that ``build_connector_meta`` sends their loads; the rank step's ``start_load_kv``
+record is replayed on its own (the loads submitted are compared); ``get_finished``'s ``finished_recving``
+is compared, and ``failed_recving`` with ``get_block_ids_with_load_errors``; ``update_from_output`` hands
+the aggregated receives to ``update_connector_output``. ``loadTasks[w]`` <- rank w's ``_pending_loads``
+(one ``[req, block, status]`` per block), ``workerRecv[w]`` <- the requests in it.
 
 Each rank has its own ManualStore (``auto_complete_on_wait``: a wait on a running task drains it, as a
 blocking wait does). The scheduler's store answers each lookup as the schedule record says: a miss, or
@@ -154,6 +166,8 @@ class DeferDumpDriver:
         self.constants = constants
         if constants.hybrid:  # see the module docstring
             profile = dataclasses.replace(profile, set_preemption_api=False, cp_direct=False)
+        if constants.async_loads:  # `load_async` needs variant direct: CP's Direct paths cannot load asynchronously
+            profile = dataclasses.replace(profile, cp_direct=False)
         self.profile = profile
         self.block_size = HYBRID_BLOCK_SIZE if constants.hybrid else BLOCK_SIZE
         block_size = self.block_size
@@ -175,6 +189,7 @@ class DeferDumpDriver:
             copy_threads=1, cp_world_size=constants.num_ranks if constants.variant == "cp" else 1,
             use_layerwise=constants.variant == "cp", verify_dumps=profile.verify_dumps,
             enable_event_sync=profile.event_sync, hybrid_fence=constants.hybrid_fence,
+            load_async=constants.async_loads,
         )
         self.scheduler: Any = None
         self.workers: list[Any] = []
@@ -224,6 +239,9 @@ class DeferDumpDriver:
         self.handle_ids: list[dict[int, int]] = [{} for _ in range(n)]  # event handle -> model id
         self.outcomes: list[dict[int, str]] = [{} for _ in range(n)]
         self.reports: list[collections.Counter[str]] = [collections.Counter() for _ in range(n)]
+        self.load_outcomes: list[dict[int, str]] = [{} for _ in range(n)]  # load StoreTask.task_id -> outcome
+        self.async_matched: dict[str, int] = {}  # parked request -> the external tokens its lookup answered
+        self.resumed: set[str] = set()  # requests admitted from "preempted" (vLLM resumes them after a load)
 
     def _warm_blocks(self, w: int) -> dict[bytes, torch.Tensor]:
         """Every full prompt block of every request under rank w's store keys, as an earlier identical
@@ -269,16 +287,26 @@ class DeferDumpDriver:
             self._task_complete(action)
         elif name == "shutdown":
             self._shutdown(action)
+        elif name == "finish_requests":
+            self._finish_requests(before, action)
+        elif name == "load_complete":
+            self._load_complete(action)
         else:
             raise StepMismatch(f"action {name!r} is not a step the driver can take")
 
     def _schedule(self, before: Mapping[str, Value], action: Record) -> None:
-        req_state, blocks_of = before["reqState"], before["blocksOf"]
+        req_state: dict[Value, Any] = dict(before["reqState"])
+        blocks_of = before["blocksOf"]
+        calls = {c["name"]: c for c in action["calls"]}
         new: list[NewRequestView] = []
         cached: list[CachedRequestView] = []
         scheduled: set[str] = set()
         hybrid = self.constants.hybrid
         block_size = self.block_size
+        parked: set[str] = set()
+        if self.constants.async_loads:
+            new, cached, scheduled = self._promote(req_state, blocks_of, calls["_update_waiting_for_remote_kv"])
+            parked = _names(calls["get_num_new_matched_tokens"]["load_async"])
         for alloc in sorted(action["allocated"], key=lambda a: _name(a["req"])):
             req = alloc["req"]
             rid, block = _name(req), self.block_ids[_name(alloc["block"])]
@@ -288,10 +316,20 @@ class DeferDumpDriver:
             if req_state[req] in ("waiting", "preempted"):
                 self.lookup_store.hit = bool(alloc.get("hit", False))
                 try:
-                    matched, _ = self.scheduler.get_num_new_matched_tokens(view, 0)
+                    matched, load_async = self.scheduler.get_num_new_matched_tokens(view, 0)
                 finally:
                     self.lookup_store.hit = False
+                if load_async != (rid in parked):
+                    raise StepMismatch(f"get_num_new_matched_tokens({rid}): model load_async={rid in parked}, "
+                                       f"implementation ({matched}, {load_async})")
                 self.scheduler.update_state_after_alloc(view, [block], matched)
+                if rid in parked:  # WAITING_FOR_REMOTE_KVS: allocated, not scheduled; its load goes in the metadata
+                    self.async_matched[rid] = matched
+                    if req_state[req] == "preempted":
+                        self.resumed.add(rid)
+                    else:
+                        self.resumed.discard(rid)
+                    continue
                 chunk = min(block_size, view.num_prompt_tokens) - matched  # a hit computes the last token only
                 if req_state[req] == "waiting":
                     new.append(NewRequestView(rid, view.token_ids, view.num_prompt_tokens, (block,), matched, chunk,
@@ -311,7 +349,7 @@ class DeferDumpDriver:
         step = StepView(tuple(new), tuple(cached), frozenset(_names(before["finishedIds"])), frozenset(preempted))
         meta = self.scheduler.build_connector_meta(step)
         self.inflight.append(meta)
-        call = action["calls"][0]
+        call = calls["build_connector_meta"]
         if hybrid:
             self._check_hybrid_schedule(meta, action)
         got = {(rid, b) for rid, m in meta.request_meta.items() for b in m.dump_block_ids}
@@ -324,6 +362,35 @@ class DeferDumpDriver:
         if got != want:
             raise StepMismatch(f"build_connector_meta load slices: model {self._slices(want)}, "
                                f"implementation {self._slices(got)}")
+        got_async = {rid for rid, m in meta.request_meta.items() if m.load_async}
+        if got_async != parked:
+            raise StepMismatch(f"build_connector_meta asynchronous loads: model {sorted(parked)}, "
+                               f"implementation {sorted(got_async)}")
+
+    def _promote(self, req_state: dict[Value, Any], blocks_of: Mapping[Value, Any],
+                 call: Record) -> tuple[list[NewRequestView], list[CachedRequestView], set[str]]:
+        """vLLM's `_update_waiting_for_remote_kv` at the start of a schedule (updates ``req_state``): a request
+        whose receive succeeded is scheduled on its loaded block without a second lookup, as new (or resumed,
+        after a preemption: `_handle_blocked_waiting_request`); one whose receive failed has its block freed and
+        waits to be admitted afresh (in this same schedule, if the record allocates it)."""
+        new: list[NewRequestView] = []
+        cached: list[CachedRequestView] = []
+        failed = _names(call["failed"])
+        for req in sorted(call["reqs"], key=_name):
+            rid = _name(req)
+            if rid in failed:
+                req_state[req] = "waiting"
+                continue
+            req_state[req] = "promoted"
+            view = self.requests[rid]
+            blocks = tuple(self.block_ids[_name(b)] for b in blocks_of[req])
+            matched = self.async_matched.pop(rid)
+            chunk = view.num_prompt_tokens - matched
+            if rid in self.resumed:
+                cached.append(CachedRequestView(rid, blocks, True, matched, chunk))
+            else:
+                new.append(NewRequestView(rid, view.token_ids, view.num_prompt_tokens, blocks, matched, chunk))
+        return new, cached, {_name(r) for r in call["reqs"]} - failed
 
     def _check_hybrid_schedule(self, meta: DeferDumpMetadata, action: Record) -> None:
         """The sliding-window block of each dump slice, and the freed set (see the module docstring)."""
@@ -356,18 +423,23 @@ class DeferDumpDriver:
     def _rank_step(self, w: int, meta: DeferDumpMetadata, calls: list[Record]) -> None:
         worker, store = self.workers[w], self.stores[w]
         layer_records = any(c["name"] == "save_kv_layer" for c in calls)
+        loads_started = False
         for call in calls:
             name = call["name"]
             waited_from = len(store.waited)
-            if name == "handle_preemptions":
+            if name == "start_load_kv":  # async_loads: recorded apart, before the forward
+                self._start_load_kv(w, meta, call)
+                loads_started = True
+            elif name == "handle_preemptions":
                 if not self.profile.set_preemption_api:
                     worker.handle_preemptions(meta)
                 elif meta.preempted_req_ids:  # older vLLM: the set, and only in a step that preempted
                     worker.handle_preemptions(set(meta.preempted_req_ids))
                 self._check_waits(w, "handle_preemptions", store.waited[waited_from:], call["waited"])
             elif name == "forward":
-                worker.bind_connector_metadata(meta)
-                worker.start_load_kv()
+                if not loads_started:
+                    worker.bind_connector_metadata(meta)
+                    worker.start_load_kv()
                 for layer in range(self.constants.layers):  # each attention layer waits its load first
                     worker.wait_for_layer_load(f"layer.{layer}")
                 if not layer_records:  # vLLM calls save_kv_layer for every layer; none may submit here
@@ -389,17 +461,52 @@ class DeferDumpDriver:
                 self._check_waits(w, "wait_for_save", store.waited[waited_from:], expected)
             elif name == "get_finished":
                 finished = _names(call["finished_req_ids"])
+                loading = {rid: load.parts for rid, load in self._inner(w)._pending_loads.items()}
                 sending, receiving = worker.get_finished(set(finished))
                 self._check_waits(w, "get_finished", store.waited[waited_from:], call["waited"])
                 got, want = set(sending or ()), _names(call["ucm_sending"])
-                if got != want or receiving:
+                if got != want:
                     raise StepMismatch(f"rank {self.constants.ranks[w]} get_finished({sorted(finished)}): finished_sending model "
-                                       f"{sorted(want)}, implementation {sorted(got)} (receiving {receiving})")
+                                       f"{sorted(want)}, implementation {sorted(got)}")
+                self._check_recving(w, call, set(receiving or ()), loading)
                 for rid in got:
                     self.reports[w][rid] = min(2, self.reports[w][rid] + 1)
             else:
                 raise StepMismatch(f"rank {self.constants.ranks[w]}: unknown call record {name!r}")
         worker.clear_connector_metadata()
+
+    def _inner(self, w: int) -> DirectConnector:
+        worker = self.workers[w]
+        return worker.inner if self.constants.wrapper else worker
+
+    def _start_load_kv(self, w: int, meta: DeferDumpMetadata, call: Record) -> None:
+        """Bind and ``start_load_kv``: the load tasks it submits (request, block) must be the model's."""
+        worker, inner = self.workers[w], self._inner(w)
+        before = {rid: len(load.parts) for rid, load in inner._pending_loads.items()}
+        worker.bind_connector_metadata(meta)
+        worker.start_load_kv()
+        got = {(rid, b) for rid, load in inner._pending_loads.items()
+               for part in load.parts[before.get(rid, 0):] for b in part.block_ids}
+        want = {(_name(req), self.block_ids[_name(block)]) for req, block in call["submitted"]}
+        if got != want:
+            raise StepMismatch(f"rank {self.constants.ranks[w]} start_load_kv submitted loads: model "
+                               f"{self._slices(want)}, implementation {self._slices(got)}")
+
+    def _check_recving(self, w: int, call: Record, receiving: set[str], loading: Mapping[str, Any]) -> None:
+        """finished_recving, and failed_recving as the one-group connector reports it: the load errors of the
+        failed requests' blocks (vLLM's `get_block_ids_with_load_errors`, read right after `get_finished`)."""
+        rank = self.constants.ranks[w]
+        want = _names(call["finished_recving"]) if "finished_recving" in call else set()
+        if receiving != want:
+            raise StepMismatch(f"rank {rank} get_finished: finished_recving model {sorted(want)}, "
+                               f"implementation {sorted(receiving)}")
+        errors = set(self.workers[w].get_block_ids_with_load_errors())
+        failed = _names(call["failed_recving"]) if "failed_recving" in call else set()
+        want_errors = {b for rid in failed for part in loading.get(rid, ()) for b in part.block_ids}
+        if errors != want_errors:
+            raise StepMismatch(f"rank {rank} get_block_ids_with_load_errors: model (failed_recving {sorted(failed)}) "
+                               f"{sorted(self.block_names[b] for b in want_errors)}, implementation "
+                               f"{sorted(self.block_names.get(b, str(b)) for b in errors)}")
 
     def _submitting(self, w: int, what: str, submitted: int, submit_error: bool, call: Any) -> None:
         """Run a call that may submit one dump task; inject a submit failure if the record has one."""
@@ -442,7 +549,8 @@ class DeferDumpDriver:
             raise StepMismatch("update_from_output with no executed step")
         self.inflight.popleft()
         self.executed -= 1
-        delayed = _names(action["calls"][0]["ucm_delayed"])
+        first = action["calls"][0]
+        delayed = _names(first["ucm_delayed"]) if first["name"] == "request_finished" else set()
         use_all_groups = self.constants.hma and not self.constants.multi
         for req in sorted(action["finished"], key=_name):
             rid = _name(req)
@@ -460,6 +568,41 @@ class DeferDumpDriver:
                 call = "request_finished_all_groups" if use_all_groups else "request_finished"
                 raise StepMismatch(f"{call}({rid}): model delays={rid in delayed}, implementation "
                                    f"returned ({delay}, {params})")
+        for call in action["calls"]:  # async_loads: the aggregated receives reach the scheduler's connector
+            if call["name"] == "_update_from_kv_xfer_finished" and "finished_recving" in call:
+                self.scheduler.update_connector_output(_names(call["finished_recving"]))
+
+    def _finish_requests(self, before: Mapping[str, Value], action: Record) -> None:
+        """An abort (``Scheduler.finish_requests``): a request waiting for remote KV is finished through
+        ``request_finished``, whose answer must be the model's (vLLM delays the free itself until the receive)."""
+        for call in action["calls"]:
+            rid = _name(action["req"])
+            blocks = [self.block_ids[_name(b)] for b in before["blocksOf"][action["req"]]]
+            delay, params = self.scheduler.request_finished(self.requests[rid], blocks)
+            want = rid in _names(call["ucm_delayed"])
+            if bool(delay) != want or params is not None:
+                raise StepMismatch(f"request_finished({rid}) at an abort: model delays={want}, implementation "
+                                   f"returned ({delay}, {params})")
+        self.async_matched.pop(_name(action["req"]), None)
+
+    def _load_complete(self, action: Record) -> None:
+        """The rank's store ends the request's load task of the block: completed, or failed."""
+        w = self.constants.ranks.index(int(action["rank"]))
+        rid, block = _name(action["req"]), self.block_ids[_name(action["block"])]
+        load = self._inner(w)._pending_loads.get(rid)
+        tasks = [] if load is None else [p.task for p in load.parts if block in p.block_ids and p.task is not None]
+        running = [t for t in tasks if not self.stores[w].finished(t)]
+        if not running:
+            raise StepMismatch(f"load_complete: rank {self.constants.ranks[w]} has no running load of {rid} into "
+                               f"{self.block_names[block]} in the implementation")
+        outcome = str(action["outcome"])
+        if outcome == "done":
+            self.stores[w].complete(running[0])
+        elif outcome == "failed":
+            self.stores[w].fail(running[0])
+        else:
+            raise StepMismatch(f"load_complete: outcome {outcome!r} (a lost load) has no store event in the replay")
+        self.load_outcomes[w][running[0].task_id] = outcome
 
     def _task_complete(self, action: Record) -> None:
         """One task (``rank``, ``task``), or under Lockstep every running task of ``ranks`` (``tasks``)."""
@@ -525,7 +668,25 @@ class DeferDumpDriver:
         if "reported" in self.observed:
             state["reported"] = TlaFunction(
                 (r, TlaFunction((ModelValue(q), self.reports[i][q]) for q in self.constants.requests)) for i, r in ranks)
+        if "loadTasks" in self.observed:
+            state["loadTasks"] = TlaFunction((r, TlaSet(self._load_records(i))) for i, r in ranks)
+            state["workerRecv"] = TlaFunction((r, _reqs(self._inner(i)._pending_loads)) for i, r in ranks)
         return state
+
+    def _load_records(self, w: int) -> list[Record]:
+        """Rank w's asynchronous load tasks as the model's ``[req, block, status]`` (one per block)."""
+        store, records = self.stores[w], []
+        for rid, load in self._inner(w)._pending_loads.items():
+            for part in load.parts:
+                if part.task is None:
+                    status = "failed"  # a refused submit: a failed load (the model has no such event)
+                elif store.finished(part.task):
+                    status = self.load_outcomes[w].get(part.task.task_id, "done")
+                else:
+                    status = "running"
+                records += [Record(req=ModelValue(rid), block=ModelValue(self.block_names[b]), status=status)
+                            for b in part.block_ids]
+        return records
 
     def model_view(self, state: Mapping[str, Value]) -> dict[str, Value]:
         view = {name: state[name] for name in self.observed}

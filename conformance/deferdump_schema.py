@@ -21,7 +21,7 @@ __all__ = ["ACTIONS", "DEFERDUMP_VARS", "HYBRID_FENCE_OF_MODULE", "INNER_VARIANT
 HYBRID_FENCE_OF_MODULE = {"MCSlidingWindowFenced": "freed", "MCSlidingWindowDrain": "all_on_free"}
 DEFERDUMP_VARS = frozenset({"schedAsync", "workerAsync", "pending", "live", "reqState", "blocksOf", "finishedIds"})
 ACTIONS = frozenset({"init", "schedule", "execute_model", "update_from_output", "engine_step", "task_complete",
-                     "shutdown"})
+                     "shutdown", "finish_requests", "load_complete"})
 INNER_VARIANTS = {ucm: names.variant for ucm, names in BY_UCM.items()}  # the model's inner class -> config variant
 
 
@@ -48,6 +48,7 @@ class ModelConstants:
     short_reqs: frozenset[str] = frozenset()  # ShortReqs: one-token prompts (no full block)
     hybrid: bool = False  # Hybrid: a full-attention and a sliding-window KV-cache group
     hybrid_fence: str = "none"  # the connector's fence for the trace's spec module (HYBRID_FENCE_OF_MODULE)
+    async_loads: bool = False  # move "async_loads": every hit is loaded asynchronously (config `load_async`)
 
     def need_blocks(self, req: str) -> int:
         """Blocks the request's prompt occupies (the model's NeedBlocks)."""
@@ -81,7 +82,7 @@ class ModelConstants:
         if inner not in INNER_VARIANTS:
             raise ItfError(f"InnerClass {inner!r} has no reference connector", json_path='$["#meta"].constants',
                            file=trace.path)
-        for name in ("StoreHits", "ShortReqs", "Hybrid"):  # optional: older traces predate them
+        for name in ("StoreHits", "ShortReqs", "Hybrid", "Moves"):  # optional: older traces predate them
             if name in raw:
                 where = f'$["#meta"].constants.{name}'
                 try:
@@ -103,6 +104,7 @@ class ModelConstants:
             short_reqs=frozenset(model_name(v) for v in values.get("ShortReqs", ())),
             hybrid=bool(values.get("Hybrid", False)),
             hybrid_fence=HYBRID_FENCE_OF_MODULE.get(str(trace.meta.get("module", "")), "none"),
+            async_loads="async_loads" in {model_name(v) for v in values.get("Moves", ())},
         )
 
 
@@ -113,4 +115,6 @@ def observed_variables(constants: ModelConstants, profile: ImplProfile) -> tuple
         observed.append("live")
     if not constants.multi:
         observed.append("reported")
+    if constants.async_loads:  # each rank's load tasks and the requests it will report in finished_recving
+        observed += ["loadTasks", "workerRecv"]
     return tuple(observed)

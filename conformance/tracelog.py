@@ -103,7 +103,7 @@ _EVENTS: dict[str, dict[str, Any]] = {
     "get_finished": {
         "required": ["finished_req_ids", "reported"],
         "properties": {"role": {"const": "worker"}, "finished_req_ids": _IDS, "waited": _TASKS, "reported": _IDS,
-                       "reported_recving": _IDS},
+                       "reported_recving": _IDS, "receiving": _IDS},
     },
     "get_block_ids_with_load_errors": {
         "required": ["block_ids"],

@@ -29,7 +29,8 @@ MC_MODULE = "MCTraceDeferDump"
 NULL_BLOCK = 0  # vLLM's null block: a sliding-window position out of the window, not a block
 # In this order: TLC reports the first invariant a state breaks, and the witness must come last.
 SAFETY_INVARIANTS = ("TraceTypeInv", "NoOverwriteWhileDumpingInv", "NoUnexpectedReportInv",
-                     "PreemptWaitsOnlyPreemptedInv", "NoWaitInWaitForSaveInv", "TraceReportOnceInv")
+                     "PreemptWaitsOnlyPreemptedInv", "NoWaitInWaitForSaveInv", "TraceReportOnceInv",
+                     "TraceNoLoadIntoFreedBlockInv")
 ACCEPTED_INV, WITNESS_INV = "TraceAcceptedInv", "TraceNotDoneInv"
 # Before the search TLC evaluates every constant-level definition of every module, the instantiated
 # DeferDump's too: DD!Symmetry is Permutations(Req) \cup Permutations(Block), with a log's hundreds of
@@ -129,15 +130,17 @@ def event_literal(record: Mapping[str, Any]) -> str:
         )
         dump = _set(f"[req |-> {_s(d['req'])}, blocks |-> {_ints(d['block_ids'])}, sw |-> {_sw(d)}]"
                     for d in record["dump"])
+        loads = _set(f"[req |-> {_s(d['req'])}, blocks |-> {_ints(d['block_ids'])}]" for d in record["load"])
         fields = [f"reqs |-> {reqs}", f"dump |-> {dump}", f"preempted |-> {_strs(record['preempted'])}",
                   f"finished |-> {_strs(record['finished'])}",
-                  f"loading |-> {_strs(sorted({d['req'] for d in record['load']}))}"]
+                  f"loading |-> {_strs(sorted({d['req'] for d in record['load']}))}", f"loads |-> {loads}"]
     elif name == "request_finished":
         fields = [f"req |-> {_s(record['req'])}", f"blocks |-> {_ints(record['block_ids'])}",
                   f"sw |-> {_sw(record)}", f"delayed |-> {_b(record['delayed'])}"]
     elif name == "update_connector_output":
         fields = [f"sending |-> {_strs(record['finished_sending'])}",
-                  f"recving |-> {_strs(record['finished_recving'])}"]
+                  f"recving |-> {_strs(record['finished_recving'])}",
+                  f"invalid |-> {_int_set(record.get('invalid_block_ids', []))}"]
     elif name == "handle_preemptions":
         fields = [f"preempted |-> {_strs(record['preempted'])}", f"waited |-> {_int_set(record['waited'])}"]
     elif name == "wait_for_save":
@@ -148,7 +151,21 @@ def event_literal(record: Mapping[str, Any]) -> str:
                   f"skipped |-> {_strs(record.get('skipped_failed_loads', []))}"]
     elif name == "get_finished":
         fields = [f"finished |-> {_strs(record['finished_req_ids'])}", f"waited |-> {_int_set(record['waited'])}",
-                  f"reported |-> {_strs(record['reported'])}"]
+                  f"reported |-> {_strs(record['reported'])}",
+                  f"recving |-> {_strs(record.get('reported_recving', []))}",
+                  f"hasReceiving |-> {_b('receiving' in record)}",
+                  f"receiving |-> {_strs(record.get('receiving', []))}"]
+    elif name == "get_num_new_matched_tokens":
+        fields = [f"req |-> {_s(record['req'])}", f"matched |-> {int(record['matched'] or 0)}",
+                  f"async |-> {_b(record['load_async'])}"]
+    elif name == "update_state_after_alloc":
+        fields = [f"req |-> {_s(record['req'])}", f"blocks |-> {_ints(record['block_ids'])}",
+                  f"external |-> {record['num_external_tokens']}"]
+    elif name == "start_load_kv":
+        loads = {(x["req"], tuple(x["block_ids"])) for x in record["loads"]}
+        fields = [f"loads |-> {_set(f'[req |-> {_s(r)}, blocks |-> {_ints(b)}]' for r, b in sorted(loads))}"]
+    elif name == "get_block_ids_with_load_errors":
+        fields = [f"blocks |-> {_int_set(record['block_ids'])}"]
     else:  # shutdown
         fields = [f"waited |-> {_int_set(record['waited'])}"]
     return "[" + ", ".join(common + fields) + "]"
@@ -165,8 +182,10 @@ def _b(value: bool) -> str:
 
 
 # Events of the boundary log that the DeferDump trace model does not express (docs/trace-log.md).
-_BEYOND_EVENTS = ("get_num_new_matched_tokens", "update_state_after_alloc", "scribble", "start_load_kv",
-                  "get_block_ids_with_load_errors")
+_BEYOND_EVENTS = ("scribble",)
+# The receive side (asynchronous loads), which the model reads with one KV-cache group only.
+_RECEIVE_EVENTS = ("get_num_new_matched_tokens", "update_state_after_alloc", "start_load_kv",
+                   "get_block_ids_with_load_errors")
 
 
 def require_reference_log(events: Sequence[LogEvent]) -> None:
@@ -185,12 +204,16 @@ def require_reference_log(events: Sequence[LogEvent]) -> None:
             if field not in record:
                 raise BeyondModel(f"{event.file}:{event.line}: field {field}: missing; the DeferDump model needs "
                                   "the reference connector's own fields")
-        if event.event == "update_connector_output" and record.get("invalid_block_ids"):
-            raise BeyondModel(f"{event.file}:{event.line}: field invalid_block_ids: failed asynchronous loads; "
-                              "the DeferDump trace model does not express them")
-        if event.event == "get_finished" and record.get("reported_recving"):
-            raise BeyondModel(f"{event.file}:{event.line}: field reported_recving: asynchronous loads; the "
-                              "DeferDump trace model does not express them")
+        if event.event == "start_load_kv" and "loads" not in record:
+            raise BeyondModel(f"{event.file}:{event.line}: field loads: missing; the DeferDump model needs the "
+                              "reference connector's own fields")
+        if event.event in _RECEIVE_EVENTS and record.get("group_block_ids"):
+            raise BeyondModel(f"{event.file}:{event.line}: event {event.event}: asynchronous loads on several "
+                              "KV-cache groups; the DeferDump trace model expresses them with one group only")
+        if event.event == "build_connector_meta" and record.get("sliding_window") and any(
+                e.event in _RECEIVE_EVENTS for e in events):
+            raise BeyondModel(f"{event.file}:{event.line}: asynchronous loads on several KV-cache groups; the "
+                              "DeferDump trace model expresses them with one group only")
 
 
 def model_constants(events: Sequence[LogEvent]) -> dict[str, Any]:
@@ -214,9 +237,13 @@ def model_constants(events: Sequence[LogEvent]) -> dict[str, Any]:
                 reqs.add(d["req"])
                 blocks.update(d["block_ids"], *d.get("group_block_ids", []))
             reqs.update(r["preempted"] + r["finished"])
-        elif r["event"] == "request_finished":
+        elif r["event"] in ("request_finished", "update_state_after_alloc", "get_num_new_matched_tokens"):
             reqs.add(r["req"])
-            blocks.update(r["block_ids"], *r.get("group_block_ids", []))
+            blocks.update(r.get("block_ids", []), *r.get("group_block_ids", []))
+        elif r["event"] == "start_load_kv":
+            for x in r.get("loads", []):
+                reqs.add(x["req"])
+                blocks.update(x["block_ids"])
         elif r["event"] == "update_connector_output":
             reqs.update(r["finished_sending"] + r["finished_recving"])
         elif r["event"] == "wait_for_save":
@@ -226,7 +253,7 @@ def model_constants(events: Sequence[LogEvent]) -> dict[str, Any]:
         elif r["event"] in ("handle_preemptions",):
             reqs.update(r["preempted"])
         elif r["event"] == "get_finished":
-            reqs.update(r["finished_req_ids"] + r["reported"])
+            reqs.update(r["finished_req_ids"] + r["reported"] + r.get("reported_recving", []) + r.get("receiving", []))
     blocks.discard(NULL_BLOCK)
     windows = windows or []
     if len(windows) > 1 or None in windows:
@@ -332,6 +359,7 @@ _INVARIANT_WORDS = {
     "PreemptWaitsOnlyPreemptedInv": "handle_preemptions waited a task of no preempted request",
     "NoWaitInWaitForSaveInv": "wait_for_save waited a still-running task",
     "TraceReportOnceInv": "a rank reported a request twice",
+    "TraceNoLoadIntoFreedBlockInv": "an asynchronous load still running writes a block its request no longer holds",
     "TraceTypeInv": "a value outside the model's types",
 }
 

@@ -369,7 +369,7 @@ class DirectConnector:
                 plan, cached.num_scheduled_tokens, cached.new_block_ids, cached.resumed_from_preemption,
                 cached.new_group_block_ids,
             )
-        for req_id, plan in self._request_plans.items():  # corecov: load path
+        for req_id, plan in self._request_plans.items():
             if plan.async_load_pending and req_id not in dispatch:  # parked by vLLM: load it beside the forward
                 dispatch[req_id] = self._async_load_meta(req_id, plan)
         for req_id in step.finished_req_ids:
@@ -431,7 +431,7 @@ class DirectConnector:
 
         A request whose asynchronous load is still running answers False: vLLM delays that free itself until
         finished_recving (scheduler.py `finish_requests`: `delay_free_blocks` for WAITING_FOR_REMOTE_KVS)."""
-        if request.req_id in self._recving_req_ids:  # corecov: load path
+        if request.req_id in self._recving_req_ids:
             self._async_dump_req_ids.discard(request.req_id)
             return False, None
         if request.req_id in self._async_dump_req_ids:

@@ -435,7 +435,8 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
         if self._trace is not None:
             self._trace.write("get_finished", finished_req_ids=ids(finished_req_ids), waited=self._trace_delta()[0],
                               reported=ids(finished[0]),
-                              **({"reported_recving": ids(finished[1])} if self.config.load_async else {}))
+                              **({"reported_recving": ids(finished[1]),
+                                  "receiving": ids(self.core.receiving_request_ids())} if self.config.load_async else {}))
         self._export_metrics()
         return finished
 

@@ -110,11 +110,16 @@ MoveNames == {"several_victims", "split_reports", "some_delayed", "load_failure"
 (*   blocks a deferred free will hold (their preemption frees nothing);   *)
 (* "fence_counts_empty" [P3]: a deferred free's fence counts every step,  *)
 (*   the current (possibly empty) one included, while the drain runs only *)
-(*   after non-empty steps.                                                *)
+(*   after non-empty steps;                                                *)
+(* "count_per_req" [P2]: the worker counts a request's pending saves per  *)
+(*   request id (OffloadingConnector's design) and a preemption resets the *)
+(*   count while the completion of the save it waited is still queued: the *)
+(*   re-admitted request's count takes that stale completion, reaches 0    *)
+(*   with its new save running, and get_finished reports it unwaited.      *)
 BugNames == {"agg_first", "redo_untracked", "shutdown_no_release", "lookup_sees_running",
              "preempt_late", "extra_not_shipped", "count_not_forwarded", "rfag_delays_all",
              "report_lost_on_error", "wait_one_save", "idle_ignores_delayed",
-             "preempt_fenced", "fence_counts_empty"}
+             "preempt_fenced", "fence_counts_empty", "count_per_req"}
 (* The bug switches of the asynchronous-load mutants (README "Asynchronous *)
 (* loads"; the rows of docs/real-bugs.md):                                 *)
 (* "abort_no_recv_delay": finish_requests frees a request waiting for     *)
@@ -211,6 +216,8 @@ VARIABLES
                   \*   nothing for them again, so they recompute
     loadTasks,    \* [Rank -> set of LoadTask]: the rank's load tasks not yet reported
     workerRecv,   \* [Rank -> SUBSET Req]: ids whose receive completion the rank will report
+    staleSaves,   \* [Rank -> SUBSET Req]: requests with a save completion still queued from a
+                  \*   life cycle that a preemption ended ("count_per_req", P2; else {})
     \* ---- history -------------------------------------------------------
     dumpOverwrites, \* has a forward rewritten a block that a still-running
                   \*   dump task was reading (freed and reused under the dump)?
@@ -226,7 +233,7 @@ schedVars  == <<reqState, blocksOf, finishedIds, preemptions, inflight, executed
                 schedAsync, extraSaves, swBlocksOf, freedSince, sibDelayed, recompute, parked,
                 recvDone, recvFailed, aggRecv, aggRecvFail, noHit>>
 workerVars == <<workerAsync, pending, live, releaseErrors, workerExtra, sibPending,
-                reported, loadTasks, workerRecv>>
+                reported, loadTasks, workerRecv, staleSaves>>
 historyVars == <<unexpectedReports, blockingWaits, preemptOverWaits, dumpOverwrites,
                  dirtyLoads, dirtyDumps, down>>
 vars == <<schedVars, workerVars, historyVars, tick, action>>
@@ -321,6 +328,7 @@ Init ==
     /\ noHit = {}
     /\ loadTasks = [w \in Rank |-> {}]
     /\ workerRecv = [w \in Rank |-> {}]
+    /\ staleSaves = [w \in Rank |-> {}]
     /\ tick = 0
     /\ action = [name |-> "init"]
 
@@ -652,7 +660,7 @@ Local(w) == [async |-> workerAsync[w], pending |-> pending[w], live |-> live[w],
              relErr |-> releaseErrors[w], extra |-> workerExtra[w],
              sib |-> sibPending[w], blocked |-> FALSE, overWait |-> FALSE,
              overwrote |-> FALSE, dirty |-> FALSE, dirtyDump |-> FALSE,
-             loads |-> loadTasks[w], recv |-> workerRecv[w]]
+             loads |-> loadTasks[w], recv |-> workerRecv[w], stale |-> staleSaves[w]]
 
 (* A call's record when `action` records no calls (Record = FALSE).        *)
 NoCall == <<>>
@@ -703,7 +711,10 @@ handle_preemptions(w, m, s) ==
                       IF m.preempted = {} /\ m.freed = {} THEN {} ELSE s.pending
                [] OTHER -> {}
         over == \E t \in T : ~Preempted(t) /\ ~ReadsFreed(t)
-    IN  [s |-> [WaitTasks(s, T) EXCEPT !.overWait = @ \/ over],
+        \* "count_per_req" (P2): the preemption ends the request's life cycle and resets its
+        \* count; the completions of the saves waited here stay queued for the same id
+        stale == IF Bug("count_per_req") THEN {r \in m.preempted : \E t \in T : r \in t.reqs} ELSE {}
+    IN  [s |-> [WaitTasks(s, T) EXCEPT !.overWait = @ \/ over, !.stale = @ \cup stale],
          call |-> IF ~Record THEN NoCall ELSE
                   [name |-> "handle_preemptions", preempted_req_ids |-> m.preempted,
                    freed_blocks |-> m.freed, waited |-> WaitRecords(T)]]
@@ -843,10 +854,13 @@ get_finished(w, m, s, sibNow) ==
     LET af   == IF GFLabel \in {"wait_finished", "report_before_wait"}
                 THEN m.finished \cap s.async ELSE {}
         Of(r) == {t \in s.pending : r \in t.reqs}
+        \* "count_per_req" (P2): a finished request with a stale completion queued counts one
+        \* save fewer than it has pending; its one save of this life cycle counts as done
+        wf   == af \ s.stale
         T    == IF GFLabel = "wait_finished" /\ af # {}
                 THEN IF Bug("wait_one_save")
                      THEN {CHOOSE t \in Of(r) : \A u \in Of(r) : t.id <= u.id : r \in {x \in af : Of(x) # {}}}
-                     ELSE {t \in s.pending : t.reqs \cap af # {}}
+                     ELSE {t \in s.pending : t.reqs \cap wf # {}}
                 ELSE {}
         s1   == WaitTasks(s, T)
         lost == IF Bug("report_lost_on_error")
@@ -868,7 +882,7 @@ get_finished(w, m, s, sibNow) ==
         emitS == sib \ ex1
         ex2  == ex1 \ sib
         out  == IF Bug("count_not_forwarded") /\ w # Rank0 THEN {} ELSE emitU \cup emitS
-    IN  [s |-> [s1 EXCEPT !.async = @ \ ucm, !.extra = ex2, !.sib = sibAll \ sib,
+    IN  [s |-> [s1 EXCEPT !.async = @ \ ucm, !.extra = ex2, !.sib = sibAll \ sib, !.stale = @ \ af,
                           !.loads = {t \in @ : t.req \notin rdone}, !.recv = rin \ rdone],
          out |-> out,
          recv |-> rdone,
@@ -1010,6 +1024,7 @@ SetWorkers(post) ==
     /\ dirtyDumps' = (dirtyDumps \/ \E w \in Rank : post[w].s.dirtyDump)
     /\ loadTasks' = [w \in Rank |-> post[w].s.loads]
     /\ workerRecv' = [w \in Rank |-> post[w].s.recv]
+    /\ staleSaves' = [w \in Rank |-> post[w].s.stale]
 
 Failed(post) == post[Rank0].failed
 ExecRecord(post) == IF ~Record THEN [name |-> "execute_model"]
@@ -1255,7 +1270,7 @@ task_complete ==
                             [name |-> "task_complete", rank |-> w, task |-> t.id,
                             outcome |-> outcome]
     /\ UNCHANGED <<schedVars, workerAsync, live, releaseErrors, workerExtra, sibPending,
-                   reported, loadTasks, workerRecv, historyVars, tick>>
+                   reported, loadTasks, workerRecv, staleSaves, historyVars, tick>>
 
 (* EngineCore keeps stepping while the scheduler has requests, finished    *)
 (* ids not yet shown to the workers included (has_finished_requests,       *)
@@ -1278,7 +1293,7 @@ shutdown ==
                                ELSE [w \in Rank |-> post[w].relErr]
     /\ action' = IF ~Record THEN [name |-> "shutdown"]
                   ELSE [name |-> "shutdown", ranks |-> [w \in Rank |-> WaitRecords(pending[w])]]
-    /\ UNCHANGED <<schedVars, workerAsync, workerExtra, sibPending, reported, loadTasks, workerRecv,
+    /\ UNCHANGED <<schedVars, workerAsync, workerExtra, sibPending, reported, loadTasks, workerRecv, staleSaves,
                    unexpectedReports,
                    blockingWaits, preemptOverWaits, dumpOverwrites, dirtyLoads, dirtyDumps, tick>>
 
@@ -1340,7 +1355,7 @@ load_complete ==
                       ELSE [name |-> "load_complete", rank |-> w, req |-> t.req,
                             block |-> t.block, outcome |-> o]
     /\ UNCHANGED <<schedVars, workerAsync, pending, live, releaseErrors, workerExtra, sibPending,
-                   reported, workerRecv, historyVars, tick>>
+                   reported, workerRecv, staleSaves, historyVars, tick>>
 
 (* Nothing left, or shut down: the engine idles (stuttering, so TLC sees   *)
 (* no deadlock).                                                           *)
@@ -1385,6 +1400,7 @@ TypeInv ==
     /\ aggRecv \in [Req -> 0..NumRanks] /\ aggRecvFail \subseteq Req /\ noHit \subseteq Req
     /\ \A w \in Rank : \A t \in loadTasks[w] : IsLoadTask(t)
     /\ workerRecv \in [Rank -> SUBSET Req]
+    /\ staleSaves \in [Rank -> SUBSET Req] /\ (~Bug("count_per_req") => \A w \in Rank : staleSaves[w] = {})
     /\ (~AL => /\ recvDone = {} /\ aggRecvFail = {} /\ noHit = {}
                /\ \A w \in Rank : loadTasks[w] = {} /\ workerRecv[w] = {})
     /\ tick \in {0, 1}
@@ -1489,11 +1505,16 @@ FreedAfterTransfersInv ==
 
 (* A request waiting for remote KV has a load that will be reported: some  *)
 (* rank still loads it, or the scheduler knows its receive finished (a     *)
-(* request with neither waits forever).                                    *)
+(* request with neither waits forever).  Unfused, a report may also sit  *)
+(* in an executed step's output that the scheduler has not processed yet  *)
+(* (`recving`).                                                           *)
 RemoteHasLoadInv ==
     \A r \in Req : reqState[r] = "remote" =>
-        r \in recvDone \/ aggRecv[r] > 0 \/ \E w \in Rank : r \in workerRecv[w]
+        \/ r \in recvDone
+        \/ aggRecv[r] > 0
+        \/ \E w \in Rank : r \in workerRecv[w]
         \/ \E k \in 1..Len(inflight) : r \in {l.req : l \in inflight[k].recv}
+        \/ \E k \in 1..executed : \E w \in Rank : r \in inflight[k].recving[w]
 
 -----------------------------------------------------------------------------
 (* Liveness, under fairness stated as premises over state predicates      *)

@@ -70,11 +70,19 @@ VARIABLES
     unexpectedReports, \* finished_sending delivered for a request that was not delayed
     dumpOverwrites, \* a forward wrote a block that a still-running dump task reads
     preemptOverWaits, \* handle_preemptions waited a task of no preempted request
-    blockingWaits   \* (never set: a log cannot show a wait_for_save block; kept for DD)
+    blockingWaits,  \* (never set: a log cannot show a wait_for_save block; kept for DD)
+    \* ---- asynchronous loads (receive events; constant in a log without them) ----
+    asyncLookup,    \* requests whose last get_num_new_matched_tokens answered load_async
+    received,       \* requests waiting for remote KV ("remote") whose finished_recving vLLM got
+    recvDelayed,    \* requests aborted while their load ran: vLLM frees them at finished_recving
+    wLoads,         \* [Ranks -> set of [req, blocks]]: loads the rank submitted and has not reported
+    recvReports     \* set of <<req, rank>>: a rank reported the request in finished_recving, not
+                    \*   yet delivered
 
+recvVars == <<asyncLookup, received, recvDelayed, wLoads, recvReports>>
 vars == <<l, why, reqState, blocksOf, swOf, freedSince, finishedIds, schedAsync, schedStep, metas, workerAsync,
           pending, wStep, wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites,
-          preemptOverWaits, blockingWaits>>
+          preemptOverWaits, blockingWaits, recvVars>>
 
 (* A hybrid model: two KV-cache groups, full attention and a sliding window *)
 (* (DeferDump's Hybrid).  vLLM's null block id is 0.                       *)
@@ -104,7 +112,9 @@ DD == INSTANCE DeferDump WITH
     tick <- 0, action <- [name |-> "init"],
     \* asynchronous loads (move "async_loads", off here): their variables keep their initial values
     recvDone <- {}, recvFailed <- {}, aggRecv <- [r \in Reqs |-> 0], aggRecvFail <- {}, noHit <- {},
-    loadTasks <- [w \in Ranks |-> {}], workerRecv <- [w \in Ranks |-> {}]
+    loadTasks <- [w \in Ranks |-> {}], workerRecv <- [w \in Ranks |-> {}],
+    \* the worker keys completions per save job (no bug "count_per_req")
+    staleSaves <- [w \in Ranks |-> {}]
 
 (* The class table's labels, evaluated once (constant-level definitions). *)
 Track == DD!BCMLabel = "track"               \* build_connector_meta tracks dump requests
@@ -142,6 +152,11 @@ Init ==
     /\ dumpOverwrites = FALSE
     /\ preemptOverWaits = FALSE
     /\ blockingWaits = FALSE
+    /\ asyncLookup = {}
+    /\ received = {}
+    /\ recvDelayed = {}
+    /\ wLoads = [w \in Ranks |-> {}]
+    /\ recvReports = {}
 
 -----------------------------------------------------------------------------
 (* build_connector_meta: vLLM's SchedulerOutput and the connector's slices. *)
@@ -173,6 +188,14 @@ SchedX(e, r) == CHOOSE x \in Range(e.reqs) : x.req = r
 HeldAfter(e, r) == IF r \in Sched(e) /\ Running(SchedX(e, r))
                    THEN Range(BlocksOf(r)) \cup SwHeld(SwKept(SchedX(e, r))) ELSE Held(r)
 OthersHold(e, x) == UNION {HeldAfter(e, r) : r \in Live \ (Pre(e) \cup {x.req})}
+(* Asynchronous loads: a request waiting for remote KV whose receive vLLM  *)
+(* got is scheduled again (_update_waiting_for_remote_kv): as new, or as   *)
+(* resumed after a preemption.  The load slices of requests this schedule  *)
+(* does not run are asynchronous: they go into the blocks vLLM allocated   *)
+(* when it parked the request.                                            *)
+Promotable(r) == State(r) = "remote" /\ r \in received
+AsyncSlices(e) == {d \in e.loads : d.req \notin Sched(e)}
+AsyncReqs(e) == {d.req : d \in AsyncSlices(e)}
 DumpReqs(m) == {d.req : d \in m.dump}
 DumpBlocks(m) == UNION {Range(d.blocks) \cup SwHeld(d.sw) : d \in m.dump}
 (* The slices a rank submits: all but those of the requests it skipped    *)
@@ -193,6 +216,7 @@ BuildReason(e) ==
             -> "preempted: a request that is not running"
       [] \E x \in Range(e.reqs) :
             ~(State(x.req) = IF x.new THEN "idle" ELSE IF x.resumed THEN "preempted" ELSE "running")
+            /\ ~((x.new \/ x.resumed) /\ Promotable(x.req))
             -> "reqs: a request scheduled as new, resumed or running in another state"
       [] \E x \in Range(e.reqs) : \E i \in WriteIdx(x) : i \notin DOMAIN NewList(x)
             -> "reqs: tokens scheduled beyond the request's blocks"
@@ -201,6 +225,9 @@ BuildReason(e) ==
       [] \E d \in e.dump : d.req \notin Sched(e) \/ ~(Range(d.blocks) \subseteq Range(NewList(SchedX(e, d.req))))
                             \/ ~(SwHeld(d.sw) \subseteq SwHeld(NewSw(SchedX(e, d.req))))
             -> "dump: a slice of a request not scheduled, or of blocks it does not hold"
+      [] \E d \in AsyncSlices(e) : State(d.req) # "remote" \/ d.req \in received
+                                  \/ ~(Range(d.blocks) \subseteq Held(d.req))
+            -> "load: an asynchronous load of a request not waiting for remote KV, or into blocks it does not hold"
       [] OTHER -> ""
 
 build_connector_meta(e) ==
@@ -211,19 +238,23 @@ build_connector_meta(e) ==
               ELSE swOf
     /\ freedSince' = {}
     /\ finishedIds' = {}
-    /\ schedAsync' = IF Track THEN schedAsync \cup DumpReqs(e) ELSE schedAsync
+    (* a request loaded asynchronously leaves the dump tracking (its load is *)
+    (* its only transfer until the receive: the reference's _async_load_meta) *)
+    /\ schedAsync' = (schedAsync \ AsyncReqs(e)) \cup (IF Track THEN DumpReqs(e) ELSE {})
     /\ schedStep' = e.step
     /\ metas' = (e.step :> [preempted |-> e.preempted, finished |-> e.finished, dump |-> e.dump,
-                            loading |-> e.loading,
+                            loading |-> e.loading, recv |-> AsyncSlices(e),
                             writes |-> UNION {Writes(x) : x \in Range(e.reqs)}, freed |-> FreedAt(e)])
                 @@ metas
+    /\ received' = received \ Sched(e)
     /\ UNCHANGED <<workerAsync, pending, wStep, wPhase, reports, reportedTwice, unexpectedReports,
-                   dumpOverwrites, preemptOverWaits, blockingWaits>>
+                   dumpOverwrites, preemptOverWaits, blockingWaits, asyncLookup, recvDelayed, wLoads,
+                   recvReports>>
 
 (* request_finished: the delay decision is DeferDump's (through the MRO).  *)
 FinishReason(e) ==
-    CASE State(e.req) \notin {"idle", "running", "preempted"}
-            -> "req: finished while not waiting, running or preempted"
+    CASE State(e.req) \notin {"idle", "running", "preempted", "remote"}
+            -> "req: finished while not waiting, running, preempted or waiting for remote KV"
       [] e.blocks # BlocksOf(e.req) -> "block_ids: not the blocks vLLM holds for the request"
       [] \E i \in DOMAIN e.sw : e.sw[i] # 0 /\ (i \notin DOMAIN SwOf(e.req) \/ SwOf(e.req)[i] \notin {e.sw[i], 0})
             -> "group_block_ids: a sliding-window block vLLM does not hold for the request"
@@ -232,10 +263,17 @@ FinishReason(e) ==
                ELSE "delayed: false, but the model delays the free (the request was given a dump slice)"
       [] OTHER -> ""
 
+(* An abort of a request waiting for remote KV whose receive vLLM has not *)
+(* got yet: vLLM delays the free itself until finished_recving            *)
+(* (scheduler.py finish_requests ~2700-2707), whatever the connector says. *)
+RecvDelay(r) == State(r) = "remote" /\ r \notin received
 request_finished(e) ==
-    /\ reqState' = IF e.delayed THEN Update(reqState, {}, e.req :> "delayed")
+    LET held == e.delayed \/ RecvDelay(e.req) IN
+    /\ reqState' = IF held THEN Update(reqState, {}, e.req :> "delayed")
                    ELSE Update(reqState, {e.req}, <<>>)
-    /\ blocksOf' = IF e.delayed THEN blocksOf ELSE Update(blocksOf, {e.req}, <<>>)
+    /\ blocksOf' = IF held THEN blocksOf ELSE Update(blocksOf, {e.req}, <<>>)
+    /\ recvDelayed' = IF RecvDelay(e.req) THEN recvDelayed \cup {e.req} ELSE recvDelayed
+    /\ received' = received \ {e.req}
     (* vLLM nulls the blocks that left the window before the call; without *)
     (* a delay it frees every other block right after it.                  *)
     /\ swOf' = IF e.delayed /\ e.req \in DOMAIN swOf THEN Update(swOf, {}, e.req :> e.sw)
@@ -246,24 +284,78 @@ request_finished(e) ==
     /\ schedAsync' = IF DelayIfTracked THEN schedAsync \ {e.req} ELSE schedAsync
     /\ finishedIds' = finishedIds \cup {e.req}
     /\ UNCHANGED <<schedStep, metas, workerAsync, pending, wStep, wPhase, reports, reportedTwice,
-                   unexpectedReports, dumpOverwrites, preemptOverWaits, blockingWaits>>
+                   unexpectedReports, dumpOverwrites, preemptOverWaits, blockingWaits, asyncLookup, wLoads,
+                   recvReports>>
 
 (* update_connector_output: the aggregated finished_sending of a step.     *)
 Ready == {r \in {p[1] : p \in reports} : \A w \in Ranks : <<r, w>> \in reports}
+(* The receive side (KVOutputAggregator counts finished_recving per rank as *)
+(* it counts finished_sending): a request reported by every rank reaches   *)
+(* the scheduler, which frees it if it was aborted while loading, and else *)
+(* marks it received.  A failed load's blocks come as invalid_block_ids    *)
+(* (one KV-cache group): vLLM truncates the request at the first failed   *)
+(* block, and frees its blocks when that is the first one                 *)
+(* (_update_waiting_for_remote_kv; done here, before any later schedule). *)
+RecvReady == {r \in {p[1] : p \in recvReports} : \A w \in Ranks : <<r, w>> \in recvReports}
+RecvFreed(e) == e.recving \cap recvDelayed
+LostAll(e, r) == BlocksOf(r) # <<>> /\ BlocksOf(r)[1] \in e.invalid
 UpdateReason(e) ==
     CASE e.sending # Ready -> "finished_sending: not exactly the requests every rank reported"
-      [] e.recving # {} -> "finished_recving: the model has no asynchronous load"
+      [] e.recving # RecvReady -> "finished_recving: not exactly the requests every rank reported"
+      [] \E r \in e.recving : r \notin recvDelayed /\ State(r) # "remote"
+            -> "finished_recving: a request neither waiting for remote KV nor aborted while loading"
+      [] ~(e.invalid \subseteq UNION {Held(r) : r \in e.recving})
+            -> "invalid_block_ids: a block of no request whose receive this output reports"
       [] OTHER -> ""
 
 update_connector_output(e) ==
+    LET gone == e.sending \cup RecvFreed(e)
+        lost == {r \in e.recving \ RecvFreed(e) : LostAll(e, r)}
+    IN
     /\ unexpectedReports' = unexpectedReports \cup {r \in e.sending : State(r) # "delayed"}
-    /\ reqState' = Update(reqState, e.sending, <<>>)
-    /\ blocksOf' = Update(blocksOf, e.sending, <<>>)
-    /\ swOf' = Update(swOf, e.sending, <<>>)
-    /\ freedSince' = IF IsHybrid THEN freedSince \cup UNION {Held(r) : r \in e.sending} ELSE freedSince
+    /\ reqState' = Update(reqState, gone, <<>>)
+    /\ blocksOf' = Update(blocksOf, gone \cup lost, [r \in lost |-> <<>>])
+    /\ swOf' = Update(swOf, gone, <<>>)
+    /\ freedSince' = IF IsHybrid THEN freedSince \cup UNION {Held(r) : r \in gone} ELSE freedSince
     /\ reports' = {p \in reports : p[1] \notin e.sending}
+    /\ recvReports' = {p \in recvReports : p[1] \notin e.recving}
+    /\ recvDelayed' = recvDelayed \ e.recving
+    /\ received' = received \cup (e.recving \ RecvFreed(e))
     /\ UNCHANGED <<finishedIds, schedAsync, schedStep, metas, workerAsync, pending, wStep, wPhase,
-                   reportedTwice, dumpOverwrites, preemptOverWaits, blockingWaits>>
+                   reportedTwice, dumpOverwrites, preemptOverWaits, blockingWaits, asyncLookup, wLoads>>
+
+(* get_num_new_matched_tokens: remember whether the answer was load_async. *)
+(* vLLM asserts external tokens behind an asynchronous load.              *)
+LookupReason(e) ==
+    CASE e.async /\ e.matched = 0 -> "load_async: true for a lookup of no external tokens"
+      [] OTHER -> ""
+
+get_num_new_matched_tokens(e) ==
+    /\ asyncLookup' = IF e.async THEN asyncLookup \cup {e.req} ELSE asyncLookup \ {e.req}
+    /\ UNCHANGED <<reqState, blocksOf, swOf, freedSince, finishedIds, schedAsync, schedStep, metas, workerAsync,
+                   pending, wStep, wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites,
+                   preemptOverWaits, blockingWaits, received, recvDelayed, wLoads, recvReports>>
+
+(* update_state_after_alloc after an asynchronous answer with external     *)
+(* tokens: vLLM parks the request in WAITING_FOR_REMOTE_KVS holding these  *)
+(* blocks (scheduler.py ~1320-1340); otherwise the request is scheduled in *)
+(* the coming build_connector_meta and nothing happens here.               *)
+Parks(e) == e.req \in asyncLookup /\ e.external > 0
+AllocReason(e) ==
+    CASE ~Parks(e) -> ""
+      [] ~(State(e.req) \in {"idle", "preempted"} \/ Promotable(e.req))
+            -> "req: parked for remote KV while not waiting or preempted"
+      [] Range(e.blocks) \cap UNION {Held(r) : r \in Live \ {e.req}} # {}
+            -> "block_ids: a block held by another request"
+      [] OTHER -> ""
+
+update_state_after_alloc(e) ==
+    /\ reqState' = IF Parks(e) THEN Update(reqState, {}, e.req :> "remote") ELSE reqState
+    /\ blocksOf' = IF Parks(e) THEN Update(blocksOf, {}, e.req :> e.blocks) ELSE blocksOf
+    /\ received' = IF Parks(e) THEN received \ {e.req} ELSE received
+    /\ UNCHANGED <<swOf, freedSince, finishedIds, schedAsync, schedStep, metas, workerAsync,
+                   pending, wStep, wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites,
+                   preemptOverWaits, blockingWaits, asyncLookup, recvDelayed, wLoads, recvReports>>
 
 -----------------------------------------------------------------------------
 (* Worker rank w runs step s: [handle_preemptions] wait_for_save           *)
@@ -273,6 +365,10 @@ Overlaps(t, R) == t.reqs \cap R # {}
 Waited(w, R) == {t \in pending[w] : Overlaps(t, R)}
 StartsStep(e) == e.step = wStep[e.rank] + 1 /\ wPhase[e.rank] = "gf"
 Meta(e) == metas[e.step]
+(* The requests rank w loads asynchronously and has not reported.  Their  *)
+(* loads end unseen (the store's threads); a report means the load ended  *)
+(* and its blocks were written.                                           *)
+LoadReqs(w) == {x.req : x \in wLoads[w]}
 
 PreemptReason(e) ==
     CASE ~StartsStep(e) \/ e.step \notin DOMAIN metas -> "step: not the rank's next scheduled step"
@@ -294,7 +390,7 @@ handle_preemptions(e) ==
     /\ wStep' = [wStep EXCEPT ![w] = e.step]
     /\ wPhase' = [wPhase EXCEPT ![w] = "hp"]
     /\ UNCHANGED <<reqState, blocksOf, swOf, freedSince, finishedIds, schedAsync, schedStep, metas, workerAsync,
-                   reports, reportedTwice, unexpectedReports, dumpOverwrites, blockingWaits>>
+                   reports, reportedTwice, unexpectedReports, dumpOverwrites, blockingWaits, recvVars>>
 
 InStep(e) == StartsStep(e) \/ (e.step = wStep[e.rank] /\ wPhase[e.rank] = "hp")
 Submitted(e) == {[id |-> s.id, reqs |-> s.reqs, blocks |-> Range(s.blocks), status |-> "running"]
@@ -325,7 +421,7 @@ wait_for_save(e) ==
     /\ wStep' = [wStep EXCEPT ![w] = e.step]
     /\ wPhase' = [wPhase EXCEPT ![w] = "wfs"]
     /\ UNCHANGED <<reqState, blocksOf, swOf, freedSince, finishedIds, schedAsync, schedStep, metas, reports, reportedTwice,
-                   unexpectedReports, preemptOverWaits, blockingWaits>>
+                   unexpectedReports, preemptOverWaits, blockingWaits, recvVars>>
 
 (* get_finished reports exactly finished ∩ tracked, after waiting every    *)
 (* pending task that overlaps them.                                        *)
@@ -336,6 +432,10 @@ FinishedReason(e) ==
             -> "reported: not the finished requests this rank tracks"
       [] e.waited # Ids(Waited(e.rank, e.reported))
             -> "waited: not the pending tasks of the reported requests"
+      [] ~(e.recving \subseteq LoadReqs(e.rank))
+            -> "reported_recving: a request this rank has no asynchronous load of"
+      [] e.hasReceiving /\ e.receiving # LoadReqs(e.rank) \ e.recving
+            -> "receiving: a load dropped without its finished_recving (vLLM never frees the request's blocks)"
       [] OTHER -> ""
 
 get_finished(e) ==
@@ -350,18 +450,51 @@ get_finished(e) ==
     /\ wPhase' = [wPhase EXCEPT ![w] = "gf"]
     /\ UNCHANGED wStep
     /\ metas' = [s \in DOMAIN metas \ doneSteps |-> metas[s]]
+    /\ wLoads' = [wLoads EXCEPT ![w] = {x \in @ : x.req \notin e.recving}]
+    /\ recvReports' = recvReports \cup {<<r, w>> : r \in e.recving}
     /\ UNCHANGED <<reqState, blocksOf, swOf, freedSince, finishedIds, schedAsync, schedStep, unexpectedReports,
-                   dumpOverwrites, preemptOverWaits, blockingWaits>>
+                   dumpOverwrites, preemptOverWaits, blockingWaits, asyncLookup, received, recvDelayed>>
+
+(* start_load_kv (asynchronous loads): the rank submits exactly the step's *)
+(* asynchronous load slices, between handle_preemptions and wait_for_save *)
+(* (after the forward when the step has no synchronous load,              *)
+(* kv_connector_model_runner_mixin.py ~79-90).                            *)
+StartReason(e) ==
+    CASE ~InStep(e) \/ e.step \notin DOMAIN metas -> "step: not the rank's next scheduled step"
+      [] e.loads # Meta(e).recv -> "loads: not the step's asynchronous load slices"
+      [] OTHER -> ""
+
+start_load_kv(e) ==
+    /\ wLoads' = [wLoads EXCEPT ![e.rank] = @ \cup e.loads]
+    /\ wStep' = [wStep EXCEPT ![e.rank] = e.step]
+    /\ wPhase' = [wPhase EXCEPT ![e.rank] = "hp"]
+    /\ UNCHANGED <<reqState, blocksOf, swOf, freedSince, finishedIds, schedAsync, schedStep, metas, workerAsync,
+                   pending, reports, reportedTwice, unexpectedReports, dumpOverwrites, preemptOverWaits,
+                   blockingWaits, asyncLookup, received, recvDelayed, recvReports>>
+
+(* The variables of the logged state (all but the log position).          *)
+Quiet == <<reqState, blocksOf, swOf, freedSince, finishedIds, schedAsync, schedStep, metas, workerAsync,
+           pending, wStep, wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites,
+           preemptOverWaits, blockingWaits, recvVars>>
+
+(* get_block_ids_with_load_errors: read right after get_finished.  Its     *)
+(* blocks reach the scheduler as invalid_block_ids, checked there.        *)
+LoadErrorsReason(e) ==
+    CASE ~(e.step = wStep[e.rank] /\ wPhase[e.rank] = "gf") -> "step: not right after the rank's get_finished"
+      [] OTHER -> ""
 
 ShutdownReason(e) ==
     CASE e.role = "worker" /\ e.waited # Ids(pending[e.rank]) -> "waited: not every pending task"
       [] OTHER -> ""
 
+(* A worker's shutdown drains its dump tasks and stops its loads (nothing *)
+(* writes a block after it).                                              *)
 shutdown(e) ==
     /\ pending' = IF e.role = "worker" THEN [pending EXCEPT ![e.rank] = {}] ELSE pending
+    /\ wLoads' = IF e.role = "worker" THEN [wLoads EXCEPT ![e.rank] = {}] ELSE wLoads
     /\ UNCHANGED <<reqState, blocksOf, swOf, freedSince, finishedIds, schedAsync, schedStep, metas, workerAsync, wStep,
                    wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites, preemptOverWaits,
-                   blockingWaits>>
+                   blockingWaits, asyncLookup, received, recvDelayed, recvReports>>
 
 -----------------------------------------------------------------------------
 Reason(e) ==
@@ -372,6 +505,10 @@ Reason(e) ==
       [] e.event = "wait_for_save" -> SaveReason(e)
       [] e.event = "get_finished" -> FinishedReason(e)
       [] e.event = "shutdown" -> ShutdownReason(e)
+      [] e.event = "get_num_new_matched_tokens" -> LookupReason(e)
+      [] e.event = "update_state_after_alloc" -> AllocReason(e)
+      [] e.event = "start_load_kv" -> StartReason(e)
+      [] e.event = "get_block_ids_with_load_errors" -> LoadErrorsReason(e)
 
 Apply(e) ==
     CASE e.event = "build_connector_meta" -> build_connector_meta(e)
@@ -381,6 +518,10 @@ Apply(e) ==
       [] e.event = "wait_for_save" -> wait_for_save(e)
       [] e.event = "get_finished" -> get_finished(e)
       [] e.event = "shutdown" -> shutdown(e)
+      [] e.event = "get_num_new_matched_tokens" -> get_num_new_matched_tokens(e)
+      [] e.event = "update_state_after_alloc" -> update_state_after_alloc(e)
+      [] e.event = "start_load_kv" -> start_load_kv(e)
+      [] e.event = "get_block_ids_with_load_errors" -> UNCHANGED Quiet
 
 Next1 == Log[l + 1]
 
@@ -399,7 +540,7 @@ task_complete ==
          /\ pending' = [pending EXCEPT ![w] = (@ \ {t}) \cup {[t EXCEPT !.status = "done"]}]
     /\ UNCHANGED <<l, why, reqState, blocksOf, swOf, freedSince, finishedIds, schedAsync, schedStep, metas, workerAsync,
                    wStep, wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites,
-                   preemptOverWaits, blockingWaits>>
+                   preemptOverWaits, blockingWaits, recvVars>>
 
 Hidden == \E w \in Ranks : NeedsRun(w) # {}
 
@@ -416,7 +557,7 @@ Logged ==
        ELSE /\ why' = reason
             /\ UNCHANGED <<l, reqState, blocksOf, swOf, freedSince, finishedIds, schedAsync, schedStep, metas, workerAsync,
                            pending, wStep, wPhase, reports, reportedTwice, unexpectedReports, dumpOverwrites,
-                           preemptOverWaits, blockingWaits>>
+                           preemptOverWaits, blockingWaits, recvVars>>
 
 Next == Logged \/ task_complete
 
@@ -437,12 +578,24 @@ TraceTypeInv ==
     /\ reportedTwice \in BOOLEAN
     /\ wStep \in [Ranks -> Nat] /\ wPhase \in [Ranks -> {"hp", "wfs", "gf"}]
     /\ schedStep \in Nat /\ DOMAIN metas \subseteq 1..schedStep
+    /\ asyncLookup \subseteq Reqs /\ received \subseteq Reqs /\ recvDelayed \subseteq Reqs
+    /\ \A w \in Ranks : \A x \in wLoads[w] : x.req \in Reqs /\ Range(x.blocks) \subseteq Blocks
+    /\ recvReports \subseteq Reqs \X Ranks
 
 (* DeferDump's safety invariants, evaluated by the model on this state.    *)
 NoOverwriteWhileDumpingInv == DD!NoOverwriteWhileDumpingInv
 NoUnexpectedReportInv == DD!NoUnexpectedReportInv
 PreemptWaitsOnlyPreemptedInv == DD!PreemptWaitsOnlyPreemptedInv
 NoWaitInWaitForSaveInv == DD!NoWaitInWaitForSaveInv
+
+(* No block is written by an asynchronous load after vLLM freed it or     *)
+(* handed it to another request: while a rank's load of r runs (submitted, *)
+(* not reported), r waits for remote KV or for its delayed free and holds  *)
+(* the load's blocks (DeferDump's NoLoadIntoFreedBlockInv at the log's     *)
+(* grain: a load runs until its rank reports it).                          *)
+TraceNoLoadIntoFreedBlockInv ==
+    \A w \in Ranks : \A x \in wLoads[w] :
+        State(x.req) \in {"remote", "delayed"} /\ Range(x.blocks) \subseteq Held(x.req)
 
 (* Each rank reports a request at most once.                               *)
 TraceReportOnceInv == ~reportedTwice

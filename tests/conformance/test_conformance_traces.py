@@ -167,10 +167,16 @@ def _shutdown_waits(phase):
     return phase["name"] == "shutdown" and any(len(records) > 0 for records in phase["ranks"].values())
 
 
+def _call(phase, name):
+    """The phase's call record named ``name`` (async-load phases record more calls before it)."""
+    return next(call for call in phase["calls"] if call["name"] == name)
+
+
 def _untracked_finish(phase):
     if phase["name"] != "update_from_output":
         return False
-    return len(phase["calls"][0]["reqs"]) > len(phase["calls"][0]["ucm_delayed"])
+    call = _call(phase, "request_finished")
+    return len(call["reqs"]) > len(call["ucm_delayed"])
 
 
 def _hit(phase):
@@ -178,11 +184,11 @@ def _hit(phase):
 
 
 def _tracks(phase):
-    return phase["name"] == "schedule" and len(phase["calls"][0]["tracked"]) > 0
+    return phase["name"] == "schedule" and len(_call(phase, "build_connector_meta")["tracked"]) > 0
 
 
 def _delays(phase):
-    return phase["name"] == "update_from_output" and len(phase["calls"][0]["ucm_delayed"]) > 0
+    return phase["name"] == "update_from_output" and len(_call(phase, "request_finished")["ucm_delayed"]) > 0
 
 
 def _preempt_waits(phase):

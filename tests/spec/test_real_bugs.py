@@ -25,7 +25,7 @@ REPRODUCING = [e for e in MODELS.values() if e.reproduces is not None]
 # The rows this file pins (the "Saves, preemption, ranks, windows" section), by model.
 ROWS = {"OuterNoForward": "P4", "PreemptLate": "P1", "ExtraNotShipped": "P5", "CountNotForwarded": "P6",
         "RfagDelaysAll": "P7", "ReportLostOnError": "P9", "WaitOneSave": "P13", "SlidingWindow": "P14",
-        "IdleIgnoresDelayed": "N12", "FenceCountsEmpty": "P3", "PreemptFenced": "N1"}
+        "IdleIgnoresDelayed": "N12", "FenceCountsEmpty": "P3", "PreemptFenced": "N1", "ReqIdReuse": "P2"}
 
 
 @pytest.fixture(scope="module")
@@ -236,6 +236,27 @@ def test_p13_one_save_waited_the_other_still_running(rows: dict[str, dict[str, A
     last_forward = _calls(row, "forward")[-1]
     assert last_forward[0] > i_gf
     assert blocks & {json.dumps(w["#tup"][0]) for w in _set(last_forward[1]["writes"])}
+
+
+@pytest.mark.verify
+def test_p2_a_stale_completion_ends_the_readmitted_requests_count(rows: dict[str, dict[str, Any]]) -> None:
+    """vllm#51637: r's save is waited at its preemption but its completion stays queued for the id (staleSaves);
+    r is re-admitted under the same id and dumps again; when it finishes, get_finished counts the stale
+    completion for the new save, waits nothing and reports r, and vLLM frees r's block while that save reads it."""
+    row = rows["ReqIdReuse"]
+    i_hp, hp = next((i, h) for i, h in _calls(row, "handle_preemptions") if _set(h["preempted_req_ids"]))
+    r = _set(hp["preempted_req_ids"])[0]
+    assert any(r in _set(t["reqs"]) for t in _set(hp["waited"])), "the preemption waited no save of the victim"
+    stale = [i for i, step in enumerate(row["trace"]) if r in _set(_map(step["state"]["staleSaves"])["0"])]
+    assert stale and stale[0] == i_hp
+    readmitted = [i for i, s in _calls(row, "build_connector_meta") if i > i_hp and r in _set(s["tracked"])]
+    assert readmitted, "the victim was not re-admitted and dumped under its id"
+    i_gf, gf = next((i, g) for i, g in _calls(row, "get_finished") if r in _set(g["finished_sending"]))
+    assert readmitted[0] <= i_gf and _set(gf["waited"]) == []
+    running = [t for t in _set(_map(_last(row, "pending"))["0"]) if t["status"] == "running" and r in _set(t["reqs"])]
+    assert running, "no save of the reported request still runs"
+    assert _map(_last(row, "reqState"))[json.dumps(r)] == "done"
+    assert _set(_map(_last(row, "staleSaves"))["0"]) == []  # the stale completion was consumed by that report
 
 
 @pytest.mark.verify

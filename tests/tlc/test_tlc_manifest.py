@@ -135,6 +135,7 @@ MUTANT_SWITCHES = {
     "IdleIgnoresDelayed": 'Bugs = {"idle_ignores_delayed"}',
     "PreemptFenced": 'Bugs = {"preempt_fenced"}',
     "FenceCountsEmpty": '"fence_counts_empty"}',
+    "ReqIdReuse": 'Bugs = {"count_per_req"}',
 }
 
 

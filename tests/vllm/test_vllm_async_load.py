@@ -37,10 +37,9 @@ from vllm_harness import (
 PROMPTS = token_prompts(2, 100, seed=83)  # three full blocks each: a 96-token hit
 MAX_TOKENS = 8
 ASYNC = {"store": "memory", "load_async": True}
-# The trace model has no asynchronous load yet (the `asyncspec` branch adds it to the spec): `deferdump validate`
-# refuses these logs, whose receive events it cannot read, in one line. Asserted, so the marker must go (and the
-# runs be validated in full) once the trace model reads the receive side.
-BEYOND_MODEL = pytest.mark.trace_beyond_model("event get_num_new_matched_tokens: the DeferDump trace model does not")
+# The trace model reads the receive side with one KV-cache group (docs/trace-validation.md): these runs are
+# validated in full. On the hybrid model `deferdump validate` refuses them in one line (asserted).
+HYBRID_BEYOND_MODEL = pytest.mark.trace_beyond_model("asynchronous loads on several KV-cache groups")
 
 
 class GatedLoads(KVStore):
@@ -103,7 +102,6 @@ def baseline(tiny_model_weights: Path) -> list[tuple[int, ...]]:
         return generate_and_drain(llm, PROMPTS, MAX_TOKENS)
 
 
-@BEYOND_MODEL
 def test_async_load_serves_repeated_prompts_and_an_abort_during_a_load_frees_after_it(
     tiny_model_weights: Path, baseline: list[tuple[int, ...]]
 ) -> None:
@@ -151,7 +149,7 @@ def test_async_load_serves_repeated_prompts_and_an_abort_during_a_load_frees_aft
         assert_drained_worker(worker)
 
 
-@BEYOND_MODEL
+@HYBRID_BEYOND_MODEL
 def test_async_load_failure_on_the_hybrid_model_keeps_the_engine_running(tiny_hybrid_model_weights: Path) -> None:
     """vLLM 0.32 raises on block-level load errors with two KV-cache groups (`_handle_invalid_blocks`); an
     asynchronous load's failure goes back as a failed receive instead, and vLLM recomputes the request."""
@@ -190,9 +188,8 @@ def _park_and_abort(llm: Any, worker: Any, gate: GatedLoads) -> tuple[Any, str]:
     return sched, victim
 
 
-# Refused as beyond the model like every asynchronous-load run, not for P8's mechanism: once the trace model
-# reads the receive side this must become `trace_rejected` at the missing finished_recving.
-@BEYOND_MODEL
+# Rejected where the rank drops the aborted request's load without reporting it (the `receiving` field).
+@pytest.mark.trace_rejected("get_finished", "receiving: a load dropped without its finished_recving")
 def test_async_load_p8_broken_mode_holds_the_aborted_requests_blocks_forever(tiny_model: Path) -> None:
     """Real bug P8 (vllm-ascend#16662), by the TEST-ONLY `test_drop_aborted_recving`: the aborted request is
     dropped from the receive set, its finished_recving never comes, and vLLM never frees its blocks."""
