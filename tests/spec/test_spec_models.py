@@ -52,6 +52,10 @@ EXPECTED_CALLS: dict[str, set[str]] = {
     "DumpsFailedLoadsContent": {"build_connector_meta", "forward", "wait_for_save"},
     # the field's bugs (docs/real-bugs.md); their mechanisms in order: tests/spec/test_real_bugs.py
     "PreemptLate": {"build_connector_meta", "forward", "handle_preemptions"},
+    # P2: the save waited at the preemption leaves its completion queued; the re-admitted request saves again,
+    # finishes, and get_finished counts the stale completion for the new save: reported and freed while it reads
+    "ReqIdReuse": {"handle_preemptions", "wait_for_save", "request_finished", "get_finished",
+                   "_update_from_kv_xfer_finished"},
     "ExtraNotShipped": {"request_finished", "build_connector_meta", "get_finished", "_update_from_kv_xfer_finished"},
     "CountNotForwarded": {"request_finished", "get_finished", "_update_from_kv_xfer_finished"},
     "RfagDelaysAll": {"request_finished", "get_finished"},
