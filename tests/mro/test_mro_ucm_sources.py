@@ -37,7 +37,8 @@ STAGES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
         "UCMDirectConnector": "safe",  # the PR's protocol (not SupportsHMA: single, multi, MLA)
         "UCMLayerWiseConnector": "safe",  # per-layer tasks join the same pending list (two layers too)
         "UCMCPConnector": "safe",  # LayerWise's or Direct's saves; Direct's tracking
-        "UCMPDConnector": "unknown",  # an expected verdict: get_finished raises NotImplementedError, so the class cannot run (a crash, never a reuse)
+        # an expected verdict: get_finished raises NotImplementedError, the class cannot run (a crash, never a reuse)
+        "UCMPDConnector": "unknown",
         "UCMMockConnector": "safe",  # Direct's
         "UCMLiteConnector": "safe",  # Direct's, plus a fake-pointer dump waited in the lookup
         # SupportsHMA wrapper: on a hybrid model the deferred inner dumps are unfenced, but __init__ may pick
@@ -52,7 +53,7 @@ STAGES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
         "UCMDirectConnector": "safe",
         "UCMLayerWiseConnector": "safe",
         "UCMCPConnector": "safe",
-        "UCMPDConnector": "unknown",  # as at #989: an expected verdict, not a gap (get_finished raises NotImplementedError, so the class cannot run; never a reuse)
+        "UCMPDConnector": "unknown",  # as at #989 (an expected verdict, not a gap)
         "UCMMockConnector": "safe",
         "UCMLiteConnector": "safe",
         "UCMFAWAConnector": "unknown",
