@@ -52,7 +52,9 @@ def watch(
     scribble: bool = typer.Option(True, "--scribble/--no-scribble", help="Overwrite blocks vLLM hands out from its free pool."),
     as_json: bool = typer.Option(False, "--json", help='Print a JSON list of {"scenario","verdict","detail"}.'),
     timeout: float = typer.Option(900.0, "--timeout", help="Seconds one scenario may take before it is a hang."),
-    hang_after: float = typer.Option(20.0, "--hang-after", help="The watchdog's bound: seconds without progress."),
+    hang_after: float = typer.Option(
+        20.0, "--hang-after",
+        help="The watchdog's bound: seconds without progress while the engine steps (one step may run 6x as long)."),
     work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Keep each scenario's logs and engine output here."),
 ) -> int:
     """Run vLLM scenarios with the connector inside deferdump's watching wrapper; one verdict per scenario."""

@@ -13,8 +13,6 @@ import json
 import logging
 import os
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +28,8 @@ from deferdump.tools.watch.scenarios import (
     run_workload,
     skip_reason,
 )
-from deferdump.tools.watch.verdict import CONTRACT, CRASH, HANG, MISMATCH, OK, SKIPPED, UNKNOWN, ScenarioResult
+from deferdump.tools.watch.verdict import CONTRACT, CRASH, MISMATCH, OK, SKIPPED, UNKNOWN, ScenarioResult
+from deferdump.tools.watch.watchdog import Watchdog
 
 logger = logging.getLogger(__name__)
 RESULT_FILE = "result.json"
@@ -49,60 +48,6 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}"[:400] if message else type(exc).__name__
 
 
-class Watchdog:
-    """Ends the process with a `hang` verdict when the engine's requests make no progress for `bound` s.
-
-    Progress: any change in the scheduler's requests (ids, computed and output tokens, status). A finished
-    request whose blocks wait for a connector report does not change: a connector that never reports is
-    seen here. The verdict names the requests still holding blocks.
-    """
-
-    def __init__(self, result_path: Path, scenario: str, bound: float) -> None:
-        self.result_path, self.scenario, self.bound = result_path, scenario, bound
-        self.scheduler: Any = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="deferdump-watchdog", daemon=True)
-
-    def start(self, scheduler: Any) -> None:
-        self.scheduler = scheduler
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _snapshot(self) -> tuple[Any, ...]:
-        for _ in range(5):  # the engine thread may change the dict while it is read
-            try:
-                return tuple(sorted(
-                    (rid, r.num_computed_tokens, r.num_output_tokens, str(r.status))
-                    for rid, r in list(self.scheduler.requests.items())))
-            except RuntimeError:
-                time.sleep(0.01)
-        return ("unreadable", time.monotonic())
-
-    def holders(self) -> str:
-        manager = self.scheduler.kv_cache_manager
-        held = []
-        for rid, request in sorted(list(self.scheduler.requests.items())):
-            try:
-                count = sum(len([b for b in g if b]) for g in manager.get_block_ids(rid))
-            except Exception:  # noqa: BLE001 - a report, best effort
-                count = -1
-            held.append(f"{rid} ({request.status.name.lower()}, {count} blocks)")
-        return ", ".join(held) or "none"
-
-    def _run(self) -> None:
-        last, since = self._snapshot(), time.monotonic()
-        while not self._stop.wait(0.25):
-            now = self._snapshot()
-            if now != last:
-                last, since = now, time.monotonic()
-            elif now and time.monotonic() - since >= self.bound:
-                detail = f"no progress for {self.bound:g} s; requests still holding blocks: {self.holders()}"
-                write_result(self.result_path, ScenarioResult(self.scenario, HANG, detail))
-                os._exit(0)
-
-
 def write_result(path: Path, result: ScenarioResult) -> None:
     partial = path.with_suffix(".tmp")
     partial.write_text(json.dumps(result.as_json()))
@@ -115,7 +60,9 @@ def _run_engine(kwargs: dict[str, Any], scenario: Scenario, watchdog: Watchdog |
 
     llm = LLM(**kwargs)
     try:
-        return run_workload(llm, scenario, None if watchdog is None else watchdog.start)
+        if watchdog is None:
+            return run_workload(llm, scenario)
+        return run_workload(llm, scenario, watchdog.start, watchdog.stepped)
     finally:
         llm.llm_engine.engine_core.shutdown()
         cleanup_dist_env_and_memory()
@@ -171,7 +118,7 @@ def run(spec: dict[str, Any]) -> ScenarioResult:
     hma = spec["hma"] and not scenario.multi or (scenario.multi and _multi_hma(inner))
     log_dir = work / "log"
     transfer = watch_transfer_config(inner, hma=hma, log_dir=str(log_dir), scribble=spec["scribble"])
-    watchdog = Watchdog(work / RESULT_FILE, name, float(spec["hang_after"]))
+    watchdog = Watchdog(name, float(spec["hang_after"]), lambda result: _end_hung(work / RESULT_FILE, result))
     try:
         got = _run_engine({**kwargs, "kv_transfer_config": transfer}, scenario, watchdog)
     except Exception as exc:  # noqa: BLE001 - any failure of the engine with the connector is the verdict
@@ -189,6 +136,12 @@ def run(spec: dict[str, Any]) -> ScenarioResult:
     if mismatch is not None:
         return ScenarioResult(name, MISMATCH, mismatch)
     return ScenarioResult(name, OK, f"{len(got)} outputs bitwise equal to a run without a connector")
+
+
+def _end_hung(result_path: Path, result: ScenarioResult) -> None:
+    """Writes the `hang` verdict and ends the process: the engine cannot be stopped from here."""
+    write_result(result_path, result)
+    os._exit(0)
 
 
 def _contract_before_crash(log_dir: Path) -> str | None:

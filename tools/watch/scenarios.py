@@ -125,10 +125,12 @@ def engine_kwargs(model_dir: Path, scenario: Scenario) -> dict[str, Any]:
     return kwargs
 
 
-def run_workload(llm: Any, scenario: Scenario, on_build: Callable[[Any], None] | None = None) -> dict[str, Any]:
+def run_workload(llm: Any, scenario: Scenario, on_build: Callable[[Any], None] | None = None,
+                 on_step: Callable[[], None] | None = None) -> dict[str, Any]:
     """Every round of `scenario` on `llm`: outputs by `<round>/<prompt>` as (token id, logprob) tuples.
 
-    Aborted prompts have no output. `on_build` receives the in-process scheduler once (the watchdog)."""
+    Aborted prompts have no output. `on_build` receives the in-process scheduler once and `on_step` is
+    called after every engine step (the watchdog)."""
     from vllm import SamplingParams
 
     engine = llm.llm_engine
@@ -157,5 +159,7 @@ def run_workload(llm: Any, scenario: Scenario, on_build: Callable[[Any], None] |
                     outputs[f"{index}/{name}"] = tuple(
                         (int(token), float(logprobs[token].logprob))
                         for token, logprobs in zip(completion.token_ids, completion.logprobs or ()))
+            if on_step is not None:
+                on_step()
             step += 1
     return outputs
