@@ -123,3 +123,18 @@ def test_liveness_option_catches_a_get_finished_that_never_reports(runner: Model
     assert safety.verdict == "safe"
     assert (live.verdict, live.violated) == ("unsafe", "DelayedEventuallyFreedProp")
     assert live.labels["Silent.get_finished"] == "base"
+
+
+def test_a_case_tlc_cannot_finish_in_time_is_unknown_and_the_run_goes_on() -> None:
+    """A timeout decides nothing: that case is `unknown` naming the time and how to decide it, and the
+    other classes are still judged (it used to end the whole run with one error line)."""
+    hurried = ModelRunner(ModelBounds(), timeout=0.05)  # less than a JVM start
+    verdicts = judge_files([FIXTURES / "ucm_shaped.py"], only=["UCMCPConnector", "UCMDirectConnector"],
+                           runner=hurried).connectors
+    for name in ("UCMCPConnector", "UCMDirectConnector"):
+        verdict = verdicts[name]
+        assert verdict.verdict == "unknown", verdict
+        for judgement in verdict.judgements:
+            assert judgement.verdict == "unknown" and judgement.counterexample is None
+            (reason,) = judgement.reasons
+            assert "did not finish" in reason and "within 0.05 s" in reason and "--timeout" in reason

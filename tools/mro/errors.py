@@ -26,3 +26,8 @@ class NoConnectorError(MroError):
 
 class JudgeError(MroError):
     """TLC could not check a generated model (a spec error, a timeout): no verdict is possible."""
+
+
+class ModelTimeout(JudgeError):
+    """TLC did not finish one generated model within the allowed time: that case is `unknown`, not an
+    error of the whole run (the judge catches it per case)."""

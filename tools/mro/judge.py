@@ -29,7 +29,7 @@ from deferdump.tools.mro.behaviour import (
     DefinitionLabel,
     EffectReader,
 )
-from deferdump.tools.mro.errors import JudgeError, MroError
+from deferdump.tools.mro.errors import JudgeError, ModelTimeout, MroError
 from deferdump.tools.mro.hierarchy import Hierarchy, build_hierarchy
 from deferdump.tools.mro.source import read_files
 from deferdump.tools.mro.tla import (
@@ -255,6 +255,10 @@ class ModelRunner:
         self.runs += 1
         status = getattr(result.status, "value", result.status)
         if status == "error":
+            if getattr(result.kind, "value", result.kind) == "timeout":
+                states = "" if result.distinct_states is None else f", {result.distinct_states} distinct states so far"
+                raise ModelTimeout(f"TLC did not finish the model of {inner} ({path}, {case}) within "
+                                   f"{self.timeout:g} s{states}: not decided (raise --timeout to decide it)")
             raise JudgeError(f"TLC could not check the model for {inner} ({path}, {case}): {result.message}")
         passed = status == "pass"
         outcome = _Outcome(
@@ -418,6 +422,12 @@ class Judge:
 
     # -- judging -----------------------------------------------------------------------------------------
     def judge_context(self, cls: str, context: Context, inner_reasons: Sequence[str]) -> ContextJudgement:
+        try:
+            return self._judge_context(cls, context, inner_reasons)
+        except ModelTimeout as timeout:  # one case undecided: unknown, never a verdict it did not check
+            return ContextJudgement(context, "unknown", None, (str(timeout),))
+
+    def _judge_context(self, cls: str, context: Context, inner_reasons: Sequence[str]) -> ContextJudgement:
         labels = self._labels(cls, context.inner, inner_reasons, context.case)
         shown = {f"{l.owner}.{l.method}": l.label for l in labels if not self.hierarchy.classes[l.owner].external}
         unknowns = [l for l in labels if l.label == UNKNOWN]
