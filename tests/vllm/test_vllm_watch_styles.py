@@ -1,0 +1,64 @@
+"""[watch] Verdicts on connectors written in another style than the watch's own test connectors
+(tests/fixtures/watch/futures_connectors.py: the HMA interface, per-layer `concurrent.futures` tasks, a
+flush-on-reuse design beside the delayed free). Correct ones are `ok`; each broken one is not.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deferdump.tools.watch.verdict import CONTRACT, HANG, MISMATCH, OK
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "watch"
+sys.path.insert(0, str(FIXTURES))  # the connectors' module, as a user's would be importable
+
+
+def _inner(name: str, store: Path) -> dict[str, Any]:
+    return {"kv_connector": name, "kv_connector_module_path": "futures_connectors", "kv_role": "kv_both",
+            "kv_connector_extra_config": {"dir": str(store)}}
+
+
+@pytest.fixture(scope="module")
+def baselines(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("watch-baselines")
+
+
+def _run(scenario: str, inner: dict[str, Any], work: Path, baselines: Path):
+    from deferdump.tools.watch.resolve import resolve_inner
+    from deferdump.tools.watch.runner import run
+
+    _, hma = resolve_inner(inner)
+    assert hma, "the family is written against SupportsHMA: the watch must pick its HMA wrapper"
+    work.mkdir(parents=True, exist_ok=True)
+    return run({"scenario": scenario, "inner": inner, "hma": hma, "scribble": True, "work_dir": str(work),
+                "hang_after": 60, "baseline_cache": str(baselines)})
+
+
+@pytest.mark.parametrize("name", ["FuturesDelayedFreeConnector", "FlushOnReuseConnector"])
+def test_correct_connectors_of_either_design_are_ok_under_preemption(name: str, tmp_path: Path,
+                                                                    baselines: Path) -> None:
+    store = tmp_path / "store"
+    result = _run("preempt", _inner(name, store), tmp_path / "w", baselines)
+    assert result.verdict == OK, result
+    assert len(list(store.glob("*.pt"))) >= 10, "it stored blocks (what round 3 loads)"
+
+
+@pytest.mark.parametrize("name", ["FuturesEagerFreeConnector", "FuturesReportOnSubmitConnector",
+                                  "FlushTooLateConnector"])
+def test_copies_after_the_blocks_were_handed_on_are_not_ok(name: str, tmp_path: Path, baselines: Path) -> None:
+    result = _run("preempt", _inner(name, tmp_path / "store"), tmp_path / "w", baselines)
+    assert result.verdict in (MISMATCH, CONTRACT), result
+
+
+def test_a_lost_report_is_a_hang(tmp_path: Path, baselines: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watchdog ends its process: a child, as `deferdump watch` runs every scenario."""
+    from deferdump.tools.watch.session import run_scenario
+
+    monkeypatch.setenv("PYTHONPATH", str(FIXTURES))
+    result = run_scenario("prefix", _inner("FuturesLostReportConnector", tmp_path / "store"), hma=True,
+                          scribble=True, timeout=900, hang_after=10, work_root=tmp_path, baseline_cache=baselines)
+    assert result.verdict == HANG, result
+    assert "requests still holding blocks: r0-p0" in result.detail and "finished_" in result.detail
