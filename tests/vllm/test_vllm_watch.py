@@ -147,3 +147,18 @@ def test_reporting_an_undelayed_request_is_a_contract_violation(tmp_path: Path, 
     result = _run("prefix", _test_connector("ReportsUndelayedConnector", tmp_path / "store"), tmp_path / "w", baselines)
     assert result.verdict == "contract_violation", result
     assert result.detail.startswith("SendingOnlyDelayedInv: ") and "update_connector_output" in result.detail
+
+
+def test_reference_connector_with_asynchronous_loads_is_ok(tmp_path: Path, baselines: Path) -> None:
+    """Requests parked for an asynchronous load: their blocks are scribbled when vLLM hands them out, not
+    again when vLLM schedules them after the receive (the loaded prefix is live by then)."""
+    inner = {"kv_connector": "DeferDumpConnector", "kv_connector_module_path": "deferdump.reference.vllm",
+             "kv_role": "kv_both", "kv_connector_extra_config": {"store": "memory", "load_async": True}}
+    result = _run("prefix", inner, tmp_path / "w", baselines, hma=True)
+    assert result.verdict == OK, result
+    import json
+
+    events = [json.loads(line) for path in (tmp_path / "w" / "log").rglob("*") if path.is_file()
+              for line in path.read_text().splitlines() if line.strip()]
+    parked = [e for e in events if e["event"] == "get_num_new_matched_tokens" and e["load_async"] and e["matched"]]
+    assert len(parked) == 3, "round two's three prompts were each loaded asynchronously"

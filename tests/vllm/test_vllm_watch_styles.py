@@ -53,6 +53,16 @@ def test_copies_after_the_blocks_were_handed_on_are_not_ok(name: str, tmp_path: 
     assert result.verdict in (MISMATCH, CONTRACT), result
 
 
+@pytest.mark.parametrize(("name", "verdicts"), [("FuturesDelayedFreeConnector", (OK,)),
+                                               ("FuturesOneTableConnector", (MISMATCH, CONTRACT))])
+def test_hybrid_model_needs_each_groups_own_blocks(name: str, verdicts: tuple[str, ...], tmp_path: Path,
+                                                  baselines: Path) -> None:
+    """On the tiny hybrid model a connector that takes the full-attention group's block ids for every layer
+    reads and writes the sliding-window layers at the wrong blocks; the one that keeps each group's ids is ok."""
+    result = _run("sliding_window", _inner(name, tmp_path / "store"), tmp_path / "w", baselines)
+    assert result.verdict in verdicts, result
+
+
 def test_a_lost_report_is_a_hang(tmp_path: Path, baselines: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The watchdog ends its process: a child, as `deferdump watch` runs every scenario."""
     from deferdump.tools.watch.session import run_scenario
@@ -62,3 +72,24 @@ def test_a_lost_report_is_a_hang(tmp_path: Path, baselines: Path, monkeypatch: p
                           scribble=True, timeout=900, hang_after=10, work_root=tmp_path, baseline_cache=baselines)
     assert result.verdict == HANG, result
     assert "requests still holding blocks: r0-p0" in result.detail and "finished_" in result.detail
+
+
+def test_correct_asynchronous_loads_are_ok(tmp_path: Path, baselines: Path) -> None:
+    """Round two's prompts hit the store and wait in WAITING_FOR_REMOTE_KVS until their loads are done."""
+    result = _run("prefix", _inner("FuturesAsyncLoadConnector", tmp_path / "store"), tmp_path / "w", baselines)
+    assert result.verdict == OK, result
+
+
+def test_a_receive_reported_before_the_load_wrote_is_not_ok(tmp_path: Path, baselines: Path) -> None:
+    result = _run("prefix", _inner("FuturesEarlyRecvConnector", tmp_path / "store"), tmp_path / "w", baselines)
+    assert result.verdict in (MISMATCH, CONTRACT), result
+
+
+def test_a_receive_never_reported_is_a_hang(tmp_path: Path, baselines: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from deferdump.tools.watch.session import run_scenario
+
+    monkeypatch.setenv("PYTHONPATH", str(FIXTURES))
+    result = run_scenario("prefix", _inner("FuturesNeverRecvConnector", tmp_path / "store"), hma=True,
+                          scribble=True, timeout=900, hang_after=10, work_root=tmp_path, baseline_cache=baselines)
+    assert result.verdict == HANG, result
+    assert "requests still holding blocks: r1-p0" in result.detail and "waiting_for_remote_kvs" in result.detail

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from deferdump.reference.errors import DeferDumpError
 from deferdump.reference.tracelog import SCHEDULER, WORKER, TraceLog, ids
 from deferdump.tools.watch.config import WatchConfig
-from deferdump.tools.watch.fresh import step_fresh_blocks
+from deferdump.tools.watch.fresh import fresh_blocks, step_fresh_blocks
 
 from vllm.config.kv_transfer import KVTransferConfig
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
@@ -94,6 +94,8 @@ class WatchConnector(KVConnectorBase_V1):
         self._block_size = vllm_config.cache_config.block_size
         self._num_blocks = kv_cache_config.num_blocks
         self._local_hits: dict[str, int] = {}  # scheduler: the local hit vLLM last told us, per request
+        self._async_loads: set[str] = set()  # scheduler: answered load_async with tokens to load
+        self._parked_fresh: set[int] = set()  # scheduler: blocks handed to requests parked for a load, this step
         self._kv_caches: list["torch.Tensor"] = []  # worker: the layers' KV tensors (scribble targets)
         self._step_meta: Any = None  # worker: the metadata of the step being logged
         self._log: TraceLog | None = None
@@ -275,6 +277,10 @@ class WatchConnector(KVConnectorBase_V1):
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int | None, bool]:
         matched, load_async = self.inner.get_num_new_matched_tokens(request, num_computed_tokens)
         self._local_hits[request.request_id] = num_computed_tokens
+        if load_async and matched:
+            self._async_loads.add(request.request_id)
+        else:
+            self._async_loads.discard(request.request_id)
         if self._log is not None:
             self._log.write("get_num_new_matched_tokens", req=request.request_id,
                             num_computed_tokens=num_computed_tokens, matched=matched, load_async=bool(load_async))
@@ -285,6 +291,15 @@ class WatchConnector(KVConnectorBase_V1):
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
         self.inner.update_state_after_alloc(request, blocks, num_external_tokens)
+        req = request.request_id
+        if self.watch.scribble and req in self._async_loads and num_external_tokens > 0 and req in self._local_hits:
+            # Parked in WAITING_FOR_REMOTE_KVS, not scheduled this step: its blocks after the local hit are
+            # fresh now (scribbled before the load starts); once received, the loaded prefix is live, so
+            # when vLLM schedules it later only blocks past the loaded tokens are fresh.
+            local = self._local_hits[req]
+            self._parked_fresh.update(fresh_blocks([list(g) for g in blocks.get_block_ids()], local // self._block_size))
+            self._local_hits[req] = local + num_external_tokens
+            self._async_loads.discard(req)
         if self._log is not None:
             groups = [list(g) for g in blocks.get_block_ids()]
             fields: dict[str, Any] = {"block_ids": groups[0] if groups else []}
@@ -303,8 +318,12 @@ class WatchConnector(KVConnectorBase_V1):
         cached = [(req, req in cached_out.resumed_req_ids, cached_out.new_block_ids[i] or ())
                   for i, req in enumerate(cached_out.req_ids)]
         fresh = step_fresh_blocks(new, cached, self._local_hits, self._block_size) if self.watch.scribble else []
+        if self._parked_fresh:
+            fresh = sorted(set(fresh) | self._parked_fresh)
+            self._parked_fresh.clear()
         for req in scheduler_output.finished_req_ids:
             self._local_hits.pop(req, None)
+            self._async_loads.discard(req)
         if self._log is not None:
             self._log.next_step()
             self._log.write("build_connector_meta", **_step_fields(scheduler_output, self._block_size))
