@@ -351,3 +351,28 @@ def test_n2_both_children_load_and_the_later_receive_is_unexpected(rows: dict[st
     assert [r in _set(u["unexpected"]) for u in updates] == [True]
     assert _map(_last(row, "reqState"))[json.dumps(r)] != "remote"
     assert _set(_last(row, "unexpectedReports")) == [r]
+
+
+@pytest.mark.verify
+def test_n2_the_first_childs_report_lets_the_block_go_under_the_other_load(rows: dict[str, dict[str, Any]]) -> None:
+    """vllm#51786 (the late write): both children load r's block; one child's finished_recving (a child given 0
+    tokens reports at once) promotes r, or frees it if it was aborted while it waited, while the other child's
+    load still writes the block: r computes on it, or the pool hands it to another request."""
+    row = rows["MultiBothLoadWrite"]
+    i_sl, sl = next((i, c) for i, c in _calls(row, "start_load_kv") if _set(c["submitted"]))
+    assert _set(sl["submitted"]) == _set(sl["sibling_submitted"]), "the children did not load the same block"
+    (load,) = _set(sl["submitted"])
+    r, block = load["#tup"]
+    reports = [(i, g) for i, g in _calls(row, "get_finished") if r in _set(g["finished_recving"])]
+    assert len(reports) == 1, "r was reported received other than once"
+    (i_first, first), = reports
+    (early,) = [c for c, key in (("ucm", "ucm_recving"), ("sib", "sibling_recving")) if r in _set(first[key])]
+    tasks = [t for t in _set(_map(_last(row, "loadTasks"))["0"]) if t["req"] == r]
+    assert [(t["child"], t["status"], t["block"]) for t in tasks] == [
+        ("sib" if early == "ucm" else "ucm", "running", block)], "the other child's load is not still writing"
+    state = _map(_last(row, "reqState"))[json.dumps(r)]
+    held = [json.dumps(b) for b in _seq(_map(_last(row, "blocksOf"))[json.dumps(r)])]
+    assert state == "running" or (state == "done" and held == []), (state, held)
+    if state == "done":  # aborted while it waited: vLLM's delayed free ends at the first report
+        aborts = [i for i, c in _calls(row, "finish_requests") if c["req"] == r and _set(c["delayed"]) == [r]]
+        assert aborts and aborts[0] < i_first

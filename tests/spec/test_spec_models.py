@@ -77,6 +77,7 @@ EXPECTED_CALLS: dict[str, set[str]] = {
     # N2: both children load, the first report promotes the request, the second is unexpected (test_real_bugs.py)
     "MultiBothLoad": {"update_state_after_alloc", "start_load_kv", "load_complete", "get_finished",
                       "_update_waiting_for_remote_kv", "_update_from_kv_xfer_finished"},
+    "MultiBothLoadWrite": {"update_state_after_alloc", "start_load_kv", "load_complete", "get_finished"},
 }
 
 
