@@ -146,10 +146,10 @@ BugNames == {"agg_first", "redo_untracked", "shutdown_no_release", "lookup_sees_
 (*   blocks and each reports its own finished_recving, which MultiConnector *)
 (*   unions (vLLM #53049; #51786: a child given 0 tokens reports the id    *)
 (*   at once, its load being empty, which is the sibling's load completing *)
-(*   first).  vLLM 0.32 assigns the request to the                         *)
-(*   first child with a hit (multi_connector.py ~434-452) and gives the    *)
-(*   others 0 external tokens (~467-479), so they load nothing: with the   *)
-(*   switch off the sibling is invisible on the receive side.              *)
+(*   first).  vLLM 0.32 assigns the request to the first child with a hit  *)
+(*   (multi_connector.py ~434-452) and gives the others 0 external tokens  *)
+(*   (~467-479), so they load nothing: with the switch off the sibling is  *)
+(*   invisible on the receive side.                                        *)
 AsyncBugNames == {"abort_no_recv_delay", "abort_always_delays", "drop_aborted_recv",
                   "abort_frees_finished", "track_through_load", "async_empty_hit",
                   "retry_failed_hit", "no_load_expiry", "both_children_load"}
@@ -752,7 +752,7 @@ handle_preemptions(w, m, s) ==
 (* status]: "running", then "done", "failed" or (fault "lost") "lost": it  *)
 (* writes no more and never completes.  Under "both_children_load" (N2)   *)
 (* it also names the child that submitted it (`child`, "ucm" or "sib"):   *)
-(* MultiConnector.start_load_kv calls every child's (multi_connector.py).  *)
+(* MultiConnector.start_load_kv calls every child's (~319-321).           *)
 IsLoadTask(t) ==
     /\ \/ DOMAIN t = {"req", "block", "status"}
        \/ BothLoad /\ DOMAIN t = {"req", "block", "status", "child"} /\ t.child \in LoadChildren
