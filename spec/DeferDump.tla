@@ -139,10 +139,20 @@ BugNames == {"agg_first", "redo_untracked", "shutdown_no_release", "lookup_sees_
 (*   (vLLM #49176);                                                        *)
 (* "no_load_expiry": a lost load (fault "lost": a push-mode sender that    *)
 (*   crashed) is never given up, so its receive is never reported (vLLM    *)
-(*   #46283).                                                              *)
+(*   #46283);                                                              *)
+(* "both_children_load" [N2]: the top connector is a MultiConnector whose  *)
+(*   second child also loads (a loading sibling, not the saving one of     *)
+(*   Multi): both children start a load of an admitted request into its   *)
+(*   blocks and each reports its own finished_recving, which MultiConnector *)
+(*   unions (vLLM #53049; #51786: a child given 0 tokens reports the id    *)
+(*   at once, its load being empty, which is the sibling's load completing *)
+(*   first).  vLLM 0.32 assigns the request to the first child with a hit  *)
+(*   (multi_connector.py ~434-452) and gives the others 0 external tokens  *)
+(*   (~467-479), so they load nothing: with the switch off the sibling is  *)
+(*   invisible on the receive side.                                        *)
 AsyncBugNames == {"abort_no_recv_delay", "abort_always_delays", "drop_aborted_recv",
                   "abort_frees_finished", "track_through_load", "async_empty_hit",
-                  "retry_failed_hit", "no_load_expiry"}
+                  "retry_failed_hit", "no_load_expiry", "both_children_load"}
 ASSUME Moves \subseteq MoveNames /\ Bugs \subseteq BugNames \cup AsyncBugNames
 Bug(x) == x \in Bugs
 ASSUME ("some_delayed" \in Moves \/ "split_reports" \in Moves) => Multi
@@ -163,6 +173,12 @@ AL == Mv("async_loads")
 ASSUME AL => /\ StoreHits /\ ~Multi /\ ~Hybrid /\ PromptBlocks = 1
              /\ ~Mv("store_visibility") /\ ~Mv("shutdown")
 ASSUME "lost" \in Faults => AL
+\* N2: the children that load an admitted request (a load task and its record name the child);
+\* the loading sibling is not combined with the saving one (Multi) nor with the receive bugs
+\* that read the rank's report set rather than its load tasks.
+BothLoad == Bug("both_children_load")
+LoadChildren == {"ucm", "sib"}
+ASSUME BothLoad => AL /\ ~Multi /\ {"drop_aborted_recv", "async_empty_hit"} \cap Bugs = {}
 
 NumRanks == Cardinality(Rank)
 
@@ -618,13 +634,22 @@ Promote(S) ==
 (* scheduler.py ~3222-3235, while the load still writes).                 *)
 (* Bug "async_empty_hit": the hit had nothing to transfer (vLLM #56640),   *)
 (* so the connector records no load although it answered load_async.      *)
+(* Bug "both_children_load" (N2): MultiConnector.update_state_after_alloc  *)
+(* gives the external tokens to both children (vLLM 0.32 gives the second *)
+(* 0, multi_connector.py ~467-479), so each child sends a receive slice.   *)
 AsyncAdmit(S, x) ==
     LET m     == x.meta
         hits  == {a \in m.writes : a.hit}
         rq    == {a.req : a \in hits}
         ready == {r \in Req : S.rs[r] = "remote" /\ r \in S.rd}
         recv  == IF "async_empty_hit" \in Bugs THEN {}
+                 ELSE IF BothLoad
+                 THEN {[req |-> a.req, block |-> a.block, child |-> c] : a \in hits, c \in LoadChildren}
                  ELSE {[req |-> a.req, block |-> a.block] : a \in hits}
+        \* N2: MultiConnector's calls for the admission, each child's share of the hit
+        alloc == IF BothLoad
+                 THEN <<[name |-> "update_state_after_alloc", ucm_external |-> rq, sibling_external |-> rq]>>
+                 ELSE <<>>
     IN  [S |-> [x.S EXCEPT !.rs = [r \in Req |-> IF r \in rq THEN "remote" ELSE x.S.rs[r]],
                            !.sa = IF "track_through_load" \in Bugs THEN x.S.sa ELSE x.S.sa \ rq],
          meta |-> [writes |-> m.writes \ hits, dump |-> m.dump, load |-> {},
@@ -638,7 +663,7 @@ AsyncAdmit(S, x) ==
                  ELSE [x.rec EXCEPT !.calls =
                          <<[name |-> "_update_waiting_for_remote_kv", reqs |-> ready,
                             failed |-> ready \cap S.rf],
-                           [name |-> "get_num_new_matched_tokens", load_async |-> rq]>> \o @]]
+                           [name |-> "get_num_new_matched_tokens", load_async |-> rq]>> \o alloc \o @]]
 
 NoRehit(S, x) == "retry_failed_hit" \in Bugs \/ \A a \in x.meta.writes : a.hit => a.req \notin S.nh
 SchedResults(S) ==
@@ -725,18 +750,27 @@ handle_preemptions(w, m, s) ==
 (* (`recv`); it untracks the request's dumps (see AsyncAdmit).  The task   *)
 (* writes its block until it completes.  A LoadTask is [req, block,        *)
 (* status]: "running", then "done", "failed" or (fault "lost") "lost": it  *)
-(* writes no more and never completes.                                     *)
+(* writes no more and never completes.  Under "both_children_load" (N2)   *)
+(* it also names the child that submitted it (`child`, "ucm" or "sib"):   *)
+(* MultiConnector.start_load_kv calls every child's (~319-321).           *)
 IsLoadTask(t) ==
-    /\ DOMAIN t = {"req", "block", "status"}
+    /\ \/ DOMAIN t = {"req", "block", "status"}
+       \/ BothLoad /\ DOMAIN t = {"req", "block", "status", "child"} /\ t.child \in LoadChildren
     /\ t.req \in Req /\ t.block \in Block /\ t.status \in {"running", "done", "failed", "lost"}
 start_load_kv(w, m, s) ==
-    LET new == IF AL THEN {[req |-> l.req, block |-> l.block, status |-> "running"] : l \in m.recv}
+    LET new == IF AL /\ BothLoad
+               THEN {[req |-> l.req, block |-> l.block, status |-> "running", child |-> l.child] : l \in m.recv}
+               ELSE IF AL THEN {[req |-> l.req, block |-> l.block, status |-> "running"] : l \in m.recv}
                ELSE {}
         untrack == IF "track_through_load" \in Bugs THEN {} ELSE {t.req : t \in new}
     IN  [s |-> [s EXCEPT !.loads = @ \cup new, !.recv = @ \cup {t.req : t \in new},
                          !.async = @ \ untrack],
-         call |-> IF ~Record THEN NoCall ELSE
-                  [name |-> "start_load_kv", submitted |-> {<<t.req, t.block>> : t \in new}]]
+         call |-> IF ~Record THEN NoCall
+                  ELSE IF BothLoad
+                  THEN [name |-> "start_load_kv",
+                        submitted |-> {<<t.req, t.block>> : t \in {u \in new : u.child = "ucm"}},
+                        sibling_submitted |-> {<<t.req, t.block>> : t \in {u \in new : u.child = "sib"}}]
+                  ELSE [name |-> "start_load_kv", submitted |-> {<<t.req, t.block>> : t \in new}]]
 
 (* The model's forward: each newly allocated block is written with its     *)
 (* request's prompt block (by the attention layers, or by the load of a    *)
@@ -849,7 +883,11 @@ wait_for_save(w, m, s, checkErr, submitFails) ==
 (* loads whose load tasks are over (failed_recving: one failed), dropping  *)
 (* those tasks (a loading request is not tracked for dumps: start_load_kv). *)
 (* Bug "drop_aborted_recv": the rank forgets the receives of finished      *)
-(* requests.                                                               *)
+(* requests.  Bug "both_children_load" (N2): each child reports a request *)
+(* once its own load tasks of it are over, and MultiConnector reports the *)
+(* union, uncounted (get_transfer_results, multi_connector.py ~358-377:    *)
+(* finished_recving.update per child, unlike the count of extra saves), so *)
+(* the child that finishes later reports the request a second time.      *)
 get_finished(w, m, s, sibNow) ==
     LET af   == IF GFLabel \in {"wait_finished", "report_before_wait"}
                 THEN m.finished \cap s.async ELSE {}
@@ -870,8 +908,18 @@ get_finished(w, m, s, sibNow) ==
         \* and reported failed; "no_load_expiry" waits for it forever
         Gone(t) == IF t.status = "lost" THEN "no_load_expiry" \notin Bugs ELSE t.status # "running"
         Over(r) == \A t \in s.loads : t.req = r => Gone(t)
-        rdone == {r \in rin : Over(r)}
-        rfail == {r \in rdone : \E t \in s.loads : t.req = r /\ t.status \in {"failed", "lost"}}
+        \* N2: the requests child c reports now (its load tasks of them are all over)
+        ChildDone(c) == LET mine == {t \in s.loads : t.child = c}
+                        IN  {r \in {t.req : t \in mine} : \A t \in mine : t.req = r => Gone(t)}
+        childDone == IF BothLoad THEN [c \in LoadChildren |-> ChildDone(c)] ELSE <<>>
+        Reported(t) == t.req \in childDone[t.child]
+        rdone == IF BothLoad THEN UNION {childDone[c] : c \in LoadChildren}
+                 ELSE {r \in rin : Over(r)}
+        rfail == IF BothLoad
+                 THEN {r \in rdone : \E t \in s.loads : t.req = r /\ Reported(t) /\ t.status \in {"failed", "lost"}}
+                 ELSE {r \in rdone : \E t \in s.loads : t.req = r /\ t.status \in {"failed", "lost"}}
+        loads1 == IF BothLoad THEN {t \in s.loads : ~Reported(t)} ELSE {t \in s.loads : t.req \notin rdone}
+        recv1 == IF BothLoad THEN {t.req : t \in loads1} ELSE rin \ rdone
         ucm  == af \ lost
         sibAll == IF Multi THEN s.sib \cup (IF Mv("some_delayed") THEN m.sibFin ELSE m.finished)
                   ELSE {}
@@ -883,11 +931,17 @@ get_finished(w, m, s, sibNow) ==
         ex2  == ex1 \ sib
         out  == IF Bug("count_not_forwarded") /\ w # Rank0 THEN {} ELSE emitU \cup emitS
     IN  [s |-> [s1 EXCEPT !.async = @ \ ucm, !.extra = ex2, !.sib = sibAll \ sib, !.stale = @ \ af,
-                          !.loads = {t \in @ : t.req \notin rdone}, !.recv = rin \ rdone],
+                          !.loads = loads1, !.recv = recv1],
          out |-> out,
          recv |-> rdone,
          rfail |-> rfail,
          call |-> IF ~Record THEN NoCall
+                  ELSE IF BothLoad
+                  THEN [name |-> "get_finished", finished_req_ids |-> m.finished,
+                        waited |-> WaitRecords(T), ucm_sending |-> ucm,
+                        sibling_sending |-> sib, finished_sending |-> out,
+                        ucm_recving |-> childDone["ucm"], sibling_recving |-> childDone["sib"],
+                        finished_recving |-> rdone, failed_recving |-> rfail]
                   ELSE IF AL
                   THEN [name |-> "get_finished", finished_req_ids |-> m.finished,
                         waited |-> WaitRecords(T), ucm_sending |-> ucm,
@@ -1352,6 +1406,9 @@ load_complete ==
          /\ t.status = "running"
          /\ loadTasks' = [loadTasks EXCEPT ![w] = (@ \ {t}) \cup {[t EXCEPT !.status = o]}]
          /\ action' = IF ~Record THEN [name |-> "load_complete"]
+                      ELSE IF BothLoad
+                      THEN [name |-> "load_complete", rank |-> w, req |-> t.req,
+                            block |-> t.block, outcome |-> o, child |-> t.child]
                       ELSE [name |-> "load_complete", rank |-> w, req |-> t.req,
                             block |-> t.block, outcome |-> o]
     /\ UNCHANGED <<schedVars, workerAsync, pending, live, releaseErrors, workerExtra, sibPending,

@@ -22,10 +22,12 @@ pytestmark = pytest.mark.slow
 
 MODELS = {e.name: e for e in load_manifest().models}
 REPRODUCING = [e for e in MODELS.values() if e.reproduces is not None]
-# The rows this file pins (the "Saves, preemption, ranks, windows" section), by model.
+# The rows this file pins (the "Saves, preemption, ranks, windows" section, and N2 of the asynchronous-load
+# one), by model.
 ROWS = {"OuterNoForward": "P4", "PreemptLate": "P1", "ExtraNotShipped": "P5", "CountNotForwarded": "P6",
         "RfagDelaysAll": "P7", "ReportLostOnError": "P9", "WaitOneSave": "P13", "SlidingWindow": "P14",
-        "IdleIgnoresDelayed": "N12", "FenceCountsEmpty": "P3", "PreemptFenced": "N1", "ReqIdReuse": "P2"}
+        "IdleIgnoresDelayed": "N12", "FenceCountsEmpty": "P3", "PreemptFenced": "N1", "ReqIdReuse": "P2",
+        "MultiBothLoad": "N2"}
 
 
 @pytest.fixture(scope="module")
@@ -316,3 +318,61 @@ def test_n1_preempting_fenced_victims_frees_nothing(rows: dict[str, dict[str, An
     held = {json.dumps(b) for r in victims for b in _seq(_map(row["trace"][i - 1]["state"]["blocksOf"])[json.dumps(r)])}
     parked = [e for e in _parked(row, i) if e["by"] == "preempt"]
     assert parked and held == {json.dumps(b) for e in parked for b in _set(e["blocks"])}
+
+
+@pytest.mark.verify
+def test_n2_both_children_load_and_the_later_receive_is_unexpected(rows: dict[str, dict[str, Any]]) -> None:
+    """vllm#53049: MultiConnector gives r's external tokens to both children, both start a load of r's block;
+    one child's finished_recving (the union has no count) moves r on, the scheduler promotes it out of
+    WAITING_FOR_REMOTE_KVS, and the other child's later finished_recving reaches a request that no longer
+    waits for remote KV (vLLM asserts, scheduler.py ~3224-3230)."""
+    row = rows["MultiBothLoad"]
+    i_alloc, alloc = next((i, a) for i, a in _calls(row, "update_state_after_alloc") if _set(a["ucm_external"]))
+    r = _set(alloc["ucm_external"])[0]
+    assert r in _set(alloc["sibling_external"]), "the second child was not given r's external tokens"
+    i_sl, sl = next((i, c) for i, c in _calls(row, "start_load_kv") if _set(c["submitted"]))
+    assert i_sl == i_alloc
+    assert [t["#tup"][0] for t in _set(sl["submitted"])] == [r]
+    assert _set(sl["submitted"]) == _set(sl["sibling_submitted"]), "the children did not load the same block"
+    reports = [(i, g) for i, g in _calls(row, "get_finished") if r in _set(g["finished_recving"])]
+    assert len(reports) == 2, "r is not reported received twice"
+    (i_first, first), (i_second, second) = reports
+    children = {"ucm": "ucm_recving", "sib": "sibling_recving"}
+    (early,) = [c for c, key in children.items() if r in _set(first[key])]
+    (late,) = [c for c, key in children.items() if r in _set(second[key])]
+    assert early != late, "one child reported r twice"
+    done = {c["child"]: i for i, c in _calls(row, "load_complete") if c["req"] == r}
+    assert done[early] < i_first < done[late] <= i_second, "the second load was not still running at the first report"
+    running = [t for t in _set(_map(row["trace"][i_first]["state"]["loadTasks"])["0"]) if t["req"] == r]
+    assert [(t["child"], t["status"]) for t in running] == [(late, "running")]
+    promoted = [i for i, u in _calls(row, "_update_waiting_for_remote_kv") if r in _set(u["reqs"])]
+    assert promoted and i_first < promoted[0] <= i_second, "r was not promoted between the two reports"
+    updates = [u for i, u in _calls(row, "_update_from_kv_xfer_finished") if i == i_second and "finished_recving" in u]
+    assert [r in _set(u["unexpected"]) for u in updates] == [True]
+    assert _map(_last(row, "reqState"))[json.dumps(r)] != "remote"
+    assert _set(_last(row, "unexpectedReports")) == [r]
+
+
+@pytest.mark.verify
+def test_n2_the_first_childs_report_lets_the_block_go_under_the_other_load(rows: dict[str, dict[str, Any]]) -> None:
+    """vllm#51786 (the late write): both children load r's block; one child's finished_recving (a child given 0
+    tokens reports at once) promotes r, or frees it if it was aborted while it waited, while the other child's
+    load still writes the block: r computes on it, or the pool hands it to another request."""
+    row = rows["MultiBothLoadWrite"]
+    i_sl, sl = next((i, c) for i, c in _calls(row, "start_load_kv") if _set(c["submitted"]))
+    assert _set(sl["submitted"]) == _set(sl["sibling_submitted"]), "the children did not load the same block"
+    (load,) = _set(sl["submitted"])
+    r, block = load["#tup"]
+    reports = [(i, g) for i, g in _calls(row, "get_finished") if r in _set(g["finished_recving"])]
+    assert len(reports) == 1, "r was reported received other than once"
+    (i_first, first), = reports
+    (early,) = [c for c, key in (("ucm", "ucm_recving"), ("sib", "sibling_recving")) if r in _set(first[key])]
+    tasks = [t for t in _set(_map(_last(row, "loadTasks"))["0"]) if t["req"] == r]
+    assert [(t["child"], t["status"], t["block"]) for t in tasks] == [
+        ("sib" if early == "ucm" else "ucm", "running", block)], "the other child's load is not still writing"
+    state = _map(_last(row, "reqState"))[json.dumps(r)]
+    held = [json.dumps(b) for b in _seq(_map(_last(row, "blocksOf"))[json.dumps(r)])]
+    assert state == "running" or (state == "done" and held == []), (state, held)
+    if state == "done":  # aborted while it waited: vLLM's delayed free ends at the first report
+        aborts = [i for i, c in _calls(row, "finish_requests") if c["req"] == r and _set(c["delayed"]) == [r]]
+        assert aborts and aborts[0] < i_first

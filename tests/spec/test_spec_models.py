@@ -74,6 +74,10 @@ EXPECTED_CALLS: dict[str, set[str]] = {
     "AsyncRetryFailedHit": {"get_num_new_matched_tokens", "load_complete", "_update_waiting_for_remote_kv"},
     "AsyncSendAndRecv": {"build_connector_meta", "get_num_new_matched_tokens", "finish_requests", "get_finished"},
     "AsyncNoLoadExpiry": {"start_load_kv", "finish_requests", "load_complete", "get_finished"},
+    # N2: both children load, the first report promotes the request, the second is unexpected (test_real_bugs.py)
+    "MultiBothLoad": {"update_state_after_alloc", "start_load_kv", "load_complete", "get_finished",
+                      "_update_waiting_for_remote_kv", "_update_from_kv_xfer_finished"},
+    "MultiBothLoadWrite": {"update_state_after_alloc", "start_load_kv", "load_complete", "get_finished"},
 }
 
 
