@@ -113,3 +113,15 @@ def trace_log(vllm_root: Path, request: pytest.FixtureRequest, monkeypatch: pyte
         assert_runs_match(path)
     if not base:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def baselines(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    """The watch's reference outputs (one run without a connector per scenario), shared by every watch test
+    of this pytest run: under xdist a directory beside the workers' own (entries are keyed by a digest of
+    everything they depend on and written atomically, tools/watch/runner.py `reference_outputs`)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if hasattr(request.config, "workerinput") else base
+    path = shared / "watch-baselines"
+    path.mkdir(exist_ok=True)
+    return path

@@ -44,11 +44,6 @@ def _run(scenario: str, inner: dict[str, Any], work: Path, baselines: Path, *, s
                 "hang_after": 60, "baseline_cache": str(baselines)})
 
 
-@pytest.fixture(scope="module")
-def baselines(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Reference outputs shared by the tests of this module (one run without a connector per scenario)."""
-    return tmp_path_factory.mktemp("watch-baselines")
-
 
 def test_every_connector_method_is_forwarded() -> None:
     """A method vLLM adds to the base class would fall through to the base's default: a wrapper that

@@ -21,10 +21,6 @@ def _inner(name: str, store: Path) -> dict[str, Any]:
             "kv_connector_extra_config": {"dir": str(store)}}
 
 
-@pytest.fixture(scope="module")
-def baselines(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("watch-baselines")
-
 
 def _run(scenario: str, inner: dict[str, Any], work: Path, baselines: Path):
     from deferdump.tools.watch.resolve import resolve_inner
