@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from deferdump.reference.stores.openmp import serial_openmp_in_this_thread
 from deferdump.reference.stores.base import BlockPayload
 
 logger = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ class PayloadWatcher:
             self._thread.join()
 
     def _loop(self) -> None:
+        serial_openmp_in_this_thread()  # callbacks run here (reference/stores/openmp.py)
         interval = MIN_POLL_S
         while True:
             with self._cond:

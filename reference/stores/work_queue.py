@@ -18,6 +18,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from deferdump.reference.stores.openmp import serial_openmp_in_this_thread
+
 logger = logging.getLogger(__name__)
 
 
@@ -102,6 +104,7 @@ class _Call:
 
 def _work(jobs: queue.SimpleQueue[Job | None]) -> None:
     _batch_policy()
+    serial_openmp_in_this_thread()  # a copy's parallel region must not slow the forward's (reference/stores/openmp.py)
     while True:
         job = jobs.get()
         if job is None:

@@ -11,18 +11,18 @@ from pathlib import Path
 from deferdump.tools.bench.vllm_bench import GOALS, VllmBenchConfig, run_vllm_bench
 
 CONFIG = VllmBenchConfig(prompt_tokens=112, ttft_prompts=1, decode_batch=2, decode_prompt_tokens=64, decode_tokens=4,
-                         rounds=1, connectors=("example", "reference-memory", "reference-file"),
+                         rounds=1, connectors=("example", "reference-memory", "reference-file", "reference-redis"),
                          kv_cache_bytes=64 << 20)
 
 
 def test_bench_vllm_serves_repeated_prompts_from_each_store_and_reports_every_figure(vllm_root: Path) -> None:
     progress: list[str] = []
     report = run_vllm_bench(CONFIG, on_progress=progress.append, workdir=vllm_root / "bench")
-    assert list(report["connectors"]) == ["none", "example", "reference-memory", "reference-file"]
+    assert list(report["connectors"]) == ["none", "example", "reference-memory", "reference-file", "reference-redis"]
     assert progress == [f"round 1/1: {name}" for name in report["connectors"]]
     full_blocks = 3 * 32  # 3.5 blocks: the three full ones come from the store
     assert report["connectors"]["none"]["hit_tokens"] == 0  # no connector, prefix cache reset: a recompute
-    for name in ("example", "reference-memory", "reference-file"):
+    for name in ("example", "reference-memory", "reference-file", "reference-redis"):  # each store's bytes counted
         row = report["connectors"][name]
         assert row["hit_tokens"] == full_blocks, (name, row["hit_tokens"])
         assert row["stored_bytes"] > 0 and row["stored_bytes_per_s"]["median"] > 0, name
