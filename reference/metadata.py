@@ -42,6 +42,9 @@ class DeferDumpMetadata:
     # requests, finish and preemption frees). Any of them may be rewritten by this step's forward, so the
     # worker's fence waits the pending dumps that read one before the forward runs.
     freed_block_ids: frozenset[int] = frozenset()
+    # Does this step run a forward (some request scheduled)? False: vLLM only polls the connector, e.g.
+    # while every request waits for its asynchronous load (the worker then yields to the store's threads).
+    forward: bool = True
 
     def dump_req_ids(self) -> frozenset[str]:
         """Requests this step gives a non-empty dump slice: what both tracking sets add."""

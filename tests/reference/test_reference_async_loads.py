@@ -253,3 +253,40 @@ def test_shutdown_stops_every_pending_load() -> None:
 def test_bad_load_async_configs_name_their_key(values: dict, key: str) -> None:
     with pytest.raises(ConfigError, match=key):
         ConnectorConfig.from_extra_config(values)
+
+
+def test_a_step_without_a_forward_yields_to_a_pending_load_and_only_then(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM calls get_finished before clear_connector_metadata; a step that scheduled nothing (every request
+    parked) sleeps once, briefly, so the store's threads get the GIL the engine loop would keep."""
+    from deferdump.reference import connectors
+
+    store, _, _ = _warm_store(12)
+    store.auto_complete_on_wait = False
+    sched = _scheduler(store)
+    parked = _park(sched, "b", 13, [0, 1, 2, 4])
+    assert parked.forward is False  # nothing scheduled: vLLM only polls
+    running = sched.build_connector_meta(step(new=[new_req(request("c", 5, base=700), [6], 5)]))
+    assert running.forward is True
+    idle = sched.build_connector_meta(step())
+
+    sleeps: list[float] = []
+    real_sleep = connectors.time.sleep
+    monkeypatch.setattr(connectors.time, "sleep", lambda seconds: (sleeps.append(seconds), real_sleep(seconds)))
+    conn = worker(store, config=ASYNC, kv_caches=_zeros(), deferred=False)
+
+    def poll(meta: DeferDumpMetadata) -> tuple[object, object]:
+        conn.bind_connector_metadata(meta)
+        conn.start_load_kv()
+        conn.wait_for_save()
+        try:
+            return conn.get_finished(set())
+        finally:
+            conn.clear_connector_metadata()
+
+    assert poll(parked) == (None, None) and sleeps == [connectors.IDLE_LOAD_YIELD_S]  # load running, no forward
+    assert poll(running) == (None, None) and len(sleeps) == 1  # a forward ran: the engine is busy anyway
+    assert poll(idle) == (None, None) and len(sleeps) == 2
+    [task] = store.pending_tasks()
+    store.complete(task)
+    assert poll(idle) == (None, {"b"}) and len(sleeps) == 2  # the load ended: reported, no yield
+    assert poll(idle) == (None, None) and len(sleeps) == 2  # nothing pending: no yield
