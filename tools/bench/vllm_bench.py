@@ -45,6 +45,9 @@ VOCAB = int(TINY_LLAMA_CONFIG["vocab_size"])
 
 #: The reference connector's goals (issue #34): a hit at least twice as fast as a recompute at 2k-token
 #: prompts, saving costs at most 5 % of decode throughput, and no worse than ExampleConnector on either.
+#: Decode pairs (a batch prefilled alone, a batch decoding) run per connector and round; the fastest of each
+#: kind counts (measured: one pair per engine moved the ratio between 0.49 and 1.53 over 7 rounds).
+DECODE_REPEATS = 3
 GOALS = {"vllm_ttft_hit_over_recompute": ("<=", 0.5), "vllm_decode_throughput_over_none": (">=", 0.95)}
 GOAL_CONNECTOR = "reference-memory"
 EXAMPLE = "example"
@@ -220,8 +223,8 @@ def measure_connector(llm: Any, run: ConnectorRun, config: VllmBenchConfig, roun
     """One connector's figures in one round: TTFT miss and hit, prefill and decode throughput, bytes stored."""
     rng = random.Random(config.seed * 1000 + round_index)  # the same prompts for every connector of a round
     ttft_batch = prompts(config.ttft_prompts, config.prompt_tokens, rng)
-    first_batch = prompts(config.decode_batch, config.decode_prompt_tokens, rng)
-    decode_batch = prompts(config.decode_batch, config.decode_prompt_tokens, rng)
+    decode_pairs = [(prompts(config.decode_batch, config.decode_prompt_tokens, rng),
+                     prompts(config.decode_batch, config.decode_prompt_tokens, rng)) for _ in range(DECODE_REPEATS)]
     _timed(llm, prompts(1, 64, random.Random(-1)), 2)  # warm-up: first-call costs, not the connector's
     stored_before = run.stored_bytes(llm)
     miss, hit, hit_tokens = [], [], []
@@ -240,9 +243,13 @@ def measure_connector(llm: Any, run: ConnectorRun, config: VllmBenchConfig, roun
     # Decode = (prefill + decode) - prefill, each run to its drain: an asynchronous save of the prompt then
     # counts in both runs alike. Timed only to `generate`'s return, the one-token run would leave the prompt's
     # save out (drained after) and the long run would charge it to its decode steps, running beside them.
-    one_token, _ = _timed(llm, first_batch, 1, drain_timed=True)
-    many_tokens, _ = _timed(llm, decode_batch, config.decode_tokens, drain_timed=True)
-    decode_seconds = max(many_tokens - one_token, 1e-9)
+    # The fastest of DECODE_REPEATS pairs (fresh prompts each): on a shared machine a run is slowed by what
+    # else runs, never sped up, so the minimum is the estimate least moved by it.
+    ones, manys = [], []
+    for first, batch in decode_pairs:  # interleaved: a slow spell of the machine touches both kinds
+        ones.append(_timed(llm, first, 1, drain_timed=True)[0])
+        manys.append(_timed(llm, batch, config.decode_tokens, drain_timed=True)[0])
+    decode_seconds = max(min(manys) - min(ones), 1e-9)
     return {
         "ttft_miss_s": statistics.median(miss),
         "ttft_hit_s": statistics.median(hit),
