@@ -92,7 +92,8 @@ $(VLLM_STAMP): pyproject.toml $(VLLM_BASE_STAMP)
 vllm-env: $(VLLM_STAMP)
 
 # The connectors inside real vLLM (docs/benchmarks.md, "Inside vLLM"): no connector, ExampleConnector and the
-# reference connector on each store, rounds interleaved; `deferdump bench --vllm --quick` for a short pass.
+# reference connector on each store, engines side by side, samples interleaved; `deferdump bench --vllm --quick`
+# for a short pass.
 bench-vllm: system-deps $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/deferdump bench --vllm --json --plot docs/bench-vllm.png
 

@@ -1,4 +1,4 @@
-"""`deferdump bench --vllm` without vLLM: the round arithmetic, the goals, the connector catalogue, and the
+"""`deferdump bench --vllm` without vLLM: the per-sample ratio arithmetic, the goals, the connector catalogue, and the
 one-line refusal where vLLM is missing. The real run is tests/vllm/test_vllm_bench.py."""
 from __future__ import annotations
 
@@ -9,45 +9,110 @@ from pathlib import Path
 import pytest
 
 from deferdump.tools.bench import vllm_bench
-from deferdump.tools.bench.vllm_bench import VllmBenchConfig, VllmBenchError, goals, runnable_connectors, summarize
+from deferdump.tools.bench.vllm_bench import (
+    VllmBenchConfig,
+    VllmBenchError,
+    goals,
+    median_interval,
+    runnable_connectors,
+    summarize,
+)
 
 
-def _row(miss: float, hit: float, decode: float, hit_tokens: int = 480) -> dict[str, float]:
-    return {"ttft_miss_s": miss, "ttft_hit_s": hit, "hit_tokens": hit_tokens, "prefill_tokens_per_s": 512 / miss,
-            "decode_tokens_per_s": decode, "stored_bytes": 1000, "stored_bytes_per_s": 1000 / miss}
+CONFIG = VllmBenchConfig(prompt_tokens=512, decode_batch=4, decode_tokens=11)  # 40 decode tokens a sample
 
 
-def test_ratios_are_taken_within_a_round_then_the_median_over_rounds() -> None:
-    # Round 2 runs on a machine twice as slow for everyone: within-round ratios stay the same.
+def _row(miss: list[float], hit: list[float], decode_s: list[float], hit_tokens: int = 480) -> dict[str, object]:
+    return {"ttft_miss_s": miss, "ttft_hit_s": hit, "hit_tokens": [hit_tokens] * len(hit), "decode_s": decode_s,
+            "stored_bytes": 1000, "save_s": sum(miss)}
+
+
+def test_ratios_are_taken_sample_by_sample_then_the_median_over_every_round() -> None:
+    # The machine halves its speed between the two samples of each round (and round 2 runs slower still):
+    # each ratio pairs the i-th samples of both connectors, so the drift cancels.
     rounds = [
-        {"none": _row(1.0, 1.0, 100.0), "reference-memory": _row(1.1, 0.2, 98.0), "example": _row(1.5, 0.5, 90.0)},
-        {"none": _row(2.0, 2.0, 50.0), "reference-memory": _row(2.2, 0.4, 49.0), "example": _row(3.0, 1.0, 45.0)},
+        {"none": _row([1.0, 2.0], [1.0, 2.0], [0.4, 0.8]),
+         "reference-memory": _row([1.1, 2.2], [0.2, 0.4], [0.5, 1.0]),
+         "example": _row([1.5, 3.0], [0.5, 1.0], [0.8, 1.6])},
+        {"none": _row([3.0, 6.0], [3.0, 6.0], [1.2, 2.4]),
+         "reference-memory": _row([3.3, 6.6], [0.6, 1.2], [1.5, 3.0]),
+         "example": _row([4.5, 9.0], [1.5, 3.0], [2.4, 4.8])},
     ]
-    summary = summarize(rounds, ["none", "reference-memory", "example"])
+    summary = summarize(rounds, ["none", "reference-memory", "example"], CONFIG)
     ref = summary["reference-memory"]
-    assert ref["vllm_ttft_hit_over_recompute"] == {"median": pytest.approx(0.2), "min": pytest.approx(0.2),
-                                                   "max": pytest.approx(0.2)}
-    assert ref["vllm_decode_throughput_over_none"]["median"] == pytest.approx(0.98)
+    assert ref["vllm_ttft_hit_over_recompute"]["median"] == pytest.approx(0.2)
+    assert ref["vllm_ttft_hit_over_recompute"]["min"] == pytest.approx(0.2)
+    assert ref["vllm_ttft_hit_over_recompute"]["max"] == pytest.approx(0.2)
+    assert ref["vllm_ttft_hit_over_recompute"]["samples"] == 4
+    assert ref["vllm_decode_throughput_over_none"]["median"] == pytest.approx(0.8)
     assert ref["vllm_prefill_throughput_over_none"]["median"] == pytest.approx(1 / 1.1)
-    assert ref["ttft_hit_s"] == {"median": pytest.approx(0.3), "min": 0.2, "max": 0.4}  # raw figures keep the spread
-    verdicts = goals(summary)
+    assert ref["ttft_hit_s"]["min"] == 0.2 and ref["ttft_hit_s"]["max"] == 1.2  # raw figures keep the drift
+    assert ref["decode_tokens_per_s"]["max"] == pytest.approx(40 / 0.5)
+    assert ref["hit_tokens"] == 480 and ref["stored_bytes"] == 1000
+    verdicts = goals(summary, rounds)
     assert verdicts["vllm_ttft_hit_over_recompute"]["met"] is True
-    assert verdicts["vllm_decode_throughput_over_none"]["met"] is True
+    assert verdicts["vllm_decode_throughput_over_none"]["met"] is False  # 0.8 < 0.95
     assert verdicts["vllm_ttft_hit_over_recompute_reference_over_example"]["value"] == pytest.approx(0.4)
+    assert verdicts["vllm_decode_throughput_over_none_reference_over_example"]["value"] == pytest.approx(0.8 / 0.5)
     assert verdicts["vllm_decode_throughput_over_none_reference_over_example"]["met"] is True
 
 
+def test_one_outlying_sample_moves_the_median_not_the_verdict() -> None:
+    # Ratios of the medians would be fooled by a sample that ran in a slow spell of one connector only.
+    none = _row([1.0] * 12, [1.0] * 12, [0.5] * 12)
+    ref = _row([1.0] * 12, [0.2] * 11 + [5.0], [0.5] * 11 + [9.0])
+    rounds = [{"none": none, "reference-memory": ref}]
+    summary = summarize(rounds, ["none", "reference-memory"], CONFIG)
+    row = summary["reference-memory"]
+    assert row["vllm_ttft_hit_over_recompute"]["median"] == pytest.approx(0.2)
+    assert row["vllm_ttft_hit_over_recompute"]["max"] == pytest.approx(5.0)
+    assert row["vllm_decode_throughput_over_none"]["median"] == pytest.approx(1.0)
+    assert row["vllm_decode_throughput_over_none"]["q1"] == pytest.approx(1.0)
+    verdicts = goals(summary, rounds)
+    assert verdicts["vllm_decode_throughput_over_none"]["met"] is True
+    assert verdicts["vllm_decode_throughput_over_none"]["interval"] == [pytest.approx(1.0), pytest.approx(1.0)]
+
+
+def test_a_median_whose_interval_straddles_the_goal_is_undecided_not_met() -> None:
+    # Decode ratios spread 0.85-1.05 around a median of 0.95: the bound lies inside the interval.
+    spread = [0.85, 0.9, 0.93, 0.95, 0.95, 0.97, 1.0, 1.05]
+    none = _row([1.0] * 8, [1.0] * 8, [1.0] * 8)
+    ref = _row([1.0] * 8, [0.3] * 8, [1 / r for r in spread])
+    example = _row([1.0] * 8, [0.3] * 8, [1 / r for r in reversed(spread)])
+    rounds = [{"none": none, "reference-memory": ref, "example": example}]
+    verdicts = goals(summarize(rounds, ["none", "reference-memory", "example"], CONFIG), rounds)
+    decode = verdicts["vllm_decode_throughput_over_none"]
+    assert decode["value"] == pytest.approx(0.95) and decode["met"] is None
+    low, high = decode["interval"]
+    assert low < 0.95 < high
+    # Paired samples: the same spread in another order is no evidence either way.
+    assert verdicts["vllm_decode_throughput_over_none_reference_over_example"]["met"] is None
+    assert verdicts["vllm_ttft_hit_over_recompute_reference_over_example"]["met"] is True  # equal is as good
+    assert verdicts["vllm_ttft_hit_over_recompute"]["met"] is True
+
+
+def test_median_interval_is_seeded_and_pairs_samples_by_index() -> None:
+    samples = [0.8, 0.9, 1.0, 1.1, 1.2, 0.95, 1.05]
+    assert median_interval(samples) == median_interval(samples)  # the same report, the same interval
+    low, high = median_interval(samples)
+    assert 0.8 <= low <= 1.0 <= high <= 1.2
+    # Each sample of one connector is exactly 2x the other's, whatever the machine did: the paired ratio is 2.
+    assert median_interval([2 * x for x in samples], samples) == (pytest.approx(2.0), pytest.approx(2.0))
+
+
 def test_a_missed_goal_and_a_worse_than_example_figure_are_reported_as_such() -> None:
-    rounds = [{"none": _row(1.0, 1.0, 100.0), "reference-memory": _row(1.0, 0.9, 80.0),
-               "example": _row(1.0, 0.5, 90.0)}]
-    verdicts = goals(summarize(rounds, ["none", "reference-memory", "example"]))
+    rounds = [{"none": _row([1.0], [1.0], [1.0]), "reference-memory": _row([1.0], [0.9], [1.25]),
+               "example": _row([1.0], [0.5], [1.1])}]
+    verdicts = goals(summarize(rounds, ["none", "reference-memory", "example"], CONFIG), rounds)
     assert verdicts["vllm_ttft_hit_over_recompute"]["met"] is False
     assert verdicts["vllm_decode_throughput_over_none"]["met"] is False
     assert verdicts["vllm_ttft_hit_over_recompute_reference_over_example"]["met"] is False
+    assert verdicts["vllm_decode_throughput_over_none_reference_over_example"]["met"] is False
 
 
 def test_goals_without_the_reference_connector_are_unknown_not_met() -> None:
-    verdicts = goals(summarize([{"none": _row(1.0, 1.0, 100.0)}], ["none"]))
+    rounds = [{"none": _row([1.0], [1.0], [1.0])}]
+    verdicts = goals(summarize(rounds, ["none"], CONFIG), rounds)
     assert all(verdict["met"] is None and verdict["value"] is None for verdict in verdicts.values())
 
 

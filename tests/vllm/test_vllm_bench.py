@@ -11,7 +11,8 @@ from pathlib import Path
 from deferdump.tools.bench.vllm_bench import GOALS, VllmBenchConfig, run_vllm_bench
 
 CONFIG = VllmBenchConfig(prompt_tokens=112, ttft_prompts=1, decode_batch=2, decode_prompt_tokens=64, decode_tokens=4,
-                         rounds=1, connectors=("example", "reference-memory", "reference-file", "reference-redis"),
+                         decode_pairs=2, rounds=1,
+                         connectors=("example", "reference-memory", "reference-file", "reference-redis"),
                          kv_cache_bytes=64 << 20)
 
 
@@ -19,7 +20,12 @@ def test_bench_vllm_serves_repeated_prompts_from_each_store_and_reports_every_fi
     progress: list[str] = []
     report = run_vllm_bench(CONFIG, on_progress=progress.append, workdir=vllm_root / "bench")
     assert list(report["connectors"]) == ["none", "example", "reference-memory", "reference-file", "reference-redis"]
-    assert progress == [f"round 1/1: {name}" for name in report["connectors"]]
+    names = list(report["connectors"])
+    assert progress[0] == "round 1/1: starting 5 engines"  # every engine alive at once, each in its own process
+    assert sorted(progress[1:6]) == sorted(f"round 1/1: engine {name} ready" for name in names)
+    assert progress[6:] == ["round 1/1: TTFT miss 1/1", "round 1/1: TTFT hit 1/1", "round 1/1: decode pair 1/2",
+                            "round 1/1: decode pair 2/2"]
+    assert all(len(report["rounds"][0][name]["decode_s"]) == 2 for name in names)
     full_blocks = 3 * 32  # 3.5 blocks: the three full ones come from the store
     assert report["connectors"]["none"]["hit_tokens"] == 0  # no connector, prefix cache reset: a recompute
     for name in ("example", "reference-memory", "reference-file", "reference-redis"):  # each store's bytes counted
@@ -28,7 +34,8 @@ def test_bench_vllm_serves_repeated_prompts_from_each_store_and_reports_every_fi
         assert row["stored_bytes"] > 0 and row["stored_bytes_per_s"]["median"] > 0, name
         for key in ("vllm_ttft_hit_over_recompute", "vllm_prefill_throughput_over_none",
                     "vllm_decode_throughput_over_none"):
-            assert row[key]["min"] <= row[key]["median"] <= row[key]["max"] and row[key]["median"] > 0, (name, key)
+            assert row[key]["min"] <= row[key]["q1"] <= row[key]["median"] <= row[key]["q3"] <= row[key]["max"], (name, key)
+            assert row[key]["median"] > 0, (name, key)
     assert set(GOALS) <= set(report["goals"])
     assert report["goals"]["vllm_ttft_hit_over_recompute"]["value"] == \
         report["connectors"]["reference-memory"]["vllm_ttft_hit_over_recompute"]["median"]

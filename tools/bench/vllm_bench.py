@@ -4,10 +4,13 @@ What a user choosing a connector sees: how much sooner a repeated prompt's first
 loaded from the store instead of recomputed, and what saving costs the running batch (prefill and decode
 throughput), for no connector, vLLM's `ExampleConnector` and the reference connector on each store. Every
 connector runs the same workload on the same tiny Llama (seeded random weights, several layers, prompts of
-thousands of tokens, so one forward costs milliseconds to seconds); rounds interleave the connectors, and each
-ratio is taken within a round (the same machine state) before the median over rounds.
+thousands of tokens, so one forward costs milliseconds to seconds).
 
-One engine at a time, in this process (`deferdump.tools.vllmrun`); run it in the vLLM environment.
+Each connector's engine lives in a child process of its own (`deferdump.tools.vllmrun.engine_process`), all
+alive at once, and every single measurement runs on each connector in turn: on a shared machine whose speed
+drifts by 2x within seconds, the i-th samples of two connectors are then seconds apart, and each ratio over
+no connector is taken sample by sample before the median (pooled over rounds, a fresh set of engines each).
+Run it in the vLLM environment.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from typing import Any
 from deferdump.reference.errors import UserError
 from deferdump.reference.testing.tinymodel import TINY_LLAMA_CONFIG, write_tiny_model
 from deferdump.tools.vllmrun import engine
+from deferdump.tools.vllmrun.engine_process import EngineProcess, EngineProcessError
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +51,6 @@ VOCAB = int(TINY_LLAMA_CONFIG["vocab_size"])
 #: prompts, saving costs at most 5 % of decode throughput, and no worse than ExampleConnector on either.
 #: Decode pairs (a batch prefilled alone, a batch decoding) run per connector and round; the fastest of each
 #: kind counts (measured: one pair per engine moved the ratio between 0.49 and 1.53 over 7 rounds).
-DECODE_REPEATS = 3
 GOALS = {"vllm_ttft_hit_over_recompute": ("<=", 0.5), "vllm_decode_throughput_over_none": (">=", 0.95)}
 GOAL_CONNECTOR = "reference-memory"
 EXAMPLE = "example"
@@ -66,6 +69,7 @@ class VllmBenchConfig:
     decode_batch: int = 8  # requests decoding together
     decode_prompt_tokens: int = 256
     decode_tokens: int = 128
+    decode_pairs: int = 8  # (one-token, decode) pairs per round and connector: decode time is their difference
     rounds: int = 3
     connectors: tuple[str, ...] = ()  # () = every connector this environment can run
     kv_cache_bytes: int = 512 << 20
@@ -75,7 +79,7 @@ class VllmBenchConfig:
     def quick(cls) -> "VllmBenchConfig":
         """A pass of a few minutes: shorter prompts, one round."""
         return cls(prompt_tokens=512, ttft_prompts=2, decode_batch=4, decode_prompt_tokens=128, decode_tokens=16,
-                   rounds=1)
+                   decode_pairs=2, rounds=1)
 
     @property
     def max_model_len(self) -> int:
@@ -206,137 +210,245 @@ def _greedy(max_tokens: int) -> Any:
     return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
 
 
-def _timed(llm: Any, batch: list[dict[str, list[int]]], max_tokens: int,
-           drain_timed: bool = False) -> tuple[float, list[Any]]:
-    """Wall seconds of one `generate` (the engine's prefill and decode), then the drain (the connector's
-    saves finishing, delayed frees returned): untimed for a TTFT, timed with `drain_timed`."""
+@dataclasses.dataclass
+class BenchSession:
+    """One connector's engine inside its child process (`engine_session`): what each measurement call gets."""
+
+    llm: Any
+    run: ConnectorRun
+    info: dict[str, str]
+
+
+@contextmanager
+def engine_session(name: str, model: Path, workdir: Path, config: VllmBenchConfig) -> Iterator[BenchSession]:
+    """The setup of a child engine (`EngineProcess`): the connector's store, then its engine, warmed up."""
+    version = engine.require_vllm()
+    with connector_run(name, workdir) as run:
+        with engine.running_llm(model, run.kv_transfer_config, load_format="auto", max_model_len=config.max_model_len,
+                                block_size=BLOCK_SIZE, kv_cache_memory_bytes=config.kv_cache_bytes) as llm:
+            session = BenchSession(llm, run, {"vllm_version": version})
+            # Warm-up at the measured shapes: a fresh process pays its first long prefill and first batch
+            # (kernel choice, allocations) once, up to 3x a warm one; those costs are not the connector's.
+            generate(session, prompts(1, config.prompt_tokens, random.Random(-1)), 2)
+            generate(session, prompts(config.decode_batch, config.decode_prompt_tokens, random.Random(-2)), 4)
+            yield session
+
+
+def generate(session: BenchSession, batch: list[dict[str, list[int]]], max_tokens: int) -> dict[str, Any]:
+    """One `generate`, then the drain (the connector's saves finishing, delayed frees returned): the seconds to
+    `generate`'s return (a TTFT), the seconds to the end of the drain, and each output's cached tokens."""
     start = time.perf_counter()
-    outputs = llm.generate(batch, _greedy(max_tokens), use_tqdm=False)
-    seconds = time.perf_counter() - start
-    engine.drain(llm)
-    if drain_timed:
-        seconds = time.perf_counter() - start
-    return seconds, outputs
+    outputs = session.llm.generate(batch, _greedy(max_tokens), use_tqdm=False)
+    returned = time.perf_counter() - start
+    engine.drain(session.llm)
+    return {"seconds": returned, "drained_seconds": time.perf_counter() - start,
+            "cached_tokens": [int(output.num_cached_tokens or 0) for output in outputs]}
 
 
-def measure_connector(llm: Any, run: ConnectorRun, config: VllmBenchConfig, round_index: int) -> dict[str, Any]:
-    """One connector's figures in one round: TTFT miss and hit, prefill and decode throughput, bytes stored."""
+def stored_bytes(session: BenchSession) -> int:
+    return session.run.stored_bytes(session.llm)
+
+
+def reset_prefix_cache(session: BenchSession) -> bool:
+    return bool(session.llm.reset_prefix_cache())
+
+
+def _rotated(names: list[str], shift: int) -> list[str]:
+    shift %= len(names)
+    return names[shift:] + names[:shift]
+
+
+def measure_round(engines: Mapping[str, Any], config: VllmBenchConfig, round_index: int,
+                  progress: Callable[[str], None] = lambda message: None) -> dict[str, dict[str, Any]]:
+    """One round on engines held side by side (`EngineProcess`es): every single measurement runs on each
+    connector in turn, the order rotated, so the i-th sample of two connectors is seconds apart.
+
+    Per connector: the TTFT of each prompt timed alone (the store empty: a miss), the prefix cache reset, the
+    same prompts again (served from the store; vLLM's cached tokens recorded), then decode pairs: a batch
+    prefilling alone (one token) and a batch decoding `decode_tokens`, each run to its drain, the decode time
+    being the difference. An asynchronous save of the prompt then counts in both runs alike; timed only to
+    `generate`'s return, the one-token run would leave it out and the long run would charge it to decode."""
+    names = list(engines)
     rng = random.Random(config.seed * 1000 + round_index)  # the same prompts for every connector of a round
     ttft_batch = prompts(config.ttft_prompts, config.prompt_tokens, rng)
-    decode_pairs = [(prompts(config.decode_batch, config.decode_prompt_tokens, rng),
-                     prompts(config.decode_batch, config.decode_prompt_tokens, rng)) for _ in range(DECODE_REPEATS)]
-    _timed(llm, prompts(1, 64, random.Random(-1)), 2)  # warm-up: first-call costs, not the connector's
-    stored_before = run.stored_bytes(llm)
-    miss, hit, hit_tokens = [], [], []
-    started = time.perf_counter()
-    for prompt in ttft_batch:
-        seconds, _ = _timed(llm, [prompt], 1)
-        miss.append(seconds)
-    save_seconds = time.perf_counter() - started  # includes the drains: saves finish before the next prompt
-    stored = run.stored_bytes(llm) - stored_before
-    if not llm.reset_prefix_cache():
-        raise VllmBenchError("vLLM still holds blocks after the drain: cannot reset its prefix cache")
-    for prompt in ttft_batch:
-        seconds, outputs = _timed(llm, [prompt], 1)
-        hit.append(seconds)
-        hit_tokens.append(int(outputs[0].num_cached_tokens or 0))
-    # Decode = (prefill + decode) - prefill, each run to its drain: an asynchronous save of the prompt then
-    # counts in both runs alike. Timed only to `generate`'s return, the one-token run would leave the prompt's
-    # save out (drained after) and the long run would charge it to its decode steps, running beside them.
-    # The fastest of DECODE_REPEATS pairs (fresh prompts each): on a shared machine a run is slowed by what
-    # else runs, never sped up, so the minimum is the estimate least moved by it.
-    ones, manys = [], []
-    for first, batch in decode_pairs:  # interleaved: a slow spell of the machine touches both kinds
-        ones.append(_timed(llm, first, 1, drain_timed=True)[0])
-        manys.append(_timed(llm, batch, config.decode_tokens, drain_timed=True)[0])
-    decode_seconds = max(min(manys) - min(ones), 1e-9)
-    return {
-        "ttft_miss_s": statistics.median(miss),
-        "ttft_hit_s": statistics.median(hit),
-        "hit_tokens": min(hit_tokens),
-        "prefill_tokens_per_s": config.prompt_tokens / statistics.median(miss),
-        "decode_tokens_per_s": config.decode_batch * (config.decode_tokens - 1) / decode_seconds,
-        "stored_bytes": stored,
-        "stored_bytes_per_s": stored / save_seconds if save_seconds > 0 else 0.0,
-    }
+    pairs = [(prompts(config.decode_batch, config.decode_prompt_tokens, rng),
+              prompts(config.decode_batch, config.decode_prompt_tokens, rng)) for _ in range(config.decode_pairs)]
+    rows: dict[str, dict[str, Any]] = {name: {"ttft_miss_s": [], "ttft_hit_s": [], "hit_tokens": [], "decode_s": [],
+                                               "save_s": 0.0} for name in names}
+    stored_before = {name: engines[name].call(stored_bytes) for name in names}
+    for index, prompt in enumerate(ttft_batch):
+        progress(f"TTFT miss {index + 1}/{len(ttft_batch)}")
+        for name in _rotated(names, index):
+            miss = engines[name].call(generate, [prompt], 1)
+            rows[name]["ttft_miss_s"].append(miss["seconds"])
+            rows[name]["save_s"] += miss["drained_seconds"]  # saves finish before the next prompt
+    for name in names:
+        rows[name]["stored_bytes"] = engines[name].call(stored_bytes) - stored_before[name]
+        if not engines[name].call(reset_prefix_cache):
+            raise VllmBenchError(f"{name}: vLLM still holds blocks after the drain: cannot reset its prefix cache")
+    for index, prompt in enumerate(ttft_batch):
+        progress(f"TTFT hit {index + 1}/{len(ttft_batch)}")
+        for name in _rotated(names, index):
+            hit = engines[name].call(generate, [prompt], 1)
+            rows[name]["ttft_hit_s"].append(hit["seconds"])
+            rows[name]["hit_tokens"].append(hit["cached_tokens"][0])
+    for index, (first, batch) in enumerate(pairs):
+        progress(f"decode pair {index + 1}/{len(pairs)}")
+        for name in _rotated(names, index):
+            one = engines[name].call(generate, first, 1)["drained_seconds"]
+            many = engines[name].call(generate, batch, config.decode_tokens)["drained_seconds"]
+            rows[name]["decode_s"].append(max(many - one, 1e-9))
+    return rows
 
 
 def _spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+    """Median, min, max and quartiles (q1, q3: the spread a reader should look at on a noisy machine)."""
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else (values[0], 0, values[0])
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "q1": q1, "q3": q3,
+            "samples": len(values)}
 
 
-def summarize(rounds: list[dict[str, dict[str, Any]]], connectors: list[str]) -> dict[str, Any]:
-    """Medians with spread per connector; each ratio taken within a round, then its median over rounds."""
+def summarize(rounds: list[dict[str, dict[str, Any]]], connectors: list[str], config: VllmBenchConfig) -> dict[str, Any]:
+    """Per connector: each ratio over no connector taken sample by sample (the i-th sample of both, measured
+    seconds apart), pooled over rounds: median with min and max. Raw figures likewise pooled."""
     per_connector: dict[str, Any] = {}
+    tokens = config.decode_batch * (config.decode_tokens - 1)
     for name in connectors:
-        rows = [r[name] for r in rounds]
-        entry: dict[str, Any] = {key: _spread([row[key] for row in rows])
-                                 for key in ("ttft_miss_s", "ttft_hit_s", "prefill_tokens_per_s",
-                                             "decode_tokens_per_s", "stored_bytes_per_s")}
-        entry["hit_tokens"] = min(row["hit_tokens"] for row in rows)
-        entry["stored_bytes"] = max(row["stored_bytes"] for row in rows)
-        ratios = {
-            "vllm_ttft_hit_over_recompute": [r[name]["ttft_hit_s"] / r["none"]["ttft_hit_s"] for r in rounds],
-            "vllm_ttft_miss_over_none": [r[name]["ttft_miss_s"] / r["none"]["ttft_miss_s"] for r in rounds],
-            "vllm_prefill_throughput_over_none": [r[name]["prefill_tokens_per_s"] / r["none"]["prefill_tokens_per_s"]
-                                                  for r in rounds],
-            "vllm_decode_throughput_over_none": [r[name]["decode_tokens_per_s"] / r["none"]["decode_tokens_per_s"]
-                                                 for r in rounds],
+        def pooled(key: str) -> list[float]:
+            return [value for r in rounds for value in r[name][key]]
+
+        def ratios(key: str, over_none: Callable[[float, float], float]) -> list[float]:
+            return [over_none(mine, none) for r in rounds for mine, none in zip(r[name][key], r["none"][key])]
+
+        entry: dict[str, Any] = {
+            "ttft_miss_s": _spread(pooled("ttft_miss_s")),
+            "ttft_hit_s": _spread(pooled("ttft_hit_s")),
+            "prefill_tokens_per_s": _spread([config.prompt_tokens / s for s in pooled("ttft_miss_s")]),
+            "decode_tokens_per_s": _spread([tokens / s for s in pooled("decode_s")]),
+            "stored_bytes_per_s": _spread([r[name]["stored_bytes"] / r[name]["save_s"] if r[name]["save_s"] > 0 else 0.0
+                                           for r in rounds]),
+            "hit_tokens": min(pooled("hit_tokens")),
+            "stored_bytes": max(r[name]["stored_bytes"] for r in rounds),
+            "vllm_ttft_hit_over_recompute": _spread(ratios("ttft_hit_s", lambda mine, none: mine / none)),
+            "vllm_ttft_miss_over_none": _spread(ratios("ttft_miss_s", lambda mine, none: mine / none)),
+            "vllm_prefill_throughput_over_none": _spread(ratios("ttft_miss_s", lambda mine, none: none / mine)),
+            "vllm_decode_throughput_over_none": _spread(ratios("decode_s", lambda mine, none: none / mine)),
         }
-        entry.update({key: _spread(values) for key, values in ratios.items()})
         per_connector[name] = entry
     return per_connector
 
 
-def goals(per_connector: Mapping[str, Any]) -> dict[str, Any]:
-    """The reference connector's goals, and whether it does at least as well as ExampleConnector."""
+#: A goal is met (or missed) only when the whole bootstrap interval of its median lies on that side of the
+#: bound; otherwise its verdict is undecided (`met: null`): on a noisy machine a median a few percent from
+#: its bound flips from run to run, and a verdict that flips is no verdict.
+CONFIDENCE = 0.95
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def _ratio_samples(rounds: list[dict[str, dict[str, Any]]], name: str, key: str) -> list[float]:
+    """The per-sample ratios of a goal's figure (as in `summarize`), pooled over rounds in sample order."""
+    raw, over_none = {"vllm_ttft_hit_over_recompute": ("ttft_hit_s", lambda mine, none: mine / none),
+                      "vllm_decode_throughput_over_none": ("decode_s", lambda mine, none: none / mine)}[key]
+    return [over_none(mine, none) for r in rounds for mine, none in zip(r[name][raw], r["none"][raw])]
+
+
+def median_interval(samples: list[float], paired_with: list[float] | None = None, *,
+                    seed: int = 0) -> tuple[float, float]:
+    """Bootstrap interval (`CONFIDENCE`) of the median of `samples`, or with `paired_with` of
+    median(samples) / median(paired_with), resampling sample indices jointly (the i-th samples of both were
+    measured seconds apart). Seeded: the same report gives the same interval."""
+    rng = random.Random(seed)
+    count = len(samples)
+    statistics_: list[float] = []
+    for _ in range(BOOTSTRAP_RESAMPLES):
+        picks = [rng.randrange(count) for _ in range(count)]
+        value = statistics.median(samples[i] for i in picks)
+        if paired_with is not None:
+            value /= statistics.median(paired_with[i] for i in picks)
+        statistics_.append(value)
+    statistics_.sort()
+    tail = (1 - CONFIDENCE) / 2
+    return statistics_[int(tail * (len(statistics_) - 1))], statistics_[int((1 - tail) * (len(statistics_) - 1))]
+
+
+def _verdict(interval: tuple[float, float], op: str, bound: float) -> bool | None:
+    low, high = interval
+    if op == "<=":
+        return True if high <= bound else False if low > bound else None
+    return True if low >= bound else False if high < bound else None
+
+
+def goals(per_connector: Mapping[str, Any], rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """The reference connector's goals, and whether it does at least as well as ExampleConnector: each with
+    its median, its bootstrap interval, and `met` true or false only when the interval decides it."""
     verdicts: dict[str, Any] = {}
-    reference = per_connector.get(GOAL_CONNECTOR)
+    has_reference = GOAL_CONNECTOR in per_connector
+    has_example = EXAMPLE in per_connector
     for key, (op, bound) in GOALS.items():
-        value = None if reference is None else reference[key]["median"]
-        met = None if value is None else (value <= bound if op == "<=" else value >= bound)
-        verdicts[key] = {"connector": GOAL_CONNECTOR, "goal": f"{op} {bound}", "value": value, "met": met}
-    example = per_connector.get(EXAMPLE)
+        if not has_reference:
+            verdicts[key] = {"connector": GOAL_CONNECTOR, "goal": f"{op} {bound}", "value": None, "interval": None,
+                             "met": None}
+            continue
+        samples = _ratio_samples(rounds, GOAL_CONNECTOR, key)
+        interval = median_interval(samples)
+        verdicts[key] = {"connector": GOAL_CONNECTOR, "goal": f"{op} {bound}",
+                         "value": per_connector[GOAL_CONNECTOR][key]["median"], "interval": list(interval),
+                         "met": _verdict(interval, op, bound)}
     for key, (op, _) in GOALS.items():
-        if reference is None or example is None:
-            value, met = None, None
-        else:
-            value = reference[key]["median"] / example[key]["median"]
-            met = value <= 1.0 if op == "<=" else value >= 1.0
-        verdicts[f"{key}_reference_over_example"] = {"goal": "<= 1" if op == "<=" else ">= 1", "value": value,
-                                                      "met": met}
+        name = f"{key}_reference_over_example"
+        goal = "<= 1" if op == "<=" else ">= 1"
+        if not (has_reference and has_example):
+            verdicts[name] = {"goal": goal, "value": None, "interval": None, "met": None}
+            continue
+        mine, theirs = _ratio_samples(rounds, GOAL_CONNECTOR, key), _ratio_samples(rounds, EXAMPLE, key)
+        interval = median_interval(mine, theirs)
+        verdicts[name] = {"goal": goal, "value": per_connector[GOAL_CONNECTOR][key]["median"] /
+                          per_connector[EXAMPLE][key]["median"], "interval": list(interval),
+                          "met": _verdict(interval, op, 1.0)}
     return verdicts
 
 
 def run_vllm_bench(config: VllmBenchConfig, *, on_progress: Callable[[str], None] | None = None,
                    workdir: Path | None = None) -> dict[str, Any]:
-    """Run every round (connectors interleaved, their order rotated per round) and build the report."""
+    """Run every round (a fresh engine per connector, all side by side in child processes) and build the report."""
     progress = on_progress or (lambda message: None)
-    if config.rounds < 1 or config.prompt_tokens < 2 * BLOCK_SIZE or config.decode_tokens < 2:
-        raise VllmBenchError("rounds >= 1, prompt_tokens >= 64 and decode_tokens >= 2 are needed")
+    if (config.rounds < 1 or config.prompt_tokens < 2 * BLOCK_SIZE or config.decode_tokens < 2
+            or config.decode_pairs < 1 or config.ttft_prompts < 1):
+        raise VllmBenchError("rounds, ttft_prompts and decode_pairs >= 1, prompt_tokens >= 64 and decode_tokens >= 2 "
+                             "are needed")
     connectors, skipped = runnable_connectors(config)
     with ExitStack() as stack:
         root = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="deferdump-vllm-bench-")))
         engine.prepare_environment(root)
-        version = engine.require_vllm()
+        engine.require_vllm()  # one clear line here, before any child is spawned
         model = write_tiny_model(root / "model", BENCH_MODEL_CONFIG, seed=config.seed)
         load_before = os.getloadavg()
         started = time.perf_counter()
         rounds: list[dict[str, dict[str, Any]]] = []
+        version = ""
         for round_index in range(config.rounds):
-            shift = round_index % len(connectors)
-            results: dict[str, dict[str, Any]] = {}
-            for name in connectors[shift:] + connectors[:shift]:
-                progress(f"round {round_index + 1}/{config.rounds}: {name}")
-                with connector_run(name, root / f"round{round_index}" / name) as run:
-                    with engine.running_llm(model, run.kv_transfer_config, load_format="auto",
-                                            max_model_len=config.max_model_len, block_size=BLOCK_SIZE,
-                                            kv_cache_memory_bytes=config.kv_cache_bytes) as llm:
-                        results[name] = measure_connector(llm, run, config, round_index)
-            rounds.append(results)
+            label = f"round {round_index + 1}/{config.rounds}"
+            progress(f"{label}: starting {len(connectors)} engines")
+            with ExitStack() as engines_stack:
+                engines = {}
+                for name in _rotated(connectors, round_index):  # spawned together: they build in parallel
+                    workdir_round = root / f"round{round_index}"
+                    engines[name] = engines_stack.enter_context(
+                        EngineProcess(name, workdir_round, engine_session, name, model, workdir_round / name, config))
+                for name, child in engines.items():
+                    try:
+                        version = child.wait_ready()["vllm_version"]
+                    except EngineProcessError as exc:
+                        raise VllmBenchError(str(exc)) from None
+                    progress(f"{label}: engine {name} ready")
+                try:
+                    rounds.append(measure_round(engines, config, round_index,
+                                                lambda message: progress(f"{label}: {message}")))
+                except EngineProcessError as exc:
+                    raise VllmBenchError(str(exc)) from None
         seconds = time.perf_counter() - started
         load_after = os.getloadavg()
-    per_connector = summarize(rounds, connectors)
+    per_connector = summarize(rounds, connectors, config)
     from deferdump.tools.bench.suite import cpu_model
 
     return {
@@ -346,8 +458,8 @@ def run_vllm_bench(config: VllmBenchConfig, *, on_progress: Callable[[str], None
         "workload": dataclasses.asdict(config),
         "connectors": per_connector,
         "skipped": skipped,
-        "goals": goals(per_connector),
-        "rounds": rounds,
+        "goals": goals(per_connector, rounds),
+        "rounds": [{name: rounds[index][name] for name in connectors} for index in range(len(rounds))],
         "cpu_model": cpu_model(),
         "cpu_cores": os.cpu_count(),
         "load_average_before": list(load_before),
@@ -359,7 +471,7 @@ def run_vllm_bench(config: VllmBenchConfig, *, on_progress: Callable[[str], None
 
 
 def plot_vllm(report: Mapping[str, Any], path: Path, *, title: str) -> Path:
-    """Bars of the three ratios over no connector per connector (medians, min-max as error bars)."""
+    """Bars of the three ratios over no connector per connector (medians, quartiles as error bars)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -371,7 +483,7 @@ def plot_vllm(report: Mapping[str, Any], path: Path, *, title: str) -> Path:
     for axis, key in zip(axes, keys):
         spreads = [report["connectors"][name][key] for name in names]
         medians = [s["median"] for s in spreads]
-        errors = [[m - s["min"] for m, s in zip(medians, spreads)], [s["max"] - m for m, s in zip(medians, spreads)]]
+        errors = [[m - s["q1"] for m, s in zip(medians, spreads)], [s["q3"] - m for m, s in zip(medians, spreads)]]
         axis.bar(range(len(names)), medians, yerr=errors, color="tab:blue", capsize=3)
         axis.axhline(1.0, color="tab:gray", linewidth=0.8)
         if key in GOALS:

@@ -108,7 +108,7 @@ def bench(
 
 
 def _bench_vllm(quick: bool, connectors: list[str], rounds: Optional[int], as_json: bool, plot: Optional[Path]) -> None:
-    """`deferdump bench --vllm`: the connectors in real vLLM, one engine at a time, rounds interleaved."""
+    """`deferdump bench --vllm`: the connectors in real vLLM, their engines side by side, samples interleaved."""
     from deferdump.tools.bench.vllm_bench import VllmBenchConfig, plot_vllm, run_vllm_bench
 
     logging.getLogger("deferdump.reference").setLevel(logging.ERROR)
@@ -127,18 +127,21 @@ def _bench_vllm(quick: bool, connectors: list[str], rounds: Optional[int], as_js
         return
     table = Table(title=f"deferdump bench --vllm ({'quick' if quick else 'full'}, vLLM {report['vllm_version']})")
     for column in ("connector", "TTFT hit / recompute", "prefill / none", "decode / none", "hit tokens",
-                   "stored MB/s"):
+                   "stored MB/s"):  # ratios: median (quartiles) of the per-sample ratios
         table.add_column(column)
     for name, row in report["connectors"].items():
         table.add_row(name, _spread(row["vllm_ttft_hit_over_recompute"]),
                       _spread(row["vllm_prefill_throughput_over_none"]), _spread(row["vllm_decode_throughput_over_none"]),
                       str(row["hit_tokens"]), f"{row['stored_bytes_per_s']['median'] / 1e6:.1f}")
     Console().print(table)
-    goals = Table(title="goals (reference-memory)")
-    for column in ("figure", "value", "goal", "met"):
+    goals = Table(title="goals (reference-memory; met only when the 95 % interval of the median decides it)")
+    for column in ("figure", "value", "interval", "goal", "met"):
         goals.add_column(column)
     for key, verdict in report["goals"].items():
-        goals.add_row(key, _fmt(verdict["value"]), verdict["goal"], _fmt(verdict["met"]))
+        interval = verdict.get("interval")
+        met = verdict["met"]
+        goals.add_row(key, _fmt(verdict["value"]), "—" if interval is None else f"{interval[0]:.3g}-{interval[1]:.3g}",
+                      verdict["goal"], "undecided" if met is None and interval is not None else _fmt(met))
     Console().print(goals)
     for name, why in report["skipped"].items():
         Console().print(f"skipped {name}: {why}")
@@ -147,4 +150,6 @@ def _bench_vllm(quick: bool, connectors: list[str], rounds: Optional[int], as_js
 
 
 def _spread(spread: dict[str, float]) -> str:
-    return f"{spread['median']:.3g} ({spread['min']:.3g}-{spread['max']:.3g})"
+    """Median (quartiles), or (min-max) for a report without quartiles."""
+    low, high = (spread["q1"], spread["q3"]) if "q1" in spread else (spread["min"], spread["max"])
+    return f"{spread['median']:.3g} ({low:.3g}-{high:.3g})"
