@@ -10,6 +10,7 @@ import pytest
 
 from deferdump.tools.bench import vllm_bench
 from deferdump.tools.bench.vllm_bench import (
+    MIN_ROUNDS_TO_DECIDE,
     VllmBenchConfig,
     VllmBenchError,
     goals,
@@ -49,7 +50,7 @@ def test_ratios_are_taken_sample_by_sample_then_the_median_over_every_round() ->
     assert ref["ttft_hit_s"]["min"] == 0.2 and ref["ttft_hit_s"]["max"] == 1.2  # raw figures keep the drift
     assert ref["decode_tokens_per_s"]["max"] == pytest.approx(40 / 0.5)
     assert ref["hit_tokens"] == 480 and ref["stored_bytes"] == 1000
-    verdicts = goals(summary, rounds)
+    verdicts = goals(summary, rounds * 3)  # 6 rounds: MIN_ROUNDS_TO_DECIDE
     assert verdicts["vllm_ttft_hit_over_recompute"]["met"] is True
     assert verdicts["vllm_decode_throughput_over_none"]["met"] is False  # 0.8 < 0.95
     assert verdicts["vllm_ttft_hit_over_recompute_reference_over_example"]["value"] == pytest.approx(0.4)
@@ -61,7 +62,7 @@ def test_one_outlying_sample_moves_the_median_not_the_verdict() -> None:
     # Ratios of the medians would be fooled by a sample that ran in a slow spell of one connector only.
     none = _row([1.0] * 12, [1.0] * 12, [0.5] * 12)
     ref = _row([1.0] * 12, [0.2] * 11 + [5.0], [0.5] * 11 + [9.0])
-    rounds = [{"none": none, "reference-memory": ref}]
+    rounds = [{"none": none, "reference-memory": ref}] * MIN_ROUNDS_TO_DECIDE
     summary = summarize(rounds, ["none", "reference-memory"], CONFIG)
     row = summary["reference-memory"]
     assert row["vllm_ttft_hit_over_recompute"]["median"] == pytest.approx(0.2)
@@ -79,7 +80,7 @@ def test_a_median_whose_interval_straddles_the_goal_is_undecided_not_met() -> No
     none = _row([1.0] * 8, [1.0] * 8, [1.0] * 8)
     ref = _row([1.0] * 8, [0.3] * 8, [1 / r for r in spread])
     example = _row([1.0] * 8, [0.3] * 8, [1 / r for r in reversed(spread)])
-    rounds = [{"none": none, "reference-memory": ref, "example": example}]
+    rounds = [{"none": none, "reference-memory": ref, "example": example}] * MIN_ROUNDS_TO_DECIDE
     verdicts = goals(summarize(rounds, ["none", "reference-memory", "example"], CONFIG), rounds)
     decode = verdicts["vllm_decode_throughput_over_none"]
     assert decode["value"] == pytest.approx(0.95) and decode["met"] is None
@@ -92,17 +93,39 @@ def test_a_median_whose_interval_straddles_the_goal_is_undecided_not_met() -> No
 
 
 def test_median_interval_is_seeded_and_pairs_samples_by_index() -> None:
-    samples = [0.8, 0.9, 1.0, 1.1, 1.2, 0.95, 1.05]
-    assert median_interval(samples) == median_interval(samples)  # the same report, the same interval
-    low, high = median_interval(samples)
+    rounds = [[0.8, 0.9, 1.0], [1.1, 1.2], [0.95, 1.05]]
+    assert median_interval(rounds) == median_interval(rounds)  # the same report, the same interval
+    low, high = median_interval(rounds)
     assert 0.8 <= low <= 1.0 <= high <= 1.2
     # Each sample of one connector is exactly 2x the other's, whatever the machine did: the paired ratio is 2.
-    assert median_interval([2 * x for x in samples], samples) == (pytest.approx(2.0), pytest.approx(2.0))
+    doubled = [[2 * x for x in samples] for samples in rounds]
+    assert median_interval(doubled, rounds) == (pytest.approx(2.0), pytest.approx(2.0))
+
+
+def test_rounds_that_disagree_widen_the_interval_beyond_their_samples() -> None:
+    # Every sample of a round agrees, but the rounds do not (their engines and machine state differ): 48
+    # samples pooled look like a tight 0.955; the rounds say 0.90-1.00, and 0.95 is not decided.
+    rounds = [[value] * 8 for value in (0.90, 0.92, 0.945, 0.965, 0.98, 1.00)]
+    low, high = median_interval(rounds)
+    assert low < 0.95 < high
+
+
+def test_fewer_rounds_than_the_minimum_decide_nothing() -> None:
+    one_round = {"none": _row([1.0] * 8, [1.0] * 8, [1.0] * 8),
+                 "reference-memory": _row([1.0] * 8, [0.1] * 8, [1.0] * 8)}
+    few = [one_round] * (MIN_ROUNDS_TO_DECIDE - 1)
+    verdicts = goals(summarize(few, ["none", "reference-memory"], CONFIG), few)
+    assert verdicts["vllm_ttft_hit_over_recompute"]["value"] == pytest.approx(0.1)
+    assert verdicts["vllm_ttft_hit_over_recompute"]["met"] is None  # far from 0.5, yet too few rounds
+    enough = [one_round] * MIN_ROUNDS_TO_DECIDE
+    assert goals(summarize(enough, ["none", "reference-memory"], CONFIG), enough)[
+        "vllm_ttft_hit_over_recompute"]["met"] is True
+    assert VllmBenchConfig().rounds >= MIN_ROUNDS_TO_DECIDE  # the default run can decide
 
 
 def test_a_missed_goal_and_a_worse_than_example_figure_are_reported_as_such() -> None:
     rounds = [{"none": _row([1.0], [1.0], [1.0]), "reference-memory": _row([1.0], [0.9], [1.25]),
-               "example": _row([1.0], [0.5], [1.1])}]
+               "example": _row([1.0], [0.5], [1.1])}] * MIN_ROUNDS_TO_DECIDE
     verdicts = goals(summarize(rounds, ["none", "reference-memory", "example"], CONFIG), rounds)
     assert verdicts["vllm_ttft_hit_over_recompute"]["met"] is False
     assert verdicts["vllm_decode_throughput_over_none"]["met"] is False

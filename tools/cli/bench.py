@@ -40,7 +40,7 @@ def bench(
                               "TTFT of a store hit over a recompute, prefill and decode throughput with saving on."),
     connector: Optional[list[str]] = typer.Option(None, "--connector", help="With --vllm: a connector to run "
                                                   "(repeatable; default every one this environment can run)."),
-    rounds: Optional[int] = typer.Option(None, "--rounds", min=1, help="With --vllm: rounds (default 3; 1 with --quick)."),
+    rounds: Optional[int] = typer.Option(None, "--rounds", min=1, help="With --vllm: rounds (default 6, the fewest that decide a goal; 1 with --quick)."),
     device: DeviceChoice = typer.Option(DeviceChoice.cpu, "--device", help="Where the KV caches live."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object with every figure."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write step-time distributions per mode (PNG).",
