@@ -301,6 +301,21 @@ def measure_round(engines: Mapping[str, Any], config: VllmBenchConfig, round_ind
     return rows
 
 
+#: Each ratio over no connector: (the raw per-sample figure, how the connector's sample and none's make it).
+RATIOS: dict[str, tuple[str, Callable[[float, float], float]]] = {
+    "vllm_ttft_hit_over_recompute": ("ttft_hit_s", lambda mine, none: mine / none),
+    "vllm_ttft_miss_over_none": ("ttft_miss_s", lambda mine, none: mine / none),
+    "vllm_prefill_throughput_over_none": ("ttft_miss_s", lambda mine, none: none / mine),
+    "vllm_decode_throughput_over_none": ("decode_s", lambda mine, none: none / mine),
+}
+
+
+def _ratio_samples(rounds: list[dict[str, dict[str, Any]]], name: str, key: str) -> list[list[float]]:
+    """The per-sample ratios `key` of connector `name` (the i-th sample of it and of none), one list per round."""
+    raw, over_none = RATIOS[key]
+    return [[over_none(mine, none) for mine, none in zip(r[name][raw], r["none"][raw])] for r in rounds]
+
+
 def _spread(values: list[float]) -> dict[str, float]:
     """Median, min, max and quartiles (q1, q3: the spread a reader should look at on a noisy machine)."""
     q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else (values[0], 0, values[0])
@@ -317,8 +332,8 @@ def summarize(rounds: list[dict[str, dict[str, Any]]], connectors: list[str], co
         def pooled(key: str) -> list[float]:
             return [value for r in rounds for value in r[name][key]]
 
-        def ratios(key: str, over_none: Callable[[float, float], float]) -> list[float]:
-            return [over_none(mine, none) for r in rounds for mine, none in zip(r[name][key], r["none"][key])]
+        def ratios(key: str) -> list[float]:
+            return [value for per_round in _ratio_samples(rounds, name, key) for value in per_round]
 
         entry: dict[str, Any] = {
             "ttft_miss_s": _spread(pooled("ttft_miss_s")),
@@ -329,10 +344,7 @@ def summarize(rounds: list[dict[str, dict[str, Any]]], connectors: list[str], co
                                            for r in rounds]),
             "hit_tokens": min(pooled("hit_tokens")),
             "stored_bytes": max(r[name]["stored_bytes"] for r in rounds),
-            "vllm_ttft_hit_over_recompute": _spread(ratios("ttft_hit_s", lambda mine, none: mine / none)),
-            "vllm_ttft_miss_over_none": _spread(ratios("ttft_miss_s", lambda mine, none: mine / none)),
-            "vllm_prefill_throughput_over_none": _spread(ratios("ttft_miss_s", lambda mine, none: none / mine)),
-            "vllm_decode_throughput_over_none": _spread(ratios("decode_s", lambda mine, none: none / mine)),
+            **{key: _spread(ratios(key)) for key in RATIOS},
         }
         per_connector[name] = entry
     return per_connector
@@ -347,13 +359,6 @@ BOOTSTRAP_RESAMPLES = 2000
 #: decode median of 0.988 "met" whose 12-round value was 0.928 (a few rounds cannot show the spread between
 #: rounds). The report still gives the median and interval.
 MIN_ROUNDS_TO_DECIDE = 6
-
-
-def _ratio_samples(rounds: list[dict[str, dict[str, Any]]], name: str, key: str) -> list[list[float]]:
-    """The per-sample ratios of a goal's figure (as in `summarize`), one list per round, in sample order."""
-    raw, over_none = {"vllm_ttft_hit_over_recompute": ("ttft_hit_s", lambda mine, none: mine / none),
-                      "vllm_decode_throughput_over_none": ("decode_s", lambda mine, none: none / mine)}[key]
-    return [[over_none(mine, none) for mine, none in zip(r[name][raw], r["none"][raw])] for r in rounds]
 
 
 def median_interval(rounds: list[list[float]], paired_with: list[list[float]] | None = None, *,
