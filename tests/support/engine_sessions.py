@@ -22,8 +22,10 @@ class Session:
 
 @contextmanager
 def counting_session(name: str, marker: Path, start_delay: float = 0.0) -> Iterator[Session]:
+    began = time.time()  # wall clock: comparable across processes
     time.sleep(start_delay)
     session = Session(name, marker)
+    session.info.update(began=began, built=time.time())
     try:
         yield session
     finally:
