@@ -56,8 +56,10 @@ ASSUME Rank0 \in Rank /\ PromptBlocks \in Nat \ {0} /\ Layers \in Nat \ {0}
 ASSUME StoreHits \in BOOLEAN /\ ShortReqs \subseteq Req
 ASSUME DeferFinalize \in BOOLEAN /\ Record \in BOOLEAN
 \* A hybrid model needs the HMA path (vLLM turns the hybrid manager off for a non-SupportsHMA
-\* connector); hits and short prompts are not combined with it.
-ASSUME Hybrid \in BOOLEAN /\ (Hybrid => HMA /\ ~Multi /\ ~StoreHits /\ ShortReqs = {})
+\* connector); short prompts are not combined with it, and its hits load asynchronously: vLLM 0.32
+\* recovers a failed load on a hybrid model only through failed_recving (a block-level error raises,
+\* scheduler.py ~3365-3374), which acts on requests waiting for remote KV only (~3341-3354).
+ASSUME Hybrid \in BOOLEAN /\ (Hybrid => HMA /\ ~Multi /\ (StoreHits => "async_loads" \in Moves) /\ ShortReqs = {})
 
 (* The moves (README "Breadth moves"), each off unless named in Moves:     *)
 (* "several_victims": one schedule may preempt several running requests     *)
@@ -150,17 +152,28 @@ BugNames == {"agg_first", "redo_untracked", "shutdown_no_release", "lookup_sees_
 (*   (multi_connector.py ~434-452) and gives the others 0 external tokens  *)
 (*   (~467-479), so they load nothing: with the switch off the sibling is  *)
 (*   invisible on the receive side.                                        *)
+(* "recompute_in_place" [N10]: a request whose load failed keeps the       *)
+(*   blocks allocated for its hit and recomputes its prompt in them (vLLM  *)
+(*   #56733, a hybrid model): the sliding-window group's list holds the    *)
+(*   null block where the hit's first block had left the window, so the   *)
+(*   recompute writes that position's KV into the null block, which every *)
+(*   request shares.  vLLM 0.32 frees the blocks of a request that failed  *)
+(*   with nothing valid (num_computed_tokens = 0, scheduler.py ~3146-3151, *)
+(*   which _handle_failed_recving sets, ~3341-3354) and admits it afresh.  *)
 AsyncBugNames == {"abort_no_recv_delay", "abort_always_delays", "drop_aborted_recv",
                   "abort_frees_finished", "track_through_load", "async_empty_hit",
-                  "retry_failed_hit", "no_load_expiry", "both_children_load"}
+                  "retry_failed_hit", "no_load_expiry", "both_children_load",
+                  "recompute_in_place"}
 ASSUME Moves \subseteq MoveNames /\ Bugs \subseteq BugNames \cup AsyncBugNames
 Bug(x) == x \in Bugs
 ASSUME ("some_delayed" \in Moves \/ "split_reports" \in Moves) => Multi
 ASSUME ("load_failure" \in Moves \/ "store_visibility" \in Moves) => StoreHits
 Mv(x) == x \in Moves
 \* A hit is of the whole prompt, which one allocated block holds, or under "partial_hits" of
-\* the first of two prompt blocks (README "Abstractions").
-ASSUME StoreHits => PromptBlocks = 1 \/ (Mv("partial_hits") /\ PromptBlocks = 2)
+\* the first of two prompt blocks, or on a hybrid model of a whole two-block prompt (HybridHit:
+\* the sliding-window group holds only the last block, the first one having left the window)
+\* (README "Abstractions").
+ASSUME StoreHits => PromptBlocks = 1 \/ (Mv("partial_hits") /\ PromptBlocks = 2) \/ (Hybrid /\ PromptBlocks = 2)
 ASSUME Mv("partial_hits") => StoreHits
 ASSUME Mv("defer_block_free") => MaxInflight = 2 /\ ~FusedStep /\ ~Hybrid /\ ~StoreHits
 ASSUME ("preempt_fenced" \in Bugs \/ "fence_counts_empty" \in Bugs) => Mv("defer_block_free")
@@ -170,8 +183,15 @@ EarlyFail == Mv("partial_hits") /\ Mv("load_failure")
 \* Asynchronous loads: whole-prompt hits of one block, one KV-cache group, no MultiConnector (its
 \* finished_recving is an uncounted union), and none of the moves that name a hit's source.
 AL == Mv("async_loads")
-ASSUME AL => /\ StoreHits /\ ~Multi /\ ~Hybrid /\ PromptBlocks = 1
+ASSUME AL => /\ StoreHits /\ ~Multi /\ (PromptBlocks = 1 \/ Hybrid)
              /\ ~Mv("store_visibility") /\ ~Mv("shutdown")
+\* A hit of a two-block prompt on a hybrid model: two full-attention blocks, and in the sliding-window
+\* group the null block for the first (out of the window: SlidingWindowManager's cache hit marks it
+\* null, and allocation takes no block for it) and one block for the last.
+HybridHit == Hybrid /\ StoreHits /\ PromptBlocks = 2
+\* Does a hit take a second full block (the computed second block of a partial hit, or the loaded
+\* second block of a hybrid hit)?
+TwoBlockHits == Mv("partial_hits") \/ HybridHit
 ASSUME "lost" \in Faults => AL
 \* N2: the children that load an admitted request (a load task and its record name the child);
 \* the loading sibling is not combined with the saving one (Multi) nor with the receive bugs
@@ -179,6 +199,7 @@ ASSUME "lost" \in Faults => AL
 BothLoad == Bug("both_children_load")
 LoadChildren == {"ucm", "sib"}
 ASSUME BothLoad => AL /\ ~Multi /\ {"drop_aborted_recv", "async_empty_hit"} \cap Bugs = {}
+ASSUME "recompute_in_place" \in Bugs => AL /\ Mv("load_failure")
 
 NumRanks == Cardinality(Rank)
 
@@ -223,6 +244,8 @@ VARIABLES
     dirtyDumps,   \* has a rank submitted a dump of a block its forward computed over a
                   \*   load that failed in the same step (history; FALSE unless a failed
                   \*   step dumps, i.e. "partial_hits" with "load_failure")?
+    nullWrites,   \* has a forward written vLLM's null block, which every request's list
+                  \*   shares for its out-of-window positions (history; FALSE unless Hybrid)?
     \* ---- asynchronous loads (constant unless "async_loads" is on) -------
     recvDone,     \* Scheduler.finished_recving_kv_req_ids: received, not yet promoted
     recvFailed,   \* Scheduler.failed_recving_kv_req_ids: their receive failed
@@ -251,7 +274,7 @@ schedVars  == <<reqState, blocksOf, finishedIds, preemptions, inflight, executed
 workerVars == <<workerAsync, pending, live, releaseErrors, workerExtra, sibPending,
                 reported, loadTasks, workerRecv, staleSaves>>
 historyVars == <<unexpectedReports, blockingWaits, preemptOverWaits, dumpOverwrites,
-                 dirtyLoads, dirtyDumps, down>>
+                 dirtyLoads, dirtyDumps, nullWrites, down>>
 vars == <<schedVars, workerVars, historyVars, tick, action>>
 
 (* The fingerprint view of the safety models: everything but `action` and  *)
@@ -337,6 +360,7 @@ Init ==
     /\ down = FALSE
     /\ dirtyLoads = FALSE
     /\ dirtyDumps = FALSE
+    /\ nullWrites = FALSE
     /\ recvDone = {}
     /\ recvFailed = {}
     /\ aggRecv = [r \in Req |-> 0]
@@ -508,14 +532,16 @@ ScheduleResults(S) ==
                 \cup {o \in (SUBSET (admit \cup prefill)) \X CascadeSets : Cascade(o[1], o[2])}
         Picks(adv, p) == Injections(adv \X Groups, Free(adv, p))
         \* "partial_hits": a hit takes a second block, for the prompt block the step computes
-        \* after the loaded one (a hit needs the free blocks for it).
-        HitSets(adv) == SUBSET {r \in adv \cap admit : r \notin ShortReqs}
+        \* after the loaded one (a hit needs the free blocks for it); HybridHit: for the second
+        \* loaded block.  A request whose asynchronous load failed is not offered a hit again
+        \* (`nh`; "retry_failed_hit" is checked on SchedResults).
+        HitSets(adv) == SUBSET {r \in adv \cap admit : r \notin ShortReqs /\ (HybridHit => r \notin S.nh)}
         Hits(adv, p) == IF ~StoreHits THEN {{}}
-                        ELSE IF Mv("partial_hits")
+                        ELSE IF TwoBlockHits
                         THEN {h \in HitSets(adv) : Need(adv) + Cardinality(h) <= Cardinality(Free(adv, p))}
                         ELSE HitSets(adv)
         Xs(adv, p, pk, hits) ==
-            IF Mv("partial_hits")
+            IF TwoBlockHits
             THEN {xb \in [hits -> Free(adv, p) \ Range(pk)] :
                     \A x, y \in hits : x # y => xb[x] # xb[y]}
             ELSE {[r \in {} |-> r]}
@@ -527,10 +553,11 @@ ScheduleResults(S) ==
                       \/ ~\E w \in Rank : \E t \in pending[w] : t.status = "running" /\ q \in t.reqs
         Srcs(hits) == IF Mv("store_visibility") THEN [hits -> {q \in Req : Visible(q)}]
                       ELSE {[r \in {} |-> r]}
+        \* HybridHit: the hit's first block left the window (the null block in the group).
         AllocRec(r, pk, hits, src) ==
             IF Hybrid
             THEN [req |-> r, idx |-> Idx(r), block |-> pk[<<r, "full">>], hit |-> r \in hits,
-                  sw |-> pk[<<r, "sw">>]]
+                  sw |-> IF HybridHit /\ r \in hits THEN NullBlock ELSE pk[<<r, "sw">>]]
             ELSE IF Mv("store_visibility")
             THEN [req |-> r, idx |-> Idx(r), block |-> pk[<<r, "full">>], hit |-> r \in hits,
                   src |-> IF r \in hits THEN src[r] ELSE r]
@@ -546,11 +573,22 @@ ScheduleResults(S) ==
         \* schedule recomputes every block from there in place (the held blocks): the
         \* forward rewrites them, and they are dumped.  In one step: a chunked recompute
         \* rewrites the later block later, which only gives its dump more time.
+        \* Under Hybrid a block is recomputed in both groups' blocks of its position: the
+        \* sliding-window one may be the null block ("recompute_in_place", N10).
         Redo(p) == {r \in S.rc : S.rs[r] = "running"} \ p
-        RedoRecs(r) == {CompRec(r, i, S.bo[r][i]) : i \in DOMAIN S.bo[r]}
+        RedoRecs(r) == IF Hybrid
+                       THEN {[req |-> r, idx |-> i, block |-> S.bo[r][i], hit |-> FALSE, sw |-> S.sw[r][i]]
+                               : i \in DOMAIN S.bo[r]}
+                       ELSE {CompRec(r, i, S.bo[r][i]) : i \in DOMAIN S.bo[r]}
+        \* The second block a hit takes: computed (partial hit) or loaded (HybridHit, the last
+        \* block, the one the sliding-window group holds).
+        SecondRec(r, pk, xb) == IF HybridHit
+                                THEN [req |-> r, idx |-> 2, block |-> xb[r], hit |-> TRUE,
+                                      sw |-> pk[<<r, "sw">>]]
+                                ELSE CompRec(r, 2, xb[r])
         Result(adv, p, pk, hits, src, xb) ==
             LET alloc == {AllocRec(r, pk, hits, src) : r \in adv}
-                         \cup {CompRec(r, 2, xb[r]) : r \in DOMAIN xb}
+                         \cup {SecondRec(r, pk, xb) : r \in DOMAIN xb}
                          \cup UNION {RedoRecs(r) : r \in Redo(p)}
                 slides == Slides(adv, p)
                 freed == IF Hybrid THEN S.fs \cup SwFreed(adv, p) \cup Victims(p) ELSE {}
@@ -566,6 +604,8 @@ ScheduleResults(S) ==
                                                           \o (IF r \in DOMAIN xb THEN <<xb[r]>> ELSE <<>>)
                                                 ELSE S.bo[r]],
                           !.sw = [r \in Req |-> IF r \in p THEN <<>>
+                                                ELSE IF Hybrid /\ r \in DOMAIN xb
+                                                THEN <<NullBlock, pk[<<r, "sw">>]>>
                                                 ELSE IF Hybrid /\ r \in adv
                                                      THEN (IF r \in admit THEN <<>> ELSE Kept(r))
                                                           \o <<pk[<<r, "sw">>]>>
@@ -612,15 +652,25 @@ ScheduleResults(S) ==
 (* The model runs a promoted request in the same schedule; vLLM may leave *)
 (* it waiting with its blocks when the budget is short, which changes no   *)
 (* block's owner.                                                          *)
+(* Under Hybrid the freed blocks (both groups) join the blocks freed since  *)
+(* the last schedule, for the fence.  Bug "recompute_in_place" (N10): the   *)
+(* request keeps its blocks, runs, and this schedule recomputes its prompt *)
+(* in them (`rc`, as after a failed synchronous load).                     *)
 Promote(S) ==
     LET ready == {r \in Req : S.rs[r] = "remote" /\ r \in S.rd}
         bad   == ready \cap S.rf
-    IN  [S EXCEPT !.rs = [r \in Req |-> IF r \in ready \ bad THEN "running"
-                                        ELSE IF r \in bad THEN "waiting" ELSE S.rs[r]],
-                  !.bo = [r \in Req |-> IF r \in bad THEN <<>> ELSE S.bo[r]],
+        inPlace == Bug("recompute_in_place")
+        gone  == IF inPlace THEN {} ELSE bad
+    IN  [S EXCEPT !.rs = [r \in Req |-> IF r \in ready \ gone THEN "running"
+                                        ELSE IF r \in gone THEN "waiting" ELSE S.rs[r]],
+                  !.bo = [r \in Req |-> IF r \in gone THEN <<>> ELSE S.bo[r]],
+                  !.sw = [r \in Req |-> IF r \in gone THEN <<>> ELSE S.sw[r]],
+                  !.fs = @ \cup (IF Hybrid THEN UNION {Range(S.bo[r]) \cup SwHeld(S.sw[r]) : r \in gone}
+                                 ELSE {}),
+                  !.rc = @ \cup (IF inPlace THEN bad ELSE {}),
                   !.rd = S.rd \ ready,
                   !.rf = S.rf \ ready,
-                  !.nh = S.nh \cup bad]
+                  !.nh = S.nh \cup gone]
 
 (* Then the admissions: get_num_new_matched_tokens answers load_async for  *)
 (* a hit, so the request's block is allocated and it enters                 *)
@@ -642,10 +692,13 @@ AsyncAdmit(S, x) ==
         hits  == {a \in m.writes : a.hit}
         rq    == {a.req : a \in hits}
         ready == {r \in Req : S.rs[r] = "remote" /\ r \in S.rd}
+        \* Under Hybrid a hit's load also writes its sliding-window blocks (not the null one).
+        swLoads == IF Hybrid THEN {[req |-> a.req, block |-> a.sw] : a \in {h \in hits : h.sw # NullBlock}}
+                   ELSE {}
         recv  == IF "async_empty_hit" \in Bugs THEN {}
                  ELSE IF BothLoad
                  THEN {[req |-> a.req, block |-> a.block, child |-> c] : a \in hits, c \in LoadChildren}
-                 ELSE {[req |-> a.req, block |-> a.block] : a \in hits}
+                 ELSE {[req |-> a.req, block |-> a.block] : a \in hits} \cup swLoads
         \* N2: MultiConnector's calls for the admission, each child's share of the hit
         alloc == IF BothLoad
                  THEN <<[name |-> "update_state_after_alloc", ucm_external |-> rq, sibling_external |-> rq]>>
@@ -684,7 +737,7 @@ SchedResults(S) ==
 Local(w) == [async |-> workerAsync[w], pending |-> pending[w], live |-> live[w],
              relErr |-> releaseErrors[w], extra |-> workerExtra[w],
              sib |-> sibPending[w], blocked |-> FALSE, overWait |-> FALSE,
-             overwrote |-> FALSE, dirty |-> FALSE, dirtyDump |-> FALSE,
+             overwrote |-> FALSE, dirty |-> FALSE, dirtyDump |-> FALSE, nullWrite |-> FALSE,
              loads |-> loadTasks[w], recv |-> workerRecv[w], stale |-> staleSaves[w]]
 
 (* A call's record when `action` records no calls (Record = FALSE).        *)
@@ -785,13 +838,16 @@ forward(w, m, s) ==
         hit == \E t \in s.pending : t.status = "running" /\ t.blocks \cap wb # {}
         dirty == Mv("store_visibility") /\
                  \E l \in m.load : \E t \in s.pending : t.status = "running" /\ l.src \in t.reqs
-    IN  [s |-> [s EXCEPT !.overwrote = @ \/ hit, !.dirty = @ \/ dirty],
+        null == NullBlock \in wb
+    IN  [s |-> [s EXCEPT !.overwrote = @ \/ hit, !.dirty = @ \/ dirty, !.nullWrite = @ \/ null],
          call |-> IF ~Record THEN NoCall ELSE
                   [name |-> "forward", writes |-> {<<a.block, a.req, a.idx>> : a \in m.writes},
                    sw_writes |-> SwWrites(m)]]
 
 DumpReqs(m)   == {d.req : d \in m.dump}
-DumpBlocks(m) == {d.block : d \in m.dump} \cup (IF Hybrid THEN {d.sw : d \in m.dump} ELSE {})
+\* (a slice's sliding-window block is the null block only in a recompute in place, N10: the
+\* connector dumps no null block)
+DumpBlocks(m) == {d.block : d \in m.dump} \cup (IF Hybrid THEN {d.sw : d \in m.dump} \ {NullBlock} ELSE {})
 
 (* _dumping_requests: the slices a rank submits.  Every slice is tracked   *)
 (* (DumpReqs: the scheduler tracks them all, and a request whose slice is  *)
@@ -802,7 +858,7 @@ DumpBlocks(m) == {d.block : d \in m.dump} \cup (IF Hybrid THEN {d.sw : d \in m.d
 SubSlices(m) == IF SliceLabel = "skip_failed_loads" THEN {d \in m.dump : d.req \notin m.failed}
                 ELSE m.dump
 SubReqs(m)   == {d.req : d \in SubSlices(m)}
-SubBlocks(m) == {d.block : d \in SubSlices(m)} \cup (IF Hybrid THEN {d.sw : d \in SubSlices(m)} ELSE {})
+SubBlocks(m) == {d.block : d \in SubSlices(m)} \cup (IF Hybrid THEN {d.sw : d \in SubSlices(m)} \ {NullBlock} ELSE {})
 
 (* UCMLayerWiseConnector.save_kv_layer, once per layer: one task per layer *)
 (* (layer l fails to submit iff l \in failed).                             *)
@@ -1076,6 +1132,7 @@ SetWorkers(post) ==
     /\ dumpOverwrites' = (dumpOverwrites \/ \E w \in Rank : post[w].s.overwrote)
     /\ dirtyLoads' = (dirtyLoads \/ \E w \in Rank : post[w].s.dirty)
     /\ dirtyDumps' = (dirtyDumps \/ \E w \in Rank : post[w].s.dirtyDump)
+    /\ nullWrites' = (nullWrites \/ \E w \in Rank : post[w].s.nullWrite)
     /\ loadTasks' = [w \in Rank |-> post[w].s.loads]
     /\ workerRecv' = [w \in Rank |-> post[w].s.recv]
     /\ staleSaves' = [w \in Rank |-> post[w].s.stale]
@@ -1204,6 +1261,10 @@ RecvUpdate(z, recving, rfailed) ==
         unexpected == emitted \ (remote \cup freed)
     IN  [S |-> [S EXCEPT !.rs = [r \in Req |-> IF r \in freed THEN "done" ELSE S.rs[r]],
                          !.bo = [r \in Req |-> IF r \in freed THEN <<>> ELSE S.bo[r]],
+                         !.sw = [r \in Req |-> IF r \in freed THEN <<>> ELSE S.sw[r]],
+                         !.fs = @ \cup (IF Hybrid
+                                        THEN UNION {Range(S.bo[r]) \cup SwHeld(S.sw[r]) : r \in freed}
+                                        ELSE {}),
                          !.rd = @ \cup remote,
                          !.rf = @ \cup (efail \cap remote),
                          !.ar = [r \in Req |-> IF r \in emitted THEN 0 ELSE counts[r]],
@@ -1235,7 +1296,7 @@ schedule ==
          /\ inflight' = Append(inflight, x.meta)
          /\ action' = x.rec
     /\ UNCHANGED <<tick, executed, workerVars, blockingWaits, preemptOverWaits, dumpOverwrites,
-                   dirtyLoads, dirtyDumps, down>>
+                   dirtyLoads, dirtyDumps, nullWrites, down>>
 
 execute_model ==
     /\ ~FusedStep /\ ~down
@@ -1270,7 +1331,7 @@ update_from_output ==
     /\ executed' = executed - 1
     /\ tick' = 1 - tick
     /\ UNCHANGED <<workerVars, blockingWaits, preemptOverWaits, dumpOverwrites, dirtyLoads,
-                   dirtyDumps, down>>
+                   dirtyDumps, nullWrites, down>>
 
 (* Sync scheduling in one action: schedule, every rank's execute_model,    *)
 (* update_from_output.  Sound for these properties because the scheduler   *)
@@ -1349,7 +1410,8 @@ shutdown ==
                   ELSE [name |-> "shutdown", ranks |-> [w \in Rank |-> WaitRecords(pending[w])]]
     /\ UNCHANGED <<schedVars, workerAsync, workerExtra, sibPending, reported, loadTasks, workerRecv, staleSaves,
                    unexpectedReports,
-                   blockingWaits, preemptOverWaits, dumpOverwrites, dirtyLoads, dirtyDumps, tick>>
+                   blockingWaits, preemptOverWaits, dumpOverwrites, dirtyLoads, dirtyDumps, nullWrites,
+                   tick>>
 
 (* Scheduler.finish_requests (scheduler.py ~2649-2712): an abort from the  *)
 (* API server, processed between engine phases.  A request waiting for    *)
@@ -1368,6 +1430,13 @@ AbortRecord(r, from, ucmD, delayed) ==
                     THEN <<[name |-> "request_finished", reqs |-> {r},
                             ucm_delayed |-> ucmD, delayed |-> delayed]>>
                     ELSE <<>>]
+(* An abort that frees request r (`frees`) frees its sliding-window blocks  *)
+(* too, which join the blocks freed since the last schedule (Hybrid).      *)
+FreeSw(r, frees) ==
+    /\ swBlocksOf' = IF frees THEN [swBlocksOf EXCEPT ![r] = <<>>] ELSE swBlocksOf
+    /\ freedSince' = IF frees /\ Hybrid
+                     THEN freedSince \cup Range(blocksOf[r]) \cup SwHeld(swBlocksOf[r])
+                     ELSE freedSince
 finish_requests ==
     /\ ~down
     /\ \E r \in Req :
@@ -1379,6 +1448,7 @@ finish_requests ==
                    delay == recvDelay \/ ucmD
                IN  /\ reqState' = [reqState EXCEPT ![r] = IF delay THEN "delayed" ELSE "done"]
                    /\ blocksOf' = IF delay THEN blocksOf ELSE [blocksOf EXCEPT ![r] = <<>>]
+                   /\ FreeSw(r, ~delay)
                    /\ schedAsync' = IF RFLabel = "delay_if_tracked" THEN schedAsync \ {r}
                                     ELSE schedAsync
                    /\ finishedIds' = finishedIds \cup {r}
@@ -1389,9 +1459,10 @@ finish_requests ==
          \/ /\ "abort_frees_finished" \in Bugs /\ reqState[r] = "delayed"
             /\ reqState' = [reqState EXCEPT ![r] = "done"]
             /\ blocksOf' = [blocksOf EXCEPT ![r] = <<>>]
+            /\ FreeSw(r, TRUE)
             /\ UNCHANGED <<schedAsync, finishedIds, recvDone, recvFailed>>
             /\ action' = AbortRecord(r, "delayed", {}, {})
-    /\ UNCHANGED <<preemptions, inflight, executed, agg, extraSaves, swBlocksOf, freedSince,
+    /\ UNCHANGED <<preemptions, inflight, executed, agg, extraSaves,
                    sibDelayed, recompute, parked, aggRecv, aggRecvFail, noHit, workerVars,
                    historyVars, tick>>
 
@@ -1453,6 +1524,7 @@ TypeInv ==
                          /\ e.wait \in 0..(MaxInflight + 1) /\ e.by \in {"preempt", "free"}
     /\ (~Mv("defer_block_free") => parked = {})
     /\ down \in BOOLEAN /\ dirtyLoads \in BOOLEAN /\ dirtyDumps \in BOOLEAN
+    /\ nullWrites \in BOOLEAN /\ (~Hybrid => ~nullWrites)
     /\ recvDone \subseteq Req /\ recvFailed \subseteq Req
     /\ aggRecv \in [Req -> 0..NumRanks] /\ aggRecvFail \subseteq Req /\ noHit \subseteq Req
     /\ \A w \in Rank : \A t \in loadTasks[w] : IsLoadTask(t)
@@ -1530,6 +1602,12 @@ NoLoadWhileDumpingInv == ~dirtyLoads
 (* block's key, which every later hit loads.                              *)
 NoDumpOfFailedLoadInv == ~dirtyDumps
 
+(* No forward writes vLLM's null block (Hybrid): a position the sliding    *)
+(* window left holds the null block in the group's list, which every      *)
+(* request shares; KV written there is read back as another position's by *)
+(* no one and overwritten by everyone (vLLM #56733).                      *)
+NoNullBlockWriteInv == ~nullWrites
+
 (* A preemption frees its victims' blocks for the allocation that made it *)
 (* ("defer_block_free"): no victim's blocks are parked by a deferred free *)
 (* (vLLM #49674: such preemptions free nothing, and the retry preempts    *)
@@ -1550,7 +1628,7 @@ DrainedWhenDueInv == \A e \in parked : e.wait > 0
 NoLoadIntoFreedBlockInv ==
     \A w \in Rank : \A t \in loadTasks[w] :
         t.status = "running" => /\ reqState[t.req] \in {"remote", "delayed"}
-                               /\ t.block \in Range(blocksOf[t.req])
+                               /\ t.block \in Range(blocksOf[t.req]) \cup SwHeld(swBlocksOf[t.req])
 
 (* A freed request has nothing in flight: no running load of it and no     *)
 (* running dump task reading it, on any rank (a request with both a save   *)

@@ -104,6 +104,7 @@ DD == INSTANCE DeferDump WITH
     Moves <- {}, Bugs <- {}, Record <- FALSE, sibDelayed <- {}, recompute <- {}, parked <- {}, down <- FALSE,
     dirtyLoads <- FALSE,
     dirtyDumps <- FALSE,
+    nullWrites <- FALSE,
     swBlocksOf <- [r \in Reqs |-> SwOf(r)], freedSince <- freedSince, preemptions <- 0,
     inflight <- <<>>, executed <- 0, agg <- [r \in Reqs |-> 0], extraSaves <- {},
     live <- [w \in Ranks |-> {}], releaseErrors <- [w \in Ranks |-> {}],

@@ -22,12 +22,12 @@ pytestmark = pytest.mark.slow
 
 MODELS = {e.name: e for e in load_manifest().models}
 REPRODUCING = [e for e in MODELS.values() if e.reproduces is not None]
-# The rows this file pins (the "Saves, preemption, ranks, windows" section, and N2 of the asynchronous-load
-# one), by model.
+# The rows this file pins (the "Saves, preemption, ranks, windows" section, and N2 and N10 of the
+# asynchronous-load one), by model.
 ROWS = {"OuterNoForward": "P4", "PreemptLate": "P1", "ExtraNotShipped": "P5", "CountNotForwarded": "P6",
         "RfagDelaysAll": "P7", "ReportLostOnError": "P9", "WaitOneSave": "P13", "SlidingWindow": "P14",
         "IdleIgnoresDelayed": "N12", "FenceCountsEmpty": "P3", "PreemptFenced": "N1", "ReqIdReuse": "P2",
-        "MultiBothLoad": "N2"}
+        "MultiBothLoad": "N2", "HybridRecomputeInPlace": "N10"}
 
 
 @pytest.fixture(scope="module")
@@ -376,3 +376,37 @@ def test_n2_the_first_childs_report_lets_the_block_go_under_the_other_load(rows:
     if state == "done":  # aborted while it waited: vLLM's delayed free ends at the first report
         aborts = [i for i, c in _calls(row, "finish_requests") if c["req"] == r and _set(c["delayed"]) == [r]]
         assert aborts and aborts[0] < i_first
+
+
+@pytest.mark.verify
+def test_n10_a_failed_hybrid_load_recomputed_in_place_writes_the_null_block(rows: dict[str, dict[str, Any]]) -> None:
+    """vllm#56733: on a hybrid model a hit of a two-block prompt takes two full-attention blocks and, in the
+    sliding-window group, the null block for the first prompt block (out of the window) and one block for
+    the last; the load fails, the request keeps those blocks and recomputes its prompt in them, and the
+    forward writes the first block's sliding-window KV into the null block every request shares."""
+    row = rows["HybridRecomputeInPlace"]
+    i_hit, hit = next((i, c) for i, c in _calls(row, "get_num_new_matched_tokens") if _set(c["load_async"]))
+    (r,) = _set(hit["load_async"])
+    (schedule,) = [c for c in _steps(row)[i_hit] if c["name"] == "schedule"]
+    allocated = sorted((a for a in _set(schedule["allocated"]) if a["req"] == r), key=lambda a: _int(a["idx"]))
+    assert [(_int(a["idx"]), a["hit"]) for a in allocated] == [(1, True), (2, True)]
+    assert _is_null(allocated[0]["sw"]) and not _is_null(allocated[1]["sw"]), "the first block left the window"
+    loads = [c for i, c in _calls(row, "start_load_kv") if i == i_hit]
+    loaded = {json.dumps(t["#tup"][1]) for c in loads for t in _set(c["submitted"]) if t["#tup"][0] == r}
+    assert len(loaded) == 3 and not any(_is_null(json.loads(b)) for b in loaded), "the load writes no null block"
+    assert any(c["req"] == r and c["outcome"] == "failed" for _, c in _calls(row, "load_complete"))
+    i_fail = next(i for i, c in _calls(row, "get_finished") if r in _set(c.get("failed_recving", {"#set": []})))
+    i_redo, _ = next((i, u) for i, u in _calls(row, "_update_waiting_for_remote_kv") if r in _set(u["failed"]))
+    assert i_fail < i_redo == len(row["trace"]) - 1, "the recompute follows the failed receive and ends the trace"
+    (forward,) = [c for i, c in _calls(row, "forward") if i == i_redo]
+    written = {(_int(t["#tup"][0]) if _is_null(t["#tup"][0]) else json.dumps(t["#tup"][0]), _int(t["#tup"][2]))
+               for t in _set(forward["sw_writes"]) if t["#tup"][1] == r}
+    assert (0, 1) in written, "the recompute did not write the first block's sliding-window KV into the null block"
+    last = row["trace"][-1]["state"]
+    assert last["nullWrites"] is True and _map(last["reqState"])[json.dumps(r)] == "running"
+    assert _is_null(_seq(_map(last["swBlocksOf"])[json.dumps(r)])[0]), "the request still holds the null block"
+
+
+def _is_null(value: Any) -> bool:
+    """Is this ITF value vLLM's null block (the integer 0; real blocks are model values)?"""
+    return isinstance(value, (int, dict)) and _int(value) == 0

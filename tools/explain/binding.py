@@ -697,6 +697,20 @@ def no_dump_of_failed_load(steps: Sequence[Step], i: int) -> list[Offence]:
                     frozenset({lane_id(TASKS, _rank_label(rank)) for rank in ranks}))]
 
 
+def no_null_block_write(steps: Sequence[Step], i: int) -> list[Offence]:
+    """A forward wrote vLLM's null block (the spec's history flag `nullWrites`, hybrid models): a recompute
+    in place of a position that had left the sliding window, whose entry in the group's list is the null
+    block every request shares."""
+    when = _first_true(steps, i, "nullWrites")
+    if when is None:
+        return []
+    reqs = sorted((req for req, seq in _fn(steps[when], "swBlocksOf").items() if 0 in tuple(seq or ())), key=show)
+    return [Offence(f"step {when}: the forward wrote the null block (block 0 of the sliding-window group) for "
+                    f"{show_set(reqs)}: a prompt block that had left the window was recomputed in place, into the "
+                    "block every request shares for its out-of-window positions",
+                    frozenset(lane_id(REQUESTS, show(req)) for req in reqs))]
+
+
 def no_fruitless_preemption(steps: Sequence[Step], i: int) -> list[Offence]:
     """A preemption whose victims' blocks a deferred free parked: it freed nothing for its allocation."""
     blocks = _parked_blocks(steps[i], "preempt")
@@ -758,6 +772,7 @@ def no_load_into_freed_block(steps: Sequence[Step], i: int) -> list[Offence]:
     """A running load task ("async_loads") writes a block its request no longer holds: freed under the load."""
     step = steps[i]
     states, blocks = _fn(step, "reqState"), _fn(step, "blocksOf")
+    sw_blocks = _fn(step, "swBlocksOf")  # hybrid: a load also writes the sliding-window group's blocks
     offences = []
     for rank, tasks in _fn(step, "loadTasks").items():
         for task in tasks:
@@ -765,7 +780,8 @@ def no_load_into_freed_block(steps: Sequence[Step], i: int) -> list[Offence]:
             if _get(task, "status") != "running":
                 continue
             state = _get(states, req)
-            if state not in ("remote", "delayed") or block not in tuple(_get(blocks, req, ()) or ()):
+            held = tuple(_get(blocks, req, ()) or ()) + tuple(_get(sw_blocks, req, ()) or ())
+            if state not in ("remote", "delayed") or block not in held:
                 offences.append(Offence(
                     f"rank {show(rank)}: the load of {show(req)} still writes block {show(block)}, but {show(req)} is "
                     f"{state} and no longer holds it: the block was freed under the load and may be handed to "
@@ -868,6 +884,7 @@ BINDING = LaneBinding(
         "ShutdownDrainedInv": shutdown_drained,
         "NoLoadWhileDumpingInv": no_load_while_dumping,
         "NoDumpOfFailedLoadInv": no_dump_of_failed_load,
+        "NoNullBlockWriteInv": no_null_block_write,
         "NoFruitlessPreemptionInv": no_fruitless_preemption,
         "DrainedWhenDueInv": drained_when_due,
         "NoLoadIntoFreedBlockInv": no_load_into_freed_block,
