@@ -84,8 +84,16 @@ ASSUME Hybrid \in BOOLEAN /\ (Hybrid => HMA /\ ~Multi /\ (StoreHits => "async_lo
 (*   submits a load task, get_finished reports finished_recving (with      *)
 (*   "load_failure": failed_recving), and requests may be aborted          *)
 (*   (finish_requests) while they wait.                                    *)
+(* "shared_prefix": every request has the same prompt, so an admission may *)
+(*   share a block another running request holds, or one this schedule     *)
+(*   allocates for a hit, instead of taking a free one (vLLM's prefix      *)
+(*   cache: allocate_slots caches a hit's blocks at allocation); a failed  *)
+(*   load leaves its block's KV invalid until a recompute rewrites it, and *)
+(*   the chunk of a recompute that rewrites it may come in a later step    *)
+(*   (chunked prefill, the token budget).                                  *)
 MoveNames == {"several_victims", "split_reports", "some_delayed", "load_failure",
-              "shutdown", "store_visibility", "partial_hits", "defer_block_free", "async_loads"}
+              "shutdown", "store_visibility", "partial_hits", "defer_block_free", "async_loads",
+              "shared_prefix"}
 (* The bug switches (one per mutant that is not a class-table change):     *)
 (* "agg_first": the aggregator forwards a request after the first report;  *)
 (* "redo_untracked": a recompute after a failed load is dumped untracked;  *)
@@ -118,10 +126,21 @@ MoveNames == {"several_victims", "split_reports", "some_delayed", "load_failure"
 (*   count while the completion of the save it waited is still queued: the *)
 (*   re-admitted request's count takes that stale completion, reaches 0    *)
 (*   with its new save running, and get_finished reports it unwaited.      *)
+(* "sharer_reads_invalid" [N11]: a request that shares a block whose load  *)
+(*   failed runs on it while the recompute that rewrites it is still to   *)
+(*   come: vLLM 0.32's _update_requests_with_invalid_blocks (scheduler.py  *)
+(*   ~3297-3305, ~3327-3336) lets only the first affected request in       *)
+(*   `running` recompute a shared invalid block, and the others "can still *)
+(*   consider this block as computed"; so does an admission that shares   *)
+(*   the block after the failure (under "recompute" it is not evicted,     *)
+(*   ~3409-3413).  Without the switch a request holding a block whose KV   *)
+(*   is invalid is not run before a step that rewrites it (the ordering   *)
+(*   the policy assumes: any sharer "will only access them after they're  *)
+(*   recomputed", PR #26813's review).                                     *)
 BugNames == {"agg_first", "redo_untracked", "shutdown_no_release", "lookup_sees_running",
              "preempt_late", "extra_not_shipped", "count_not_forwarded", "rfag_delays_all",
              "report_lost_on_error", "wait_one_save", "idle_ignores_delayed",
-             "preempt_fenced", "fence_counts_empty", "count_per_req"}
+             "preempt_fenced", "fence_counts_empty", "count_per_req", "sharer_reads_invalid"}
 (* The bug switches of the asynchronous-load mutants (README "Asynchronous *)
 (* loads"; the rows of docs/real-bugs.md):                                 *)
 (* "abort_no_recv_delay": finish_requests frees a request waiting for     *)
@@ -176,6 +195,13 @@ Mv(x) == x \in Moves
 ASSUME StoreHits => PromptBlocks = 1 \/ (Mv("partial_hits") /\ PromptBlocks = 2) \/ (Hybrid /\ PromptBlocks = 2)
 ASSUME Mv("partial_hits") => StoreHits
 ASSUME Mv("defer_block_free") => MaxInflight = 2 /\ ~FusedStep /\ ~Hybrid /\ ~StoreHits
+\* Shared prefixes: whole-prompt hits of one block, loaded in the step (a failure is known when the
+\* step's output is processed, before the next schedule: one step in flight).
+SP == Mv("shared_prefix")
+ASSUME SP => /\ StoreHits /\ Mv("load_failure") /\ PromptBlocks = 1 /\ MaxInflight = 1 /\ ShortReqs = {}
+             /\ ~Hybrid /\ ~Multi /\ ~Mv("async_loads") /\ ~Mv("partial_hits")
+             /\ ~Mv("store_visibility") /\ ~Mv("defer_block_free")
+ASSUME "sharer_reads_invalid" \in Bugs => SP
 ASSUME ("preempt_fenced" \in Bugs \/ "fence_counts_empty" \in Bugs) => Mv("defer_block_free")
 \* The store fails a step's loads while the step runs (the worker sees the error before it
 \* dumps) rather than in the scheduler's view of the step's output.
@@ -253,6 +279,10 @@ VARIABLES
     aggRecvFail,  \* KVOutputAggregator._failed_recving_pending: failures not yet emitted
     noHit,        \* requests whose asynchronous load failed: the connector's lookup finds
                   \*   nothing for them again, so they recompute
+    \* ---- shared prefixes (constant unless "shared_prefix" is on) --------
+    invalidKV,    \* blocks whose KV a failed load left invalid, not yet rewritten (or
+                  \*   scheduled to be) by a recompute or a new allocation
+    staleReads,   \* has a schedule run a request over a block in invalidKV (history)?
     loadTasks,    \* [Rank -> set of LoadTask]: the rank's load tasks not yet reported
     workerRecv,   \* [Rank -> SUBSET Req]: ids whose receive completion the rank will report
     staleSaves,   \* [Rank -> SUBSET Req]: requests with a save completion still queued from a
@@ -270,7 +300,7 @@ VARIABLES
 
 schedVars  == <<reqState, blocksOf, finishedIds, preemptions, inflight, executed, agg,
                 schedAsync, extraSaves, swBlocksOf, freedSince, sibDelayed, recompute, parked,
-                recvDone, recvFailed, aggRecv, aggRecvFail, noHit>>
+                recvDone, recvFailed, aggRecv, aggRecvFail, noHit, invalidKV, staleReads>>
 workerVars == <<workerAsync, pending, live, releaseErrors, workerExtra, sibPending,
                 reported, loadTasks, workerRecv, staleSaves>>
 historyVars == <<unexpectedReports, blockingWaits, preemptOverWaits, dumpOverwrites,
@@ -366,6 +396,8 @@ Init ==
     /\ aggRecv = [r \in Req |-> 0]
     /\ aggRecvFail = {}
     /\ noHit = {}
+    /\ invalidKV = {}
+    /\ staleReads = FALSE
     /\ loadTasks = [w \in Rank |-> {}]
     /\ workerRecv = [w \in Rank |-> {}]
     /\ staleSaves = [w \in Rank |-> {}]
@@ -384,7 +416,7 @@ SchedState == [rs |-> reqState, bo |-> blocksOf, fin |-> finishedIds, pre |-> pr
                sa |-> schedAsync, ex |-> extraSaves, agg |-> agg, unexp |-> unexpectedReports,
                sw |-> swBlocksOf, fs |-> freedSince, sd |-> sibDelayed, rc |-> recompute,
                pk |-> parked, rd |-> recvDone, rf |-> recvFailed, ar |-> aggRecv, arf |-> aggRecvFail,
-               nh |-> noHit]
+               nh |-> noHit, inv |-> invalidKV, stale |-> staleReads]
 
 SetSched(S) ==
     /\ reqState' = S.rs /\ blocksOf' = S.bo /\ finishedIds' = S.fin /\ preemptions' = S.pre
@@ -393,6 +425,7 @@ SetSched(S) ==
     /\ parked' = S.pk
     /\ recvDone' = S.rd /\ recvFailed' = S.rf /\ aggRecv' = S.ar /\ aggRecvFail' = S.arf
     /\ noHit' = S.nh
+    /\ invalidKV' = S.inv /\ staleReads' = S.stale
 
 (* The sliding-window group (Hybrid).  vLLM's null block id is 0.  With a  *)
 (* window below the block size only the block holding the last computed    *)
@@ -501,7 +534,9 @@ ScheduleResults(S) ==
         SwFreed(adv, p) == UNION {SwOut(S.sw[r]) : r \in Slides(adv, p)}
         \* "defer_block_free": a fenced victim's blocks are parked, not freed (_free_request_blocks)
         Fenced == IF Mv("defer_block_free") THEN FencedFrom(1) ELSE {}
+        \* (a block another request shares stays held: "shared_prefix")
         Victims(p) == UNION {Range(S.bo[v]) \cup SwHeld(S.sw[v]) : v \in p \ Fenced}
+                      \ UNION {Range(S.bo[q]) : q \in Req \ p}
         Free(adv, p) == (Block \ HeldIn(S)) \cup SwFreed(adv, p) \cup Victims(p)
         \* "several_victims": the allocation retry loop (scheduler.py ~777-842) may
         \* preempt several running requests for one allocation, and
@@ -576,6 +611,17 @@ ScheduleResults(S) ==
         \* Under Hybrid a block is recomputed in both groups' blocks of its position: the
         \* sliding-window one may be the null block ("recompute_in_place", N10).
         Redo(p) == {r \in S.rc : S.rs[r] = "running"} \ p
+        \* "shared_prefix": the recomputes this schedule runs (the others' chunk comes later, and
+        \* they stay in `rc`), and the admissions that share a block (`sb`: request -> block) held
+        \* by a running request whose prompt is in, or allocated for a hit in this schedule
+        \* (none in a schedule that preempts: nothing waiting is admitted then).
+        RedoChoices(p) == IF SP THEN SUBSET Redo(p) ELSE {Redo(p)}
+        Sharable(pk, hits) == {S.bo[q][1] : q \in {x \in running : Len(S.bo[x]) = 1}}
+                              \cup {pk[<<q, "full">>] : q \in hits}
+        ShareChoices(adv, p, pk, hits) ==
+            IF SP /\ p = {}
+            THEN UNION {[D -> Sharable(pk, hits)] : D \in SUBSET (admit \ adv)}
+            ELSE {[r \in {} |-> r]}
         RedoRecs(r) == IF Hybrid
                        THEN {[req |-> r, idx |-> i, block |-> S.bo[r][i], hit |-> FALSE, sw |-> S.sw[r][i]]
                                : i \in DOMAIN S.bo[r]}
@@ -586,18 +632,28 @@ ScheduleResults(S) ==
                                 THEN [req |-> r, idx |-> 2, block |-> xb[r], hit |-> TRUE,
                                       sw |-> pk[<<r, "sw">>]]
                                 ELSE CompRec(r, 2, xb[r])
-        Result(adv, p, pk, hits, src, xb) ==
+        Result(adv, p, pk, hits, src, xb, sb, redo) ==
             LET alloc == {AllocRec(r, pk, hits, src) : r \in adv}
                          \cup {SecondRec(r, pk, xb) : r \in DOMAIN xb}
-                         \cup UNION {RedoRecs(r) : r \in Redo(p)}
+                         \cup UNION {RedoRecs(r) : r \in redo}
                 slides == Slides(adv, p)
                 freed == IF Hybrid THEN S.fs \cup SwFreed(adv, p) \cup Victims(p) ELSE {}
-                bcm == build_connector_meta(S, alloc, p, freed, Redo(p))
+                bcm == build_connector_meta(S, alloc, p, freed, redo)
                 Kept(r) == IF r \in slides THEN SwKeepLast(S.sw[r]) ELSE S.sw[r]
+                \* "shared_prefix": every allocated block is written in this step (computed or
+                \* loaded), before any request of the step reads it; a request runs in the step
+                \* unless its recompute was left for later; one that holds a block whose KV is
+                \* still invalid reads it ("sharer_reads_invalid"; otherwise it is held back).
+                inv1 == S.inv \ {a.block : a \in alloc}
+                deferred == Redo(p) \ redo
+                Holds(r) == IF r \in DOMAIN sb THEN {sb[r]} ELSE IF r \in p THEN {} ELSE Range(S.bo[r])
+                stale == {r \in ({x \in running : x \notin p} \cup adv \cup DOMAIN sb) \ deferred :
+                            Holds(r) \cap inv1 # {}}
             IN  [S |-> [S EXCEPT
                           !.rs = [r \in Req |-> IF r \in p THEN "preempted"
-                                                ELSE IF r \in adv THEN "running" ELSE S.rs[r]],
+                                                ELSE IF r \in adv \cup DOMAIN sb THEN "running" ELSE S.rs[r]],
                           !.bo = [r \in Req |-> IF r \in p THEN <<>>
+                                                ELSE IF r \in DOMAIN sb THEN <<sb[r]>>
                                                 ELSE IF r \in adv
                                                      THEN (IF r \in admit THEN <<>> ELSE S.bo[r])
                                                           \o <<pk[<<r, "full">>]>>
@@ -616,13 +672,29 @@ ScheduleResults(S) ==
                           !.ex = {},
                           !.fs = {},
                           !.sd = {},
-                          !.rc = {},
+                          !.rc = deferred,
+                          !.inv = IF SP THEN inv1 ELSE {},
+                          !.stale = @ \/ (Bug("sharer_reads_invalid") /\ stale # {}),
                           !.pk = @ \cup Park(UNION {Range(S.bo[v]) : v \in p \cap Fenced},
                                               FenceWait(1, 1), "preempt")],
                  meta |-> IF Mv("defer_block_free")
                           THEN [bcm.meta EXCEPT !.ran = {r \in Req : r \in adv \/ (S.rs[r] = "running" /\ r \notin p)}]
                           ELSE bcm.meta,
-                 rec |-> IF ~Record THEN [name |-> "schedule"] ELSE
+                 rec |-> IF ~Record THEN [name |-> "schedule"]
+                         ELSE IF SP
+                         THEN [name |-> "schedule", allocated |-> alloc, preempted |-> p,
+                               shared |-> {<<r, sb[r]>> : r \in DOMAIN sb}, recompute_later |-> deferred,
+                               invalid_reads |-> IF Bug("sharer_reads_invalid") THEN stale ELSE {},
+                               held_back |-> IF Bug("sharer_reads_invalid") THEN {} ELSE stale,
+                               calls |-> << [name |-> "build_connector_meta",
+                                             dump |-> bcm.meta.dump,
+                                             load |-> bcm.meta.load,
+                                             tracked |-> bcm.tracked,
+                                             preempted_req_ids |-> bcm.meta.preempted,
+                                             finished_req_ids |-> bcm.meta.finished,
+                                             extra_async_saves |-> bcm.meta.extra,
+                                             freed_blocks |-> bcm.meta.freed] >>]
+                         ELSE
                          [name |-> "schedule", allocated |-> alloc, preempted |-> p,
                           sw_freed |-> SwFreed(adv, p),
                           calls |-> << [name |-> "build_connector_meta",
@@ -633,8 +705,9 @@ ScheduleResults(S) ==
                                         finished_req_ids |-> bcm.meta.finished,
                                         extra_async_saves |-> bcm.meta.extra,
                                         freed_blocks |-> bcm.meta.freed] >>]]
-    IN  UNION {UNION {UNION {{Result(o[1], o[2], pk, hits, src, xb) :
-                                src \in Srcs(hits), xb \in Xs(o[1], o[2], pk, hits)}
+    IN  UNION {UNION {UNION {{Result(o[1], o[2], pk, hits, src, xb, sb, redo) :
+                                src \in Srcs(hits), xb \in Xs(o[1], o[2], pk, hits),
+                                sb \in ShareChoices(o[1], o[2], pk, hits), redo \in RedoChoices(o[2])}
                              : pk \in Picks(o[1], o[2])}
                       : hits \in Hits(o[1], o[2])}
                : o \in Opts}
@@ -1204,6 +1277,10 @@ UpdateResult(S, sending, fin, sibD, failed) ==
                   !.ex = @ \cup (IF Multi THEN ucmDelays \cap sibD ELSE {}),
                   !.sd = @ \cup (IF Mv("some_delayed") THEN sibD ELSE {}),
                   !.rc = @ \cup failed,
+                  \* "shared_prefix": the failed loads' blocks hold invalid KV (not evicted under
+                  \* "recompute", scheduler.py ~3409-3413) until rewritten; the request whose load
+                  \* failed is the first in `running` that holds it, and recomputes it (~3302-3336)
+                  !.inv = @ \cup (IF SP THEN UNION {Range(S.bo[r]) : r \in failed} ELSE {}),
                   !.pk = pk2,
                   !.fin = @ \cup fin,
                   !.agg = [r \in Req |-> IF r \in emitted THEN 0 ELSE counts[r]],
@@ -1217,6 +1294,12 @@ UpdateResult(S, sending, fin, sibD, failed) ==
                                [name |-> "_update_from_kv_xfer_finished",
                                 finished_sending |-> emitted, unexpected |-> unexpected] >>
                            \o (IF failed = {} THEN <<>>
+                               ELSE IF SP
+                               \* `affected`: every running request holding a failed block; `reqs`
+                               \* recompute it, the others keep it as computed
+                               THEN <<[name |-> "_update_requests_with_invalid_blocks", reqs |-> failed,
+                                       affected |-> {q \in Req : S.rs[q] = "running" /\ q \notin fin
+                                                      /\ Range(S.bo[q]) \cap UNION {Range(S.bo[r]) : r \in failed} # {}}]>>
                                ELSE <<[name |-> "_update_requests_with_invalid_blocks",
                                        reqs |-> failed]>>)]]
 
@@ -1313,7 +1396,7 @@ execute_model ==
          /\ executed' = executed + 1
          /\ action' = ExecRecord(post)
     /\ UNCHANGED <<tick, reqState, blocksOf, finishedIds, preemptions, agg, schedAsync, extraSaves,
-                   recvDone, recvFailed, aggRecv, aggRecvFail, noHit,
+                   recvDone, recvFailed, aggRecv, aggRecvFail, noHit, invalidKV, staleReads,
                    swBlocksOf, freedSince, sibDelayed, recompute, parked,
                    unexpectedReports, down>>
 
@@ -1463,7 +1546,8 @@ finish_requests ==
             /\ UNCHANGED <<schedAsync, finishedIds, recvDone, recvFailed>>
             /\ action' = AbortRecord(r, "delayed", {}, {})
     /\ UNCHANGED <<preemptions, inflight, executed, agg, extraSaves,
-                   sibDelayed, recompute, parked, aggRecv, aggRecvFail, noHit, workerVars,
+                   sibDelayed, recompute, parked, aggRecv, aggRecvFail, noHit, invalidKV, staleReads,
+                   workerVars,
                    historyVars, tick>>
 
 (* The store finishes a load task ("async_loads"): it stops writing its    *)
@@ -1525,6 +1609,7 @@ TypeInv ==
     /\ (~Mv("defer_block_free") => parked = {})
     /\ down \in BOOLEAN /\ dirtyLoads \in BOOLEAN /\ dirtyDumps \in BOOLEAN
     /\ nullWrites \in BOOLEAN /\ (~Hybrid => ~nullWrites)
+    /\ invalidKV \subseteq Block /\ staleReads \in BOOLEAN /\ (~SP => invalidKV = {} /\ ~staleReads)
     /\ recvDone \subseteq Req /\ recvFailed \subseteq Req
     /\ aggRecv \in [Req -> 0..NumRanks] /\ aggRecvFail \subseteq Req /\ noHit \subseteq Req
     /\ \A w \in Rank : \A t \in loadTasks[w] : IsLoadTask(t)
@@ -1607,6 +1692,12 @@ NoDumpOfFailedLoadInv == ~dirtyDumps
 (* request shares; KV written there is read back as another position's by *)
 (* no one and overwritten by everyone (vLLM #56733).                      *)
 NoNullBlockWriteInv == ~nullWrites
+
+(* No request runs over a block whose KV a failed load left invalid      *)
+(* ("shared_prefix"): the request that recomputes it rewrites it first, in *)
+(* an earlier step or in the same one (vLLM #49250: a request sharing the  *)
+(* block resumed while the one recomputing it was still part-way).         *)
+NoStaleReadInv == ~staleReads
 
 (* A preemption frees its victims' blocks for the allocation that made it *)
 (* ("defer_block_free"): no victim's blocks are parked by a deferred free *)

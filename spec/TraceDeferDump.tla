@@ -105,6 +105,7 @@ DD == INSTANCE DeferDump WITH
     dirtyLoads <- FALSE,
     dirtyDumps <- FALSE,
     nullWrites <- FALSE,
+    invalidKV <- {}, staleReads <- FALSE,
     swBlocksOf <- [r \in Reqs |-> SwOf(r)], freedSince <- freedSince, preemptions <- 0,
     inflight <- <<>>, executed <- 0, agg <- [r \in Reqs |-> 0], extraSaves <- {},
     live <- [w \in Ranks |-> {}], releaseErrors <- [w \in Ranks |-> {}],

@@ -22,12 +22,12 @@ pytestmark = pytest.mark.slow
 
 MODELS = {e.name: e for e in load_manifest().models}
 REPRODUCING = [e for e in MODELS.values() if e.reproduces is not None]
-# The rows this file pins (the "Saves, preemption, ranks, windows" section, and N2 and N10 of the
+# The rows this file pins (the "Saves, preemption, ranks, windows" section with N11, and N2 and N10 of the
 # asynchronous-load one), by model.
 ROWS = {"OuterNoForward": "P4", "PreemptLate": "P1", "ExtraNotShipped": "P5", "CountNotForwarded": "P6",
         "RfagDelaysAll": "P7", "ReportLostOnError": "P9", "WaitOneSave": "P13", "SlidingWindow": "P14",
         "IdleIgnoresDelayed": "N12", "FenceCountsEmpty": "P3", "PreemptFenced": "N1", "ReqIdReuse": "P2",
-        "MultiBothLoad": "N2", "HybridRecomputeInPlace": "N10"}
+        "MultiBothLoad": "N2", "HybridRecomputeInPlace": "N10", "SharedPrefixReadsInvalid": "N11"}
 
 
 @pytest.fixture(scope="module")
@@ -405,6 +405,31 @@ def test_n10_a_failed_hybrid_load_recomputed_in_place_writes_the_null_block(rows
     last = row["trace"][-1]["state"]
     assert last["nullWrites"] is True and _map(last["reqState"])[json.dumps(r)] == "running"
     assert _is_null(_seq(_map(last["swBlocksOf"])[json.dumps(r)])[0]), "the request still holds the null block"
+
+
+
+@pytest.mark.verify
+def test_n11_a_sharer_runs_on_a_block_whose_recompute_is_still_to_come(rows: dict[str, dict[str, Any]]) -> None:
+    """vllm#49250: two requests with the same prompt share a block (the prefix cache); the load of it fails;
+    vLLM lets the first affected request recompute it and the other keep it as computed, and when the
+    recompute's chunk comes later the other request runs on the block first, over the failed load's KV."""
+    row = rows["SharedPrefixReadsInvalid"]
+    i_share, share = next((i, c) for i, c in _calls(row, "schedule") if _set(c["shared"]))
+    (sharing,) = _set(share["shared"])
+    sharer, block = sharing["#tup"]
+    i_fail, fail = next((i, c) for i, c in _calls(row, "_update_requests_with_invalid_blocks"))
+    assert i_share <= i_fail, "the block was shared when its load failed"
+    (owner,) = _set(fail["reqs"])
+    assert owner != sharer and set(_set(fail["affected"])) == {owner, sharer}, "both hold the failed block"
+    loads = [c for i, c in _calls(row, "build_connector_meta") if any(l["req"] == owner for l in _set(c["load"]))]
+    assert loads and all(l["block"] == block for c in loads for l in _set(c["load"]) if l["req"] == owner)
+    assert _set(_last(row, "invalidKV")) == [block]
+    (i_read, read), = [(i, c) for i, c in _calls(row, "schedule") if _set(c["invalid_reads"])]
+    assert i_fail < i_read == len(row["trace"]) - 1
+    assert _set(read["invalid_reads"]) == [sharer] and _set(read["recompute_later"]) == [owner]
+    assert not any(w["#tup"][0] == block for c in (c for i, c in _calls(row, "forward") if i == i_read)
+                   for w in _set(c["writes"])), "nothing rewrote the block before the sharer read it"
+    assert row["trace"][-1]["state"]["staleReads"] is True
 
 
 def _is_null(value: Any) -> bool:

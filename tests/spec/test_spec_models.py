@@ -78,6 +78,8 @@ EXPECTED_CALLS: dict[str, set[str]] = {
     "MultiBothLoad": {"update_state_after_alloc", "start_load_kv", "load_complete", "get_finished",
                       "_update_waiting_for_remote_kv", "_update_from_kv_xfer_finished"},
     "MultiBothLoadWrite": {"update_state_after_alloc", "start_load_kv", "load_complete", "get_finished"},
+    # N11: a sharer runs on a block whose recompute is still to come (test_real_bugs.py)
+    "SharedPrefixReadsInvalid": {"schedule", "build_connector_meta", "_update_requests_with_invalid_blocks"},
     # N10: a failed hybrid load recomputed in place writes the null block (test_real_bugs.py)
     "HybridRecomputeInPlace": {"get_num_new_matched_tokens", "start_load_kv", "load_complete", "get_finished",
                                "_update_waiting_for_remote_kv", "forward"},

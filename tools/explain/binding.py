@@ -711,6 +711,22 @@ def no_null_block_write(steps: Sequence[Step], i: int) -> list[Offence]:
                     frozenset(lane_id(REQUESTS, show(req)) for req in reqs))]
 
 
+def no_stale_read(steps: Sequence[Step], i: int) -> list[Offence]:
+    """A schedule ran a request over a block whose KV a failed load left invalid (the spec's history flag
+    `staleReads`, "shared_prefix"): it shares the block with the request that is still to recompute it."""
+    when = _first_true(steps, i, "staleReads")
+    if when is None:
+        return []
+    invalid = set(_get(steps[when].values, "invalidKV", ()) or ())
+    holders = sorted((req for req, blocks in _fn(steps[when], "blocksOf").items()
+                      if invalid & set(tuple(blocks or ()))), key=show)
+    return [Offence(f"step {when}: {show_set(holders)} hold block(s) {show_set(sorted(invalid, key=show))}, whose load "
+                    "failed and whose recompute is still to come, and a request ran on them: it attends over "
+                    "whatever the failed load left there",
+                    frozenset({lane_id(REQUESTS, show(req)) for req in holders}
+                              | {lane_id(BLOCKS, show(b)) for b in invalid}))]
+
+
 def no_fruitless_preemption(steps: Sequence[Step], i: int) -> list[Offence]:
     """A preemption whose victims' blocks a deferred free parked: it freed nothing for its allocation."""
     blocks = _parked_blocks(steps[i], "preempt")
@@ -885,6 +901,7 @@ BINDING = LaneBinding(
         "NoLoadWhileDumpingInv": no_load_while_dumping,
         "NoDumpOfFailedLoadInv": no_dump_of_failed_load,
         "NoNullBlockWriteInv": no_null_block_write,
+        "NoStaleReadInv": no_stale_read,
         "NoFruitlessPreemptionInv": no_fruitless_preemption,
         "DrainedWhenDueInv": drained_when_due,
         "NoLoadIntoFreedBlockInv": no_load_into_freed_block,
