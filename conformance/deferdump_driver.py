@@ -85,7 +85,7 @@ from deferdump.reference.config import ConnectorConfig
 from deferdump.reference.connectors import VARIANT_CLASSES, CPConnector, DirectConnector, OuterConnector, Role
 from deferdump.reference.hashing import layer_key, prefix_block_hashes
 from deferdump.reference.testing.late_copy import LateCopyDevice
-from deferdump.reference.groups import NULL_BLOCK, KVGroup
+from deferdump.reference.groups import NULL_BLOCK, KVGroup, group_key
 from deferdump.reference.testing.manual_store import ManualStore
 from deferdump.reference.metadata import DeferDumpMetadata
 from deferdump.reference.metrics import ConnectorMetrics
@@ -259,6 +259,10 @@ class DeferDumpDriver:
                 if inner._per_layer:
                     for layer in layout.layers:
                         blocks[layer_key(key, layer.index)] = torch.full((layer.block_nbytes,), index + 1, dtype=torch.uint8)
+                elif self.groups is not None:  # hybrid: one row per KV-cache group, over the group's layers
+                    for group, kv_group in enumerate(self.groups):
+                        nbytes = layout.row_nbytes(kv_group.layer_names)
+                        blocks[group_key(key, group)] = torch.full((nbytes,), index + 1, dtype=torch.uint8)
                 else:
                     blocks[key] = torch.full((layout.block_nbytes,), index + 1, dtype=torch.uint8)
         return blocks
@@ -305,12 +309,22 @@ class DeferDumpDriver:
         block_size = self.block_size
         parked: set[str] = set()
         if self.constants.async_loads:
-            new, cached, scheduled = self._promote(req_state, blocks_of, calls["_update_waiting_for_remote_kv"])
+            new, cached, scheduled = self._promote(req_state, blocks_of, before["swBlocksOf"],
+                                                   calls["_update_waiting_for_remote_kv"])
             parked = _names(calls["get_num_new_matched_tokens"]["load_async"])
-        for alloc in sorted(action["allocated"], key=lambda a: _name(a["req"])):
-            req = alloc["req"]
-            rid, block = _name(req), self.block_ids[_name(alloc["block"])]
-            groups = ((self.block_ids[_name(alloc["sw"])],),) if hybrid else ()
+        by_req: dict[Value, list[Record]] = collections.defaultdict(list)
+        for alloc in action["allocated"]:
+            by_req[alloc["req"]].append(alloc)
+        for req in sorted(by_req, key=_name):
+            # one block per allocation, except a hybrid hit of a two-block prompt: both full-attention
+            # blocks, and in the sliding-window group the null block (out of the window) then the last one
+            allocs = sorted(by_req[req], key=lambda a: int(a["idx"]))
+            alloc = allocs[0]
+            rid = _name(req)
+            blocks = tuple(self.block_ids[_name(a["block"])] for a in allocs)
+            block = blocks[0]
+            sw_ids = tuple(self._sw_id(a["sw"]) for a in allocs) if hybrid else ()
+            groups = (sw_ids,) if hybrid else ()
             view = self.requests[rid]
             scheduled.add(rid)
             if req_state[req] in ("waiting", "preempted"):
@@ -322,7 +336,7 @@ class DeferDumpDriver:
                 if load_async != (rid in parked):
                     raise StepMismatch(f"get_num_new_matched_tokens({rid}): model load_async={rid in parked}, "
                                        f"implementation ({matched}, {load_async})")
-                self.scheduler.update_state_after_alloc(view, [block], matched)
+                self.scheduler.update_state_after_alloc(view, list(blocks), matched, [list(g) for g in groups])
                 if rid in parked:  # WAITING_FOR_REMOTE_KVS: allocated, not scheduled; its load goes in the metadata
                     self.async_matched[rid] = matched
                     if req_state[req] == "preempted":
@@ -330,12 +344,12 @@ class DeferDumpDriver:
                     else:
                         self.resumed.discard(rid)
                     continue
-                chunk = min(block_size, view.num_prompt_tokens) - matched  # a hit computes the last token only
+                chunk = min(block_size * len(blocks), view.num_prompt_tokens) - matched  # a hit computes the last token only
                 if req_state[req] == "waiting":
-                    new.append(NewRequestView(rid, view.token_ids, view.num_prompt_tokens, (block,), matched, chunk,
+                    new.append(NewRequestView(rid, view.token_ids, view.num_prompt_tokens, blocks, matched, chunk,
                                               groups))
                 else:
-                    cached.append(CachedRequestView(rid, (block,), True, matched, chunk, groups))
+                    cached.append(CachedRequestView(rid, blocks, True, matched, chunk, groups))
             else:
                 computed = (int(alloc["idx"]) - 1) * block_size
                 cached.append(CachedRequestView(rid, (block,), False, computed, block_size, groups))
@@ -367,7 +381,7 @@ class DeferDumpDriver:
             raise StepMismatch(f"build_connector_meta asynchronous loads: model {sorted(parked)}, "
                                f"implementation {sorted(got_async)}")
 
-    def _promote(self, req_state: dict[Value, Any], blocks_of: Mapping[Value, Any],
+    def _promote(self, req_state: dict[Value, Any], blocks_of: Mapping[Value, Any], sw_of: Mapping[Value, Any],
                  call: Record) -> tuple[list[NewRequestView], list[CachedRequestView], set[str]]:
         """vLLM's `_update_waiting_for_remote_kv` at the start of a schedule (updates ``req_state``): a request
         whose receive succeeded is scheduled on its loaded block without a second lookup, as new (or resumed,
@@ -384,17 +398,30 @@ class DeferDumpDriver:
             req_state[req] = "promoted"
             view = self.requests[rid]
             blocks = tuple(self.block_ids[_name(b)] for b in blocks_of[req])
+            groups = (tuple(self._sw_id(b) for b in sw_of[req]),) if self.constants.hybrid else ()
             matched = self.async_matched.pop(rid)
             chunk = view.num_prompt_tokens - matched
             if rid in self.resumed:
-                cached.append(CachedRequestView(rid, blocks, True, matched, chunk))
+                cached.append(CachedRequestView(rid, blocks, True, matched, chunk, groups))
             else:
-                new.append(NewRequestView(rid, view.token_ids, view.num_prompt_tokens, blocks, matched, chunk))
+                new.append(NewRequestView(rid, view.token_ids, view.num_prompt_tokens, blocks, matched, chunk, groups))
         return new, cached, {_name(r) for r in call["reqs"]} - failed
+
+    def _show_block(self, block: int) -> str:
+        """A block id as the model names it (vLLM's null block has no model name)."""
+        return "null block" if block == NULL_BLOCK and self.constants.hybrid else self.block_names.get(block, str(block))
+
+    def _model_block(self, block: int) -> Value:
+        """An implementation block id as a model value: the model's null block is the integer 0."""
+        return 0 if block == NULL_BLOCK and self.constants.hybrid else ModelValue(self.block_names[block])
+
+    def _sw_id(self, block: Value) -> int:
+        """A sliding-window list entry: a block, or (the integer 0) vLLM's null block."""
+        return NULL_BLOCK if block == 0 else self.block_ids[_name(block)]
 
     def _check_hybrid_schedule(self, meta: DeferDumpMetadata, action: Record) -> None:
         """The sliding-window block of each dump slice, and the freed set (see the module docstring)."""
-        call = action["calls"][0]
+        call = next(c for c in action["calls"] if c["name"] == "build_connector_meta")
         got = {(rid, b) for rid, m in meta.request_meta.items() for ids in m.dump_group_block_ids for b in ids}
         want = {(_name(d["req"]), self.block_ids[_name(d["sw"])]) for d in call["dump"]}
         if got != want:
@@ -404,12 +431,12 @@ class DeferDumpDriver:
         model_freed = {self.block_ids[_name(b)] for b in call["freed_blocks"]}
         window = {self.block_ids[_name(b)] for b in action["sw_freed"]}
         if not window <= freed or not freed <= model_freed:
-            names = lambda ids: sorted(self.block_names[b] for b in ids)  # noqa: E731
+            names = lambda ids: sorted(self._show_block(b) for b in ids)  # noqa: E731
             raise StepMismatch(f"build_connector_meta freed blocks: implementation {names(freed)}, model "
                                f"{names(model_freed)} (window frees of this schedule {names(window)})")
 
     def _slices(self, pairs: set[tuple[str, int]]) -> str:
-        return "{" + ", ".join(f"{r}:{self.block_names[b]}" for r, b in sorted(pairs)) + "}"
+        return "{" + ", ".join(f"{r}:{self._show_block(b)}" for r, b in sorted(pairs)) + "}"
 
     def _execute_model(self, action: Record) -> None:
         if self.executed >= len(self.inflight):
@@ -493,8 +520,10 @@ class DeferDumpDriver:
                                f"{self._slices(want)}, implementation {self._slices(got)}")
 
     def _check_recving(self, w: int, call: Record, receiving: set[str], loading: Mapping[str, Any]) -> None:
-        """finished_recving, and failed_recving as the one-group connector reports it: the load errors of the
-        failed requests' blocks (vLLM's `get_block_ids_with_load_errors`, read right after `get_finished`)."""
+        """finished_recving, and failed_recving as the connector reports it: with one KV-cache group the load
+        errors of the failed requests' blocks (vLLM's `get_block_ids_with_load_errors`, read right after
+        `get_finished`); with several (hybrid) the failed requests themselves (`failed_recving` of
+        `get_transfer_results`: vLLM 0.32 raises on block-level errors there) and no block errors."""
         rank = self.constants.ranks[w]
         want = _names(call["finished_recving"]) if "finished_recving" in call else set()
         if receiving != want:
@@ -502,10 +531,17 @@ class DeferDumpDriver:
                                f"implementation {sorted(receiving)}")
         errors = set(self.workers[w].get_block_ids_with_load_errors())
         failed = _names(call["failed_recving"]) if "failed_recving" in call else set()
+        if self.constants.hybrid:
+            got = set(self.workers[w].take_failed_recving())
+            if got != failed or errors:
+                raise StepMismatch(f"rank {rank} get_transfer_results: failed_recving model {sorted(failed)}, "
+                                   f"implementation {sorted(got)} (block errors "
+                                   f"{sorted(self.block_names.get(b, str(b)) for b in errors)})")
+            return
         want_errors = {b for rid in failed for part in loading.get(rid, ()) for b in part.block_ids}
         if errors != want_errors:
             raise StepMismatch(f"rank {rank} get_block_ids_with_load_errors: model (failed_recving {sorted(failed)}) "
-                               f"{sorted(self.block_names[b] for b in want_errors)}, implementation "
+                               f"{sorted(self._show_block(b) for b in want_errors)}, implementation "
                                f"{sorted(self.block_names.get(b, str(b)) for b in errors)}")
 
     def _submitting(self, w: int, what: str, submitted: int, submit_error: bool, call: Any) -> None:
@@ -586,15 +622,22 @@ class DeferDumpDriver:
         self.async_matched.pop(_name(action["req"]), None)
 
     def _load_complete(self, action: Record) -> None:
-        """The rank's store ends the request's load task of the block: completed, or failed."""
+        """The rank's store ends the request's load task of the block (under Hybrid: of the group's
+        ``blocks``, one store task): completed, or failed."""
         w = self.constants.ranks.index(int(action["rank"]))
-        rid, block = _name(action["req"]), self.block_ids[_name(action["block"])]
+        rid = _name(action["req"])
+        blocks = {self.block_ids[_name(b)] for b in (action["blocks"] if "blocks" in action else [action["block"]])}
+        block = min(blocks)
         load = self._inner(w)._pending_loads.get(rid)
-        tasks = [] if load is None else [p.task for p in load.parts if block in p.block_ids and p.task is not None]
-        running = [t for t in tasks if not self.stores[w].finished(t)]
+        parts = [] if load is None else [p for p in load.parts if block in p.block_ids and p.task is not None]
+        running = [p.task for p in parts if not self.stores[w].finished(p.task)]
         if not running:
             raise StepMismatch(f"load_complete: rank {self.constants.ranks[w]} has no running load of {rid} into "
-                               f"{self.block_names[block]} in the implementation")
+                               f"{self._show_block(block)} in the implementation")
+        if "blocks" in action and set(parts[0].block_ids) != blocks:
+            raise StepMismatch(f"load_complete: the implementation's store task of {rid} loads "
+                               f"{sorted(self._show_block(b) for b in parts[0].block_ids)}, the model's "
+                               f"{sorted(self._show_block(b) for b in blocks)}")
         outcome = str(action["outcome"])
         if outcome == "done":
             self.stores[w].complete(running[0])
@@ -650,7 +693,7 @@ class DeferDumpDriver:
         if record is None:
             record = self._records[fields] = Record(
                 id=model_id, reqs=_reqs(pending.request_ids),
-                blocks=TlaSet(ModelValue(self.block_names[b]) for b in sorted(set(pending.block_ids))),
+                blocks=TlaSet(self._model_block(b) for b in sorted(set(pending.block_ids))),
                 layer=layer, status=status, event=fields[5])
         return record
 
@@ -684,7 +727,7 @@ class DeferDumpDriver:
                     status = self.load_outcomes[w].get(part.task.task_id, "done")
                 else:
                     status = "running"
-                records += [Record(req=ModelValue(rid), block=ModelValue(self.block_names[b]), status=status)
+                records += [Record(req=ModelValue(rid), block=self._model_block(b), status=status)
                             for b in part.block_ids]
         return records
 

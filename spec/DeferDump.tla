@@ -224,7 +224,7 @@ ASSUME "lost" \in Faults => AL
 \* that read the rank's report set rather than its load tasks.
 BothLoad == Bug("both_children_load")
 LoadChildren == {"ucm", "sib"}
-ASSUME BothLoad => AL /\ ~Multi /\ {"drop_aborted_recv", "async_empty_hit"} \cap Bugs = {}
+ASSUME BothLoad => AL /\ ~Multi /\ ~Hybrid /\ {"drop_aborted_recv", "async_empty_hit"} \cap Bugs = {}
 ASSUME "recompute_in_place" \in Bugs => AL /\ Mv("load_failure")
 
 NumRanks == Cardinality(Rank)
@@ -568,9 +568,8 @@ ScheduleResults(S) ==
         Picks(adv, p) == Injections(adv \X Groups, Free(adv, p))
         \* "partial_hits": a hit takes a second block, for the prompt block the step computes
         \* after the loaded one (a hit needs the free blocks for it); HybridHit: for the second
-        \* loaded block.  A request whose asynchronous load failed is not offered a hit again
-        \* (`nh`; "retry_failed_hit" is checked on SchedResults).
-        HitSets(adv) == SUBSET {r \in adv \cap admit : r \notin ShortReqs /\ (HybridHit => r \notin S.nh)}
+        \* loaded block.  (A request whose asynchronous load failed gets no hit again: NoRehit.)
+        HitSets(adv) == SUBSET {r \in adv \cap admit : r \notin ShortReqs}
         Hits(adv, p) == IF ~StoreHits THEN {{}}
                         ELSE IF TwoBlockHits
                         THEN {h \in HitSets(adv) : Need(adv) + Cardinality(h) <= Cardinality(Free(adv, p))}
@@ -1555,12 +1554,24 @@ finish_requests ==
 (* "lost") it is lost: it writes no more and never reports.                *)
 LoadOutcomes == {"done"} \cup (IF Mv("load_failure") THEN {"failed"} ELSE {})
                 \cup (IF "lost" \in Faults THEN {"lost"} ELSE {})
+(* Under Hybrid a request's load of one KV-cache group is one store task:  *)
+(* its blocks' load tasks end together (the full-attention group's two     *)
+(* blocks of a HybridHit; the sliding-window group's one).                 *)
+LoadGroup(w, t) ==
+    IF Hybrid
+    THEN {u \in loadTasks[w] : /\ u.req = t.req /\ u.status = "running"
+                               /\ (u.block \in Range(blocksOf[t.req])) = (t.block \in Range(blocksOf[t.req]))}
+    ELSE {t}
 load_complete ==
     /\ AL /\ ~down
     /\ \E w \in Rank : \E t \in loadTasks[w] : \E o \in LoadOutcomes :
          /\ t.status = "running"
-         /\ loadTasks' = [loadTasks EXCEPT ![w] = (@ \ {t}) \cup {[t EXCEPT !.status = o]}]
+         /\ LET T == LoadGroup(w, t)
+            IN  loadTasks' = [loadTasks EXCEPT ![w] = (@ \ T) \cup {[u EXCEPT !.status = o] : u \in T}]
          /\ action' = IF ~Record THEN [name |-> "load_complete"]
+                      ELSE IF Hybrid
+                      THEN [name |-> "load_complete", rank |-> w, req |-> t.req,
+                            blocks |-> {u.block : u \in LoadGroup(w, t)}, outcome |-> o]
                       ELSE IF BothLoad
                       THEN [name |-> "load_complete", rank |-> w, req |-> t.req,
                             block |-> t.block, outcome |-> o, child |-> t.child]
