@@ -1704,6 +1704,19 @@ NoDumpOfFailedLoadInv == ~dirtyDumps
 (* no one and overwritten by everyone (vLLM #56733).                      *)
 NoNullBlockWriteInv == ~nullWrites
 
+(* The block pool (vLLM's BlockPool and its reference counts): a block is  *)
+(* held by one request at a time unless two requests share it through the *)
+(* prefix cache ("shared_prefix"); a block parked by a deferred free is    *)
+(* held by no request; the two groups of a hybrid model never hold the     *)
+(* same block.  A free that forgets a holder, or an allocation that picks  *)
+(* a held block, breaks it before any forward writes under the holder.     *)
+BlocksExclusiveInv ==
+    /\ \A r, q \in Req : r # q =>
+          /\ SP \/ Range(blocksOf[r]) \cap Range(blocksOf[q]) = {}
+          /\ SwHeld(swBlocksOf[r]) \cap SwHeld(swBlocksOf[q]) = {}
+    /\ \A r, q \in Req : Range(blocksOf[r]) \cap SwHeld(swBlocksOf[q]) = {}
+    /\ \A e \in parked : \A r \in Req : e.blocks \cap (Range(blocksOf[r]) \cup SwHeld(swBlocksOf[r])) = {}
+
 (* No request runs over a block whose KV a failed load left invalid      *)
 (* ("shared_prefix"): the request that recomputes it rewrites it first, in *)
 (* an earlier step or in the same one (vLLM #49250: a request sharing the  *)

@@ -711,6 +711,51 @@ def no_null_block_write(steps: Sequence[Step], i: int) -> list[Offence]:
                     frozenset(lane_id(REQUESTS, show(req)) for req in reqs))]
 
 
+def _prefix_shares(steps: Sequence[Step], i: int) -> set[Value] | None:
+    """Blocks a schedule shared through the prefix cache ("shared_prefix": the schedule record's `shared`)
+    up to step i; None when the trace records no schedule's allocations (the model ran without `Record`)."""
+    shared: set[Value] = set()
+    recorded = False
+    for step in steps[:i + 1]:
+        schedule = _phase(step.action, "schedule")
+        if "allocated" in schedule:
+            recorded = True
+        for pair in _get(schedule, "shared", ()) or ():
+            shared.add(tuple(pair)[1])
+    return shared if recorded else None
+
+
+def blocks_exclusive(steps: Sequence[Step], i: int) -> list[Offence]:
+    """A block held by two requests (outside a prefix-cache share), by both groups, or held while parked.
+
+    Whether a model lets requests share blocks ("shared_prefix") is a constant the trace does not carry: a
+    recorded trace names its shares in the schedule records; an unrecorded one is given the benefit of the
+    doubt for the only shape a share takes (every holder's one block)."""
+    step = steps[i]
+    holders: dict[Value, list[Value]] = {}
+    whole: dict[Value, bool] = {}
+    for req, blocks in _fn(step, "blocksOf").items():
+        seq = tuple(blocks or ())
+        for block in seq:
+            holders.setdefault(block, []).append(req)
+            whole[block] = whole.get(block, True) and len(seq) == 1
+    for req, blocks in _fn(step, "swBlocksOf").items():
+        for block in tuple(blocks or ()):
+            if block != 0:
+                holders.setdefault(block, []).append(req)
+                whole[block] = False
+    parked = {b for entry in (step.values.get("parked") or ()) for b in (_get(entry, "blocks", ()) or ())}
+    shares = _prefix_shares(steps, i)
+    offences = []
+    for block, reqs in sorted(holders.items(), key=lambda kv: show(kv[0])):
+        shared = block in shares if shares is not None else whole[block]
+        if (len(reqs) > 1 and not shared) or block in parked:
+            why = "parked by a deferred free" if block in parked else f"held by {show_set(sorted(reqs, key=show))}"
+            offences.append(Offence(f"block {show(block)} is {why}: the pool handed out a block it had not got back",
+                                    frozenset({lane_id(BLOCKS, show(block))} | {lane_id(REQUESTS, show(r)) for r in reqs})))
+    return offences
+
+
 def no_stale_read(steps: Sequence[Step], i: int) -> list[Offence]:
     """A schedule ran a request over a block whose KV a failed load left invalid (the spec's history flag
     `staleReads`, "shared_prefix"): it shares the block with the request that is still to recompute it."""
@@ -900,6 +945,7 @@ BINDING = LaneBinding(
         "ShutdownDrainedInv": shutdown_drained,
         "NoLoadWhileDumpingInv": no_load_while_dumping,
         "NoDumpOfFailedLoadInv": no_dump_of_failed_load,
+        "BlocksExclusiveInv": blocks_exclusive,
         "NoNullBlockWriteInv": no_null_block_write,
         "NoStaleReadInv": no_stale_read,
         "NoFruitlessPreemptionInv": no_fruitless_preemption,
