@@ -74,6 +74,7 @@ EXPECTED_CALLS: dict[str, set[str]] = {
     "AsyncRetryFailedHit": {"get_num_new_matched_tokens", "load_complete", "_update_waiting_for_remote_kv"},
     "AsyncSendAndRecv": {"build_connector_meta", "get_num_new_matched_tokens", "finish_requests", "get_finished"},
     "AsyncNoLoadExpiry": {"start_load_kv", "finish_requests", "load_complete", "get_finished"},
+    "AsyncNoLoadExpiryWaiting": {"get_num_new_matched_tokens", "start_load_kv", "load_complete", "get_finished"},
     # N2: both children load, the first report promotes the request, the second is unexpected (test_real_bugs.py)
     "MultiBothLoad": {"update_state_after_alloc", "start_load_kv", "load_complete", "get_finished",
                       "_update_waiting_for_remote_kv", "_update_from_kv_xfer_finished"},
@@ -498,6 +499,23 @@ def test_lost_load_without_expiry_holds_the_aborted_request(ci_results: dict[str
     assert _first(_recv_reports(row), lambda c: req in _set(c["finished_recving"])) is None
     assert row["loop_index"] is not None
     assert all(dict(step["state"]["reqState"]["#map"])[req] == "delayed" for step in row["trace"][row["loop_index"]:])
+
+
+@pytest.mark.verify
+def test_lost_load_without_expiry_leaves_the_request_waiting(ci_results: dict[str, dict[str, Any]]) -> None:
+    """N5 (receive side, vllm#35943): the request's load is lost, no receive report ever names it, and it
+    waits for remote KV on the whole loop, holding its block."""
+    row = ci_results["AsyncNoLoadExpiryWaiting"]
+    lost = [c for c in _calls(row, "load_complete") if c["outcome"] == "lost"]
+    assert lost
+    req = lost[0]["req"]
+    assert _first(_recv_reports(row), lambda c: req in _set(c["finished_recving"])) is None
+    assert row["loop_index"] is not None
+    for step in row["trace"][row["loop_index"]:]:
+        state = step["state"]
+        assert dict(state["reqState"]["#map"])[req] == "remote"
+        blocks = dict(state["blocksOf"]["#map"])[req]
+        assert (blocks["#tup"] if isinstance(blocks, dict) else blocks), "the waiting request holds no block"
 
 
 def test_contract_models_cover_each_design_and_each_broken_connector() -> None:

@@ -136,6 +136,7 @@ MUTANT_SWITCHES = {
     "PreemptFenced": 'Bugs = {"preempt_fenced"}',
     "FenceCountsEmpty": '"fence_counts_empty"}',
     "ReqIdReuse": 'Bugs = {"count_per_req"}',
+    "SharedPrefixReadsInvalid": 'Bugs = {"sharer_reads_invalid"}',
 }
 
 
