@@ -137,10 +137,16 @@ MoveNames == {"several_victims", "split_reports", "some_delayed", "load_failure"
 (*   is invalid is not run before a step that rewrites it (the ordering   *)
 (*   the policy assumes: any sharer "will only access them after they're  *)
 (*   recomputed", PR #26813's review).                                     *)
+(* "sharers_recompute" (N11, a fix that is not one): every running request *)
+(*   sharing a block whose load failed is rolled back and recomputes it in *)
+(*   place too (and the block is not shared until rewritten): a second     *)
+(*   recompute rewrites the block while the first one's dump still reads  *)
+(*   it.                                                                   *)
 BugNames == {"agg_first", "redo_untracked", "shutdown_no_release", "lookup_sees_running",
              "preempt_late", "extra_not_shipped", "count_not_forwarded", "rfag_delays_all",
              "report_lost_on_error", "wait_one_save", "idle_ignores_delayed",
-             "preempt_fenced", "fence_counts_empty", "count_per_req", "sharer_reads_invalid"}
+             "preempt_fenced", "fence_counts_empty", "count_per_req", "sharer_reads_invalid",
+             "sharers_recompute"}
 (* The bug switches of the asynchronous-load mutants (README "Asynchronous *)
 (* loads"; the rows of docs/real-bugs.md):                                 *)
 (* "abort_no_recv_delay": finish_requests frees a request waiting for     *)
@@ -201,7 +207,7 @@ SP == Mv("shared_prefix")
 ASSUME SP => /\ StoreHits /\ Mv("load_failure") /\ PromptBlocks = 1 /\ MaxInflight = 1 /\ ShortReqs = {}
              /\ ~Hybrid /\ ~Multi /\ ~Mv("async_loads") /\ ~Mv("partial_hits")
              /\ ~Mv("store_visibility") /\ ~Mv("defer_block_free")
-ASSUME "sharer_reads_invalid" \in Bugs => SP
+ASSUME ("sharer_reads_invalid" \in Bugs \/ "sharers_recompute" \in Bugs) => SP
 ASSUME ("preempt_fenced" \in Bugs \/ "fence_counts_empty" \in Bugs) => Mv("defer_block_free")
 \* The store fails a step's loads while the step runs (the worker sees the error before it
 \* dumps) rather than in the scheduler's view of the step's output.
@@ -615,8 +621,10 @@ ScheduleResults(S) ==
         \* by a running request whose prompt is in, or allocated for a hit in this schedule
         \* (none in a schedule that preempts: nothing waiting is admitted then).
         RedoChoices(p) == IF SP THEN SUBSET Redo(p) ELSE {Redo(p)}
-        Sharable(pk, hits) == {S.bo[q][1] : q \in {x \in running : Len(S.bo[x]) = 1}}
-                              \cup {pk[<<q, "full">>] : q \in hits}
+        \* ("sharers_recompute" keeps a block whose KV is invalid out of the prefix cache)
+        Sharable(pk, hits) == ({S.bo[q][1] : q \in {x \in running : Len(S.bo[x]) = 1}}
+                               \cup {pk[<<q, "full">>] : q \in hits})
+                              \ (IF Bug("sharers_recompute") THEN S.inv ELSE {})
         ShareChoices(adv, p, pk, hits) ==
             IF SP /\ p = {}
             THEN UNION {[D -> Sharable(pk, hits)] : D \in SUBSET (admit \ adv)}
@@ -673,7 +681,8 @@ ScheduleResults(S) ==
                           !.sd = {},
                           !.rc = deferred,
                           !.inv = IF SP THEN inv1 ELSE {},
-                          !.stale = @ \/ (Bug("sharer_reads_invalid") /\ stale # {}),
+                          !.stale = @ \/ (Bug("sharer_reads_invalid") /\ stale # {})
+                                      \/ (Bug("sharers_recompute") /\ stale # {}),
                           !.pk = @ \cup Park(UNION {Range(S.bo[v]) : v \in p \cap Fenced},
                                               FenceWait(1, 1), "preempt")],
                  meta |-> IF Mv("defer_block_free")
@@ -1243,6 +1252,14 @@ request_finished(S, r) ==
 (* (Scheduler._connector_finished -> remove_skipped_blocks), so the lists  *)
 (* request_finished_all_groups gets (`block_ids`, one per group) show them *)
 (* as the null block and a delayed free no longer holds them.              *)
+(* "sharers_recompute": the running requests that share a block whose load *)
+(* failed are rolled back with the request whose load failed and recompute *)
+(* it in place as well.                                                    *)
+Sharers(S, fin, failed) ==
+    IF Bug("sharers_recompute")
+    THEN {q \in Req : /\ S.rs[q] = "running" /\ q \notin fin
+                      /\ Range(S.bo[q]) \cap UNION {Range(S.bo[r]) : r \in failed} # {}}
+    ELSE {}
 UpdateResult(S, sending, fin, sibD, failed) ==
     LET ucmDelays == {r \in fin : request_finished(S, r)}
         delays    == IF Multi THEN ucmDelays \cup sibD ELSE ucmDelays
@@ -1275,7 +1292,7 @@ UpdateResult(S, sending, fin, sibD, failed) ==
                   !.sa = IF RFLabel = "delay_if_tracked" THEN @ \ fin ELSE @,
                   !.ex = @ \cup (IF Multi THEN ucmDelays \cap sibD ELSE {}),
                   !.sd = @ \cup (IF Mv("some_delayed") THEN sibD ELSE {}),
-                  !.rc = @ \cup failed,
+                  !.rc = @ \cup failed \cup Sharers(S, fin, failed),
                   \* "shared_prefix": the failed loads' blocks hold invalid KV (not evicted under
                   \* "recompute", scheduler.py ~3409-3413) until rewritten; the request whose load
                   \* failed is the first in `running` that holds it, and recomputes it (~3302-3336)

@@ -81,6 +81,9 @@ EXPECTED_CALLS: dict[str, set[str]] = {
     "MultiBothLoadWrite": {"update_state_after_alloc", "start_load_kv", "load_complete", "get_finished"},
     # N11: a sharer runs on a block whose recompute is still to come (test_real_bugs.py)
     "SharedPrefixReadsInvalid": {"schedule", "build_connector_meta", "_update_requests_with_invalid_blocks"},
+    # N11's other candidate fix: every sharer recomputes in place, under the first recompute's dump
+    "SharedPrefixAllRecompute": {"_update_requests_with_invalid_blocks", "build_connector_meta", "wait_for_save",
+                                 "forward"},
     # N10: a failed hybrid load recomputed in place writes the null block (test_real_bugs.py)
     "HybridRecomputeInPlace": {"get_num_new_matched_tokens", "start_load_kv", "load_complete", "get_finished",
                                "_update_waiting_for_remote_kv", "forward"},
@@ -499,6 +502,21 @@ def test_lost_load_without_expiry_holds_the_aborted_request(ci_results: dict[str
     assert _first(_recv_reports(row), lambda c: req in _set(c["finished_recving"])) is None
     assert row["loop_index"] is not None
     assert all(dict(step["state"]["reqState"]["#map"])[req] == "delayed" for step in row["trace"][row["loop_index"]:])
+
+
+@pytest.mark.verify
+def test_every_sharer_recomputing_rewrites_the_block_under_the_first_dump(ci_results: dict[str, dict[str, Any]]) -> None:
+    """N11's other candidate fix: both holders of the failed block are rolled back; the first recompute
+    rewrites and dumps it, and the second, later, rewrites it while that dump still runs."""
+    row = ci_results["SharedPrefixAllRecompute"]
+    (update,) = _calls(row, "_update_requests_with_invalid_blocks")
+    assert len(_set(update["affected"])) == 2
+    dumps = [c for c in _calls(row, "build_connector_meta") if _set(c["dump"])]
+    assert len(dumps) == 2, "both holders recompute and dump the block"
+    first, second = ({d["block"] for d in _set(c["dump"])} for c in dumps)
+    assert first == second and len(first) == 1
+    assert {d["req"] for d in _set(dumps[0]["dump"])} != {d["req"] for d in _set(dumps[1]["dump"])}
+    assert row["trace"][-1]["state"]["dumpOverwrites"] is True
 
 
 @pytest.mark.verify

@@ -137,6 +137,7 @@ MUTANT_SWITCHES = {
     "FenceCountsEmpty": '"fence_counts_empty"}',
     "ReqIdReuse": 'Bugs = {"count_per_req"}',
     "SharedPrefixReadsInvalid": 'Bugs = {"sharer_reads_invalid"}',
+    "SharedPrefixAllRecompute": 'Bugs = {"sharers_recompute"}',
 }
 
 
