@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from support.conformance import loaded_traces, prefetch_covers
+from support.conformance import loaded_traces, prefetch_covers, rank_calls, steps_of
 from deferdump.conformance.replay import replay_loaded
 from deferdump.reference.connectors import DirectConnector
 from deferdump.reference.groups import group_key
@@ -59,8 +59,9 @@ MUTANTS = [
 def test_the_cover_replays_and_loads_both_groups(traces: tuple[ItfTrace, ...]) -> None:
     report = replay_loaded(traces, stop_first=True, shrink=False, coverage=True)
     assert not report.failed, report.failed[0].describe()
-    loads = [phase for trace in traces for state in trace.states for phase in _calls(state["action"], "start_load_kv")]
-    blocks = {b for phase in loads for _, b in phase["submitted"]}
+    loads = [call for trace in traces for state in trace.states for phase in steps_of(state["action"])
+             for _, call in rank_calls(phase, "start_load_kv")]
+    blocks = {b for call in loads for _, b in call["submitted"]}
     assert len(blocks) == 3, "the cover never loads the three real blocks of a hybrid hit"
 
 
@@ -72,17 +73,3 @@ def test_hybrid_receive_mutant_is_caught(traces, monkeypatch, method, mutant, di
     divergence = report.failed[0]
     assert any(diff_mentions in line for line in divergence.diff), divergence.describe()
 
-
-def _calls(value: Any, name: str) -> list[Any]:
-    """Every record named `name` inside an action (phases, ranks, calls)."""
-    found: list[Any] = []
-    if isinstance(value, dict) or hasattr(value, "items"):
-        items = dict(value.items())
-        if items.get("name") == name:
-            found.append(items)
-        for item in items.values():
-            found += _calls(item, name)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            found += _calls(item, name)
-    return found
