@@ -681,8 +681,8 @@ ScheduleResults(S) ==
                           !.sd = {},
                           !.rc = deferred,
                           !.inv = IF SP THEN inv1 ELSE {},
-                          !.stale = @ \/ (Bug("sharer_reads_invalid") /\ stale # {})
-                                      \/ (Bug("sharers_recompute") /\ stale # {}),
+                          !.stale = @ \/ ((Bug("sharer_reads_invalid") \/ Bug("sharers_recompute"))
+                                           /\ stale # {}),
                           !.pk = @ \cup Park(UNION {Range(S.bo[v]) : v \in p \cap Fenced},
                                               FenceWait(1, 1), "preempt")],
                  meta |-> IF Mv("defer_block_free")
