@@ -13,6 +13,7 @@ behaviours, not a proof.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import random
 import threading
@@ -25,6 +26,8 @@ from typing import Any
 from deferdump.reference.errors import UserError
 from deferdump.tools.tlc.bridge import Kind, Progress, Status, TlcResult, run_tlc
 from deferdump.tools.tlc.shard import Shard
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["BATCH_BEHAVIOURS", "DEFAULT_DEPTH", "Shard", "SimulationPlan", "SimulationStats", "batch_seed",
            "simulate"]
@@ -114,10 +117,14 @@ def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
     ``seconds`` the whole simulation's wall time and ``distinct_states`` None (TLC does not count them).
     TLC's "states generated" of a batch stopped by a violation depends on timing (its last progress
     report), so only the verdict, the trace and the behaviour counts repeat exactly for a seed.
+    TLC 2.15 prints that count only from its progress-report thread, which misses a batch that ends before
+    the thread first runs (``Simulator.simulate`` clears ``isRunning`` before the thread's loop test): then
+    the sum would be short, and ``generated_states`` is None (unknown) instead.
     """
     started = time.monotonic()
     deadline = None if plan.time_budget is None else started + plan.time_budget
     behaviours = generated = batches = 0
+    uncounted = 0  # batches whose TLC printed no "states generated"
     last: TlcResult | None = None
     last_seed: int | None = None
     last_index: int | None = None
@@ -135,7 +142,10 @@ def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
             budget_spent = True
             break
         last, last_seed, last_index = result, seed, index
-        generated += result.generated_states or 0
+        if result.generated_states is None:
+            uncounted += 1
+        else:
+            generated += result.generated_states
         if result.status is not Status.PASS:
             break
         behaviours += size
@@ -151,7 +161,11 @@ def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
     message = last.message
     if last.status is Status.PASS:
         message = f"no violation in {behaviours:,} behaviours of depth <= {plan.depth} (seed {plan.seed})"
-    result = dataclasses.replace(last, distinct_states=None, generated_states=generated, seconds=seconds,
+    if uncounted:
+        logger.warning("TLC reported no generated-state count for %d of the simulation's batches: "
+                       "the count is unknown", uncounted)
+    result = dataclasses.replace(last, distinct_states=None, generated_states=None if uncounted else generated,
+                                 seconds=seconds,
                                  message=message)
     stats = SimulationStats(seed=plan.seed, depth=plan.depth, behaviours=behaviours, batches=batches,
                             shard=plan.shard, budget_spent=budget_spent, batch_seed=last_seed,
