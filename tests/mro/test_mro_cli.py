@@ -34,7 +34,8 @@ def test_json_on_the_reference_connector_has_the_documented_shape() -> None:
     assert "build_connector_meta" not in report["classes"]["CPConnector"]["defines"]
     assert list(report["connectors"]) == ["CPConnector"]
     cp = report["connectors"]["CPConnector"]
-    assert set(cp) == {"resolves", "verdict", "violated", "context", "cases"}
+    assert set(cp) == {"resolves", "verdict", "violated", "context", "cases", "source"}
+    assert cp["source"] == "reading"
     # every case vLLM can run it in, each with its own verdict (the class verdict is the worst)
     assert {key: case["verdict"] for key, case in cp["cases"].items()} == {
         "single": "safe", "multi": "safe", "mla": "safe", "layerwise": "safe"

@@ -164,3 +164,33 @@ def test_fences_and_preemption_waits_are_told_apart() -> None:
     partial = _label(FENCES, "Partial", "wait_for_save")
     assert partial.label == "poll_track_submit"  # one group: the kept task is a deferred dump
     assert partial.hybrid_reasons and "sliding-window" in partial.hybrid_reasons[0]  # hybrid: undecided
+
+
+KEYED_WAITS = """
+class PopByPreempted(KVConnectorBase_V1, SupportsHMA):
+    def handle_preemptions(self, md):
+        for req_id in md.preempted:
+            for task in self._tasks.pop(req_id, []):
+                self.store.wait(task)
+
+class GetByPreempted(KVConnectorBase_V1, SupportsHMA):
+    def handle_preemptions(self, md):
+        for req_id in md.preempted:
+            for task in self._tasks.get(req_id, ()):
+                self.store.wait(task)
+
+class DrainValues(KVConnectorBase_V1, SupportsHMA):
+    def handle_preemptions(self, md):
+        for task in list(self._tasks.values()):
+            self.store.wait(task)
+        self._tasks.clear()
+"""
+
+
+def test_a_wait_of_entries_chosen_by_key_is_not_a_drain() -> None:
+    """`self.x.pop(r)` / `.get(r)` inside a loop over the preempted ids waits those requests' tasks only.
+    Read as a drain (`wait_all_on_free`, a fence), it made an unfenced hybrid connector safe on hybrid models
+    (tests/fixtures/mro/runnable/unfenced_hybrid.py)."""
+    for cls in ("PopByPreempted", "GetByPreempted"):
+        assert _label(KEYED_WAITS, cls, "handle_preemptions").label != "wait_all_on_free", cls
+    assert _label(KEYED_WAITS, "DrainValues", "handle_preemptions").label == "wait_all_on_free"

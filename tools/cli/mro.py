@@ -1,5 +1,6 @@
-"""``deferdump mro FILE… [--json]``: read connector source (never importing it), linearize its classes and
-judge every connector class with the protocol model.
+"""``deferdump mro FILE… [--json] [--run]``: read connector source, linearize its classes and judge every
+connector class with the protocol model; with ``--run``, also replay each counterexample against the class
+itself on stub vLLM (importing it in a child process).
 
 Exit status: 0 when every judged connector is safe, 1 when some connector is unsafe or unknown, 2 for bad
 input (a file that cannot be read or parsed, an impossible hierarchy, no connector classes), one line on
@@ -24,6 +25,7 @@ from deferdump.tools.explain.source import timeline_for
 from deferdump.tools.explain.trace import from_tlc_result
 from deferdump.tools.mro.errors import MroError
 from deferdump.tools.mro.judge import ConnectorJudgement, MroReport, judge_files
+from deferdump.tools.mro.run.runner import run_report
 from deferdump.tools.mro.source import DEFAULT_TRACKING_ATTR
 
 EXIT_NOT_SAFE = 1
@@ -63,7 +65,7 @@ def _render(report: MroReport, console: Console) -> None:
             table.add_row(method, Text(owner, style="cyan" if owner == name else ""), labels.get(f"{owner}.{method}", ""))
         console.print(table)
         cases = Table(show_header=True, header_style="bold", box=None, padding=(0, 2))
-        for column in ("case", "vLLM calls it", "wrapping", "verdict", "property"):
+        for column in ("case", "vLLM calls it", "wrapping", "verdict", "property", "from"):
             cases.add_column(column)
         for context_judgement in judgement.judgements:
             context = context_judgement.context
@@ -74,8 +76,14 @@ def _render(report: MroReport, console: Console) -> None:
                 context.inner or "-",
                 Text(context_judgement.verdict, style=_VERDICT_STYLE[context_judgement.verdict]),
                 f"{context_judgement.violated} {verb}" if context_judgement.violated else "",
+                context_judgement.source,
             )
         console.print(cases)
+        for context_judgement in judgement.judgements:
+            if context_judgement.run is not None:
+                run = context_judgement.run
+                console.print(Text(f"    run {context_judgement.context.key}: {run.status}: {run.detail}",
+                                   style="red" if run.status == "reproduced" else "dim"))
         shown: set[str] = set()
         for context_judgement in judgement.judgements:
             for reason in context_judgement.reasons:
@@ -98,6 +106,8 @@ def _render_counterexample(judgement: ConnectorJudgement, console: Console) -> N
         return
     result = deciding.counterexample
     under = " (with the unrecognised definitions at their worst)" if deciding.verdict == "unknown" else ""
+    if deciding.source == "running":
+        under = " (with the unrecognised definitions at their worst; the class itself, run on stub vLLM, reached it)"
     console.print(Text(
         f"  counterexample{under}: {deciding.violated} violated, {deciding.context.describe()}", style="bold"
     ))
@@ -144,6 +154,15 @@ def mro(
     html: Optional[Path] = typer.Option(
         None, "--html", help="Write one `deferdump explain` page per unsafe or unknown connector into DIR."
     ),
+    run: bool = typer.Option(
+        False, "--run", help="Also replay each counterexample against the class on stub vLLM (imports and runs "
+        "the files in a child process): confirms a hazard or withdraws it; never makes a class safe.",
+    ),
+    store_modules: Optional[List[str]] = typer.Option(
+        None, "--store-module", help="With --run: a module the connector imports its store client from, "
+        "replaced by a recording store (repeatable).",
+    ),
+    run_timeout: float = typer.Option(60.0, "--run-timeout", help="With --run: seconds allowed per replay."),
 ) -> None:
     """Judge connector classes in FILE… with the model: MRO, method ownership, safe/unsafe/unknown."""
     if html is not None and not html.is_dir():
@@ -151,19 +170,25 @@ def mro(
     console = Console(stderr=json_out)
     if not console.is_terminal:
         console = Console(stderr=json_out, width=120)  # files and pipes: do not squeeze method names into 80
+    if store_modules and not run:
+        raise MroError("--store-module needs --run")
+    if run_timeout <= 0:
+        raise MroError(f"--run-timeout {run_timeout:g}: must be positive")
+    with console.status("judging connectors with TLC") as status:
+        report = judge_files(
+            files,
+            tracking_attr=tracking_attr,
+            only=only,
+            timeout=timeout,
+            liveness=liveness,
+            on_connector=lambda name: status.update(f"judging {name} with TLC"),
+        )
+        if run:
+            report = run_report(report, files, store_modules or (), run_timeout,
+                                on_replay=lambda name, case: status.update(f"running {name} ({case}) on stub vLLM"))
     if json_out:
-        report = judge_files(files, tracking_attr=tracking_attr, only=only, timeout=timeout, liveness=liveness)
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:
-        with console.status("judging connectors with TLC") as status:
-            report = judge_files(
-                files,
-                tracking_attr=tracking_attr,
-                only=only,
-                timeout=timeout,
-                liveness=liveness,
-                on_connector=lambda name: status.update(f"judging {name} with TLC"),
-            )
         _render(report, console)
     if html is not None:
         for page in _write_pages(report, html):

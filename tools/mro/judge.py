@@ -105,17 +105,22 @@ class ContextJudgement:
     labels: dict[str, str] = field(default_factory=dict)  # "Class.method" -> label, as injected
     counterexample: "TlcResult | None" = None  # TLC's trace of the violation (unknown: under the worst labels)
     model: str | None = None  # the generated module the counterexample comes from
+    run: Any = None  # the replay of the counterexample against the class (``run.replay.ReplayOutcome``), if run
+    source: str = "reading"  # where the verdict comes from: "reading", "reading, replayed" or "running"
 
     def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {**self.context.to_json(), "verdict": self.verdict, "violated": self.violated}
+        out: dict[str, object] = {**self.context.to_json(), "verdict": self.verdict, "violated": self.violated,
+                                  "source": self.source}
         if self.reasons:
             out["reasons"] = list(self.reasons)
         if self.counterexample is not None:
-            out["counterexample"] = _counterexample_json(self.counterexample, self.model)
+            out["counterexample"] = counterexample_json(self.counterexample, self.model)
+        if self.run is not None:
+            out["run"] = self.run.to_json()
         return out
 
 
-def _counterexample_json(result: "TlcResult", model: str | None) -> dict[str, object]:
+def counterexample_json(result: "TlcResult", model: str | None) -> dict[str, object]:
     from deferdump.tools.tlc.manifest import trace_json
 
     return {
@@ -139,6 +144,10 @@ class ConnectorJudgement:
     reasons: tuple[str, ...]
     judgements: tuple[ContextJudgement, ...]
 
+    def rejudged(self, judgements: tuple[ContextJudgement, ...]) -> "ConnectorJudgement":
+        """The same class with its cases replaced (after running them): the verdict decided again."""
+        return decide(self.name, self.resolves, judgements)
+
     @property
     def deciding(self) -> ContextJudgement | None:
         """The context judgement the verdict comes from (None when safe)."""
@@ -153,10 +162,11 @@ class ConnectorJudgement:
         out: dict[str, Any] = {
             "resolves": self.resolves, "verdict": self.verdict, "violated": self.violated, "context": context,
             "cases": {j.context.key: j.to_json() for j in self.judgements},
+            "source": self.deciding.source if self.deciding is not None else "reading",
         }
         deciding = self.deciding
         if deciding is not None and deciding.counterexample is not None:
-            out["counterexample"] = _counterexample_json(deciding.counterexample, deciding.model)
+            out["counterexample"] = counterexample_json(deciding.counterexample, deciding.model)
         return out
 
 
@@ -475,22 +485,26 @@ class Judge:
     def judge(self, cls: str) -> ConnectorJudgement:
         _, inner_reasons = self.inner_choices(cls)
         judgements = tuple(self.judge_context(cls, c, inner_reasons) for c in self.contexts(cls))
-        # the worst case decides; among equals the plainest model (one group before MLA, two layers, hybrid)
-        # gives the counterexample that is easiest to read
-        def plainest(verdict: str) -> ContextJudgement | None:
-            found = [j for j in judgements if j.verdict == verdict]
-            return min(found, key=lambda j: _CASE_ORDER[j.context.case]) if found else None
+        return decide(cls, self.hierarchy.resolves(cls), judgements)
 
-        deciding = plainest("unsafe") or plainest("unknown")
-        return ConnectorJudgement(
-            name=cls,
-            resolves=self.hierarchy.resolves(cls),
-            verdict=deciding.verdict if deciding else "safe",
-            violated=deciding.violated if deciding else None,
-            context=deciding.context if deciding else None,
-            reasons=deciding.reasons if deciding else (),
-            judgements=judgements,
-        )
+
+def decide(cls: str, resolves: dict[str, str], judgements: tuple[ContextJudgement, ...]) -> ConnectorJudgement:
+    """The class verdict: the worst case decides; among equals the plainest model (one group before MLA, two
+    layers, hybrid) gives the counterexample that is easiest to read."""
+    def plainest(verdict: str) -> ContextJudgement | None:
+        found = [j for j in judgements if j.verdict == verdict]
+        return min(found, key=lambda j: _CASE_ORDER[j.context.case]) if found else None
+
+    deciding = plainest("unsafe") or plainest("unknown")
+    return ConnectorJudgement(
+        name=cls,
+        resolves=resolves,
+        verdict=deciding.verdict if deciding else "safe",
+        violated=deciding.violated if deciding else None,
+        context=deciding.context if deciding else None,
+        reasons=deciding.reasons if deciding else (),
+        judgements=judgements,
+    )
 
 
 def judge_files(
@@ -539,6 +553,7 @@ __all__ = [
     "ConnectorJudgement",
     "Judge",
     "ModelRunner",
+    "decide",
     "MroReport",
     "judge_files",
 ]

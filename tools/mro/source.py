@@ -115,6 +115,24 @@ STORE_SUBMITS = frozenset({"dump_data", "dump"})
 STORE_WAITS = frozenset({"wait", "wait_dump"})
 
 
+_ALL_ENTRIES = {"items", "values", "copy"}  # ``self.x.<these>()`` iterates every entry of ``self.x``
+_WHOLE = {"list", "tuple", "sorted", "set"}  # ``list(self.x)`` likewise
+
+
+def _iterated_attr(node: ast.expr) -> str | None:
+    """The ``self`` attribute whose every entry a loop over ``node`` visits, if it visits them all:
+    ``self.x``, ``self.x.items()``/``.values()``, ``list(self.x)``; never ``self.x.pop(k)`` or ``self.x[k]``
+    (one entry, chosen by a key)."""
+    if _self_attr(node):
+        return _self_attr(node)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _ALL_ENTRIES:
+        return _self_attr(node.func.value)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _WHOLE
+            and len(node.args) == 1):
+        return _iterated_attr(node.args[0])
+    return None
+
+
 @dataclass(frozen=True)
 class TaskFlow:
     """The data flow of store tasks in one definition, read from its assignments and loops.
@@ -599,10 +617,7 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
             continue
         loop_vars = _names_in(node.target)
         body_nodes = [n for stmt in node.body for n in ast.walk(stmt)]
-        attr = _self_attr(node.iter) or (
-            _self_attr(node.iter.func.value)  # ``self.x.items()`` / ``.values()``
-            if isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Attribute) else None
-        )
+        attr = _iterated_attr(node.iter)
         waited_entries = [n for n in body_nodes if _call_name(n) in STORE_WAITS
                           and set().union(*(_names_in(a) for a in n.args)) & loop_vars]  # type: ignore[attr-defined]
         if not waited_entries:
@@ -626,7 +641,10 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
         guarded = any(isinstance(n, (ast.If, ast.While, ast.IfExp)) for n in body_nodes)
         up = parents.get(node)
         while up is not None and not guarded:
-            guarded = isinstance(up, (ast.If, ast.While, ast.ExceptHandler))
+            # an enclosing loop over anything but the same entries selects which entries are waited
+            # (``for r in meta.preempted: for t in self.x.pop(r): wait(t)`` waits the preempted ones only)
+            guarded = isinstance(up, (ast.If, ast.While, ast.ExceptHandler)) or (
+                isinstance(up, ast.For) and _iterated_attr(up.iter) not in attrs)
             up = parents.get(up)
         if not guarded and not any(
             isinstance(n, ast.If) and n.body and isinstance(n.body[-1], (ast.Return, ast.Raise))

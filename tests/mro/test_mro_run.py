@@ -1,0 +1,176 @@
+"""`deferdump mro --run`: counterexamples replayed against the judged class itself, on stub vLLM with a
+recording store (tools/mro/run/). The runnable connectors (tests/fixtures/mro/runnable/) are written in
+full against vLLM's API and import their store client from `blockstore_client`, which exists nowhere but
+as the recording store. Running confirms a hazard with the class's own calls, withdraws a reading's claim
+that the class does not reach, and never makes a class safe."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from deferdump.tools.mro.judge import Context, ContextJudgement, MroReport, judge_files
+from deferdump.tools.mro.run.replay import ReplayOutcome
+from deferdump.tools.mro.run.runner import fold, run_report
+from deferdump.tools.mro.run.store import RecordingStore, StoreCallUnmodelled
+from deferdump.tools.mro.run.stubs import StubMissing, stub_modules
+from support import FIXTURES
+
+pytestmark = pytest.mark.slow  # TLC and child processes: tests/conftest.py starts it early
+
+RUNNABLE = FIXTURES / "mro" / "runnable"
+COMMON = RUNNABLE / "runnable_common.py"
+STORE = ("blockstore_client",)
+
+
+def _judged(name: str) -> tuple[MroReport, list[Path]]:
+    paths = [RUNNABLE / name, COMMON]
+    return run_report(judge_files(paths), paths, STORE), paths
+
+
+@pytest.fixture(scope="module")
+def pr_style() -> MroReport:
+    return _judged("pr_style_unfenced.py")[0]
+
+
+@pytest.fixture(scope="module")
+def unwaited() -> MroReport:
+    return _judged("report_unwaited.py")[0]
+
+
+@pytest.fixture(scope="module")
+def unfenced() -> MroReport:
+    return _judged("unfenced_hybrid.py")[0]
+
+
+# ---- the recording store and the stubs -----------------------------------------------------------------
+def test_the_recording_store_tracks_what_each_task_reads_until_it_is_waited() -> None:
+    store = RecordingStore()
+    first = store.dump(([1, 0, 2], [3]))  # per-group lists; 0 is the null block
+    second = store.dump_data(4)
+    assert first.blocks == {1, 2, 3} and second.blocks == {4}
+    assert [t.ordinal for t in store.running_readers(2)] == [1] and not store.check(first)
+    store.wait(first)
+    assert store.check(first) and store.running_readers(2) == []
+    assert store.complete(2) and not store.complete(3) and store.running_readers(4) == []
+    with pytest.raises(StoreCallUnmodelled, match="store.load_data"):
+        store.load_data([1])
+    with pytest.raises(StoreCallUnmodelled, match="not a task"):
+        store.wait(object())
+    with pytest.raises(StoreCallUnmodelled, match="block ids"):
+        store.dump(["b1"])
+
+
+def test_stub_vllm_imports_a_connector_module_and_leaves_sys_modules_as_it_was(tmp_path: Path) -> None:
+    module = tmp_path / "stubbed_mod.py"
+    module.write_text(textwrap.dedent("""
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorRole
+        from vllm.some.module.nobody.stubs import Helper
+        from blockstore_client.sub import Client
+
+        def make_store():
+            return Client.connect("x")
+    """))
+    before = {name for name in sys.modules if name == "vllm" or name.startswith("vllm.")}
+    store = RecordingStore()
+    with stub_modules(STORE, store):
+        sys.path.insert(0, str(tmp_path))
+        try:
+            import stubbed_mod  # type: ignore[import-not-found]
+
+            assert stubbed_mod.make_store() is store
+            assert stubbed_mod.KVConnectorRole.WORKER.name == "WORKER"
+            with pytest.raises(StubMissing, match="vllm.some.module.nobody.stubs.Helper"):
+                stubbed_mod.Helper()
+        finally:
+            sys.path.remove(str(tmp_path))
+            sys.modules.pop("stubbed_mod", None)
+    assert {name for name in sys.modules if name == "vllm" or name.startswith("vllm.")} == before
+    assert "blockstore_client" not in sys.modules
+
+
+# ---- verdicts ------------------------------------------------------------------------------------------
+def test_a_reading_unsafe_is_replayed_with_the_class_own_calls(pr_style: MroReport) -> None:
+    judgement = pr_style.connectors["PRStyleHybridConnector"]
+    assert judgement.verdict == "unsafe"
+    cases = {j.context.key: j for j in judgement.judgements}
+    hybrid = cases["hybrid"]
+    assert (hybrid.verdict, hybrid.source, hybrid.violated) == ("unsafe", "reading, replayed",
+                                                                "NoOverwriteWhileDumpingInv")
+    assert hybrid.run.status == "reproduced" and hybrid.run.hazard == "NoOverwriteWhileDumpingInv"
+    assert "still reads it" in hybrid.run.detail
+    # the calls the class really made, scheduler and worker, in vLLM's order
+    assert any("worker.wait_for_save" in call for call in hybrid.run.calls)
+    assert any("scheduler.build_connector_meta" in call for call in hybrid.run.calls)
+    assert all(cases[key].verdict == "safe" and cases[key].run is None for key in ("single", "multi", "mla"))
+
+
+def test_an_unknown_the_class_reproduces_becomes_unsafe_from_running(unwaited: MroReport) -> None:
+    judgement = unwaited.connectors["UnwaitedReportConnector"]
+    assert (judgement.verdict, judgement.violated) == ("unsafe", "NoOverwriteWhileDumpingInv")
+    single = next(j for j in judgement.judgements if j.context.key == "single")
+    assert (single.verdict, single.source, single.run.status) == ("unsafe", "running", "reproduced")
+    assert judgement.deciding is single and judgement.to_json()["source"] == "running"
+    mla = next(j for j in judgement.judgements if j.context.key == "mla")  # two ranks: not run, stays read
+    assert (mla.verdict, mla.source, mla.run.status) == ("unknown", "reading", "not_runnable")
+
+
+def test_running_never_makes_a_class_safe(unfenced: MroReport) -> None:
+    """The unfenced hybrid connector is correct with one KV-cache group and wrong on a hybrid model; its
+    unknowns' worst-label counterexamples are not its runs, so every case stays unknown, none safe."""
+    judgement = unfenced.connectors["UnfencedHybridConnector"]
+    assert judgement.verdict == "unknown"
+    for case in judgement.judgements:
+        assert case.verdict == "unknown" and case.source == "reading", case.context.key
+        assert case.run is not None and case.run.status in ("diverged", "not_runnable")
+    hybrid = next(j for j in judgement.judgements if j.context.key == "hybrid")
+    assert hybrid.verdict != "safe"
+
+
+def test_a_class_that_cannot_run_keeps_the_reading_verdict() -> None:
+    """The corpus's connectors are excerpts (vLLM's abstract methods and their store helpers are not defined,
+    so vLLM could not build them either): the reading verdict stands, and the outcome says why."""
+    paths = [FIXTURES / "mro" / "corpus" / "hybrid_unfenced.py"]
+    report = run_report(judge_files(paths), paths)
+    hybrid = next(j for j in report.connectors["HybridDeferredConnector"].judgements if j.context.key == "hybrid")
+    assert (hybrid.verdict, hybrid.source, hybrid.run.status) == ("unsafe", "reading", "not_runnable")
+    assert "Can't instantiate abstract class HybridDeferredConnector" in hybrid.run.detail
+
+
+def test_a_reading_unsafe_the_class_does_not_reach_is_withdrawn() -> None:
+    judgement = ContextJudgement(Context("hma", None, "hybrid"), "unsafe", "NoOverwriteWhileDumpingInv")
+    folded = fold(judgement, ReplayOutcome("diverged", "request_finished(r1) answered False"))
+    assert folded.verdict == "unknown" and "does not reach it" in folded.reasons[0]
+    kept = fold(judgement, ReplayOutcome("not_runnable", "no class"))
+    assert (kept.verdict, kept.source) == ("unsafe", "reading")
+    unknown = ContextJudgement(Context("hma", None, "single"), "unknown", "NoOverwriteWhileDumpingInv", ("why",))
+    assert fold(unknown, ReplayOutcome("diverged", "answered otherwise")).verdict == "unknown"
+
+
+# ---- the CLI -------------------------------------------------------------------------------------------
+def _mro(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "deferdump.tools.cli.app", "mro", *args],
+                          capture_output=True, text=True, check=False)
+
+
+def test_cli_run_reports_the_replay_in_json() -> None:
+    out = _mro(str(RUNNABLE / "report_unwaited.py"), str(COMMON), "--run", "--store-module", "blockstore_client",
+               "--json")
+    assert out.returncode == 1, out.stderr
+    connector = json.loads(out.stdout)["connectors"]["UnwaitedReportConnector"]
+    assert connector["verdict"] == "unsafe" and connector["source"] == "running"
+    single = connector["cases"]["single"]
+    assert single["run"]["status"] == "reproduced" and single["source"] == "running"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--store-module", "x"], "--store-module needs --run"),
+    (["--run", "--run-timeout", "0"], "--run-timeout 0: must be positive"),
+])
+def test_cli_refuses_bad_run_options_in_one_line(args: list[str], message: str) -> None:
+    out = _mro(str(RUNNABLE / "report_unwaited.py"), *args)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr

@@ -1,0 +1,22 @@
+"""``python -m deferdump.tools.mro.run.child``: one replay in its own process (a JSON request on stdin, the
+outcome as JSON on stdout), so the judged code and the stub modules never touch the judging process."""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+from deferdump.tools.mro.run.replay import replay_counterexample
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    request = json.load(sys.stdin)
+    outcome = replay_counterexample(request["paths"], request["class"], request["path"], request["case"],
+                                    request["trace"], request.get("store_modules", []))
+    json.dump(outcome.to_json(), sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,387 @@
+"""Replay one `mro` counterexample against a connector class: the engine's schedule from the trace, the
+class's own answers, and a watch on the blocks its store tasks read.
+
+The trace fixes what vLLM does (allocations, sliding-window frees, preemptions, finishes, the forward's
+writes); the class's answers decide which of those the engine may do. So the replay compares each answer
+that moves the engine (``request_finished``'s delay, ``get_finished``'s finished sends) with the trace's
+record of the class: where they differ, the trace is not a run of this class and the replay stops
+(``diverged``). Store timing is free (any store may be slow), so the recording store finishes a task only
+when the class waits it or the trace's ``task_complete`` names its ordinal. A hazard is then a real one:
+
+* ``NoOverwriteWhileDumpingInv``: the forward writes a block that a running store task reads;
+* ``NoUnexpectedReportInv``: ``get_finished`` reports a request the class never delayed (vLLM asserts).
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deferdump.reference.errors import DeferDumpError
+from deferdump.tools.mro.run.store import NULL_BLOCK, RecordingStore, StoreCallUnmodelled
+from deferdump.tools.mro.run.stubs import StubMissing, stub_modules
+
+__all__ = ["ReplayOutcome", "replay_counterexample"]
+
+_MAX_CALLS_SHOWN = 60
+
+
+@dataclass
+class ReplayOutcome:
+    """``reproduced``: the class's own calls reach the hazard; ``diverged``: the class answered otherwise or
+    raised, so the trace is not one of its runs; ``not_runnable``: it could not be imported, built or driven."""
+
+    status: str
+    detail: str
+    hazard: str | None = None
+    step: int | None = None
+    calls: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {"status": self.status, "detail": self.detail, "hazard": self.hazard, "step": self.step,
+                "calls": self.calls[-_MAX_CALLS_SHOWN:]}
+
+
+class _Stop(DeferDumpError):
+    def __init__(self, outcome: ReplayOutcome) -> None:
+        super().__init__(outcome.detail)
+        self.outcome = outcome
+
+
+def plain(value: Any) -> Any:
+    """A trace value (``#set``/``#tup``/``#map``/``#bigint``, model values ``x_OF_MODEL``) as Python data."""
+    if isinstance(value, dict):
+        if "#set" in value:  # a list: sets of records hold dicts
+            return sorted((plain(v) for v in value["#set"]), key=repr)
+        if "#tup" in value:
+            return tuple(plain(v) for v in value["#tup"])
+        if "#bigint" in value:
+            return int(value["#bigint"])
+        if "#map" in value:
+            return {plain(k): plain(v) for k, v in value["#map"]}
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, str) and value.endswith("_OF_MODEL"):
+        return value[: -len("_OF_MODEL")]
+    return value
+
+
+def _block(name: object) -> int:
+    text = str(name)
+    if not text.startswith("b") or not text[1:].isdigit():
+        raise _Stop(ReplayOutcome("not_runnable", f"a block named {text!r} in the trace"))
+    return int(text[1:])
+
+
+class _BlocksView:
+    """vLLM's ``KVCacheBlocks`` as ``update_state_after_alloc`` sees it: the request's block ids per group."""
+
+    def __init__(self, ids: tuple[list[int], ...]) -> None:
+        self._ids = ids
+
+    def get_block_ids(self, allow_none: bool = False) -> tuple[list[int], ...]:
+        return self._ids
+
+    def get_unhashed_block_ids(self) -> list[int]:
+        return list(self._ids[0])
+
+
+def import_class(paths: Sequence[str], name: str) -> type:
+    """Import ``paths`` as modules named by their stems (their folders first on ``sys.path``, so they
+    import each other) and return the class ``name``."""
+    found: type | None = None
+    for raw in paths:
+        path = Path(raw).resolve()
+        folder = str(path.parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        module_name = path.stem
+        if module_name in sys.modules and getattr(sys.modules[module_name], "__file__", None) == str(path):
+            module = sys.modules[module_name]
+        else:
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            spec.loader.exec_module(module)
+        candidate = getattr(module, name, None)
+        if isinstance(candidate, type):
+            found = candidate
+    if found is None:
+        raise _Stop(ReplayOutcome("not_runnable", f"no class {name} in {', '.join(paths)}"))
+    return found
+
+
+class _Replay:
+    def __init__(self, cls: type, path: str, case: str, store: RecordingStore, stubs: Any) -> None:
+        self.cls = cls
+        self.path = path  # "hma", "non_hma" or "multi"
+        self.hybrid = case == "hybrid"
+        self.store = store
+        self.stubs = stubs
+        self.calls: list[str] = []
+        self.fa: dict[str, list[int]] = {}
+        self.sw: dict[str, list[int]] = {}
+        self.seen: set[str] = set()
+        self.resumed: set[str] = set()
+        self.delayed: set[str] = set()  # requests the class delayed and has not reported yet
+        self.meta: Any = None
+        self.step = 0
+        config = stubs.VllmConfig()
+        try:  # vLLM builds one instance per role (factory.py); a class that cannot be built is not run
+            self.sched = self._call("scheduler", "__init__", lambda: cls(config, stubs.KVConnectorRole.SCHEDULER, None))
+            self.worker = self._call("worker", "__init__", lambda: cls(config, stubs.KVConnectorRole.WORKER, None))
+        except _Stop as stop:
+            stop.outcome.status = "not_runnable"
+            raise
+
+    # -- plumbing ------------------------------------------------------------------------------------------
+    def _call(self, role: str, method: str, thunk: Any, shown: str = "") -> Any:
+        self.store.current_caller = role
+        self.calls.append(f"step {self.step}: {role}.{method}({shown})")
+        try:
+            return thunk()
+        except (StubMissing, StoreCallUnmodelled) as error:
+            raise _Stop(ReplayOutcome("not_runnable", f"{role}.{method}: {error}", step=self.step)) from None
+        except _Stop:
+            raise
+        except Exception as error:  # the class itself raised: a crash is not the hazard the trace shows
+            where = traceback.extract_tb(error.__traceback__)[-1]
+            raise _Stop(ReplayOutcome(
+                "diverged", f"{role}.{method} raised {type(error).__name__}: {error} "
+                f"({Path(where.filename).name}:{where.lineno})", step=self.step)) from None
+
+    def _overrides(self, method: str) -> bool:
+        base = self.stubs.KVConnectorBase_V1
+        return getattr(self.cls, method, None) is not getattr(base, method, None)
+
+    def _ids(self, req: str) -> tuple[list[int], ...]:
+        fa = list(self.fa.get(req, []))
+        return (fa, list(self.sw.get(req, []))) if self.hybrid else (fa,)
+
+    def _request(self, req: str) -> Any:
+        tokens = list(range(16 * max(1, len(self.fa.get(req, [])))))
+        return self.stubs.Request(request_id=req, prompt_token_ids=tokens)
+
+    def _diverged(self, detail: str) -> _Stop:
+        return _Stop(ReplayOutcome("diverged", detail, step=self.step))
+
+    # -- phases --------------------------------------------------------------------------------------------
+    def schedule(self, phase: Mapping[str, Any]) -> None:
+        for req in phase.get("preempted", ()):
+            self.fa.pop(req, None)
+            self.sw.pop(req, None)
+            self.resumed.add(req)
+        for freed in phase.get("sw_freed", ()):
+            block = _block(freed)
+            for table in self.sw.values():
+                table[:] = [NULL_BLOCK if b == block else b for b in table]
+        record = next((c for c in phase.get("calls", ()) if c.get("name") == "build_connector_meta"), {})
+        new: list[Any] = []
+        cached: list[str] = []
+        new_ids: list[tuple[list[int], ...]] = []
+        for alloc in sorted(phase.get("allocated", ()), key=lambda a: (str(a["req"]), a["idx"])):
+            if alloc.get("hit"):
+                raise _Stop(ReplayOutcome("not_runnable", "the trace loads a store hit: the replay drives no loads",
+                                          step=self.step))
+            req = str(alloc["req"])
+            fresh = req not in self.fa
+            self.fa.setdefault(req, []).append(_block(alloc["block"]))
+            if self.hybrid and alloc.get("sw") is not None:
+                self.sw.setdefault(req, []).append(_block(alloc["sw"]))
+            if fresh and req not in self.seen:
+                self.seen.add(req)
+                self._matched(req)
+                new.append(req)
+            elif req in cached or any(r == req for r in new):
+                continue
+            else:
+                cached.append(req)
+        for req in new + [r for r in cached if r in self.resumed]:
+            ids = self._ids(req)
+            self._call("scheduler", "update_state_after_alloc",
+                       lambda req=req, ids=ids: self.sched.update_state_after_alloc(self._request(req), _BlocksView(ids), 0),
+                       req)
+        output = self.stubs.SchedulerOutput(
+            scheduled_new_reqs=[self.stubs.NewRequestData(req_id=r, prompt_token_ids=self._request(r).prompt_token_ids,
+                                                          block_ids=self._ids(r), num_computed_tokens=0) for r in new],
+            scheduled_cached_reqs=self.stubs.CachedRequestData(
+                req_ids=cached, resumed_req_ids={r for r in cached if r in self.resumed},
+                new_token_ids=[[] for _ in cached], all_token_ids={r: self._request(r).prompt_token_ids for r in cached},
+                new_block_ids=[self._ids(r) if r in self.resumed else tuple([t[-1:]] for t in self._ids(r)) for r in cached],
+                num_computed_tokens=[16 * (len(self.fa[r]) - 1) for r in cached], num_output_tokens=[0 for _ in cached]),
+            num_scheduled_tokens={r: 16 for r in new + cached},
+            total_num_scheduled_tokens=16 * len(new + cached),
+            finished_req_ids=set(record.get("finished_req_ids", ())),
+            preempted_req_ids=set(record.get("preempted_req_ids", ())) or set(phase.get("preempted", ())),
+            kv_connector_block_state=self.stubs.KVConnectorBlockState(
+                req_ids=set(new + cached), resolve_block_ids=self._ids),
+        )
+        self.resumed -= set(cached)
+        del new_ids
+        self.meta = self._call("scheduler", "build_connector_meta", lambda: self.sched.build_connector_meta(output),
+                               f"new={new}, cached={cached}, finished={sorted(output.finished_req_ids)}")
+        output.kv_connector_metadata = self.meta
+
+    def _matched(self, req: str) -> None:
+        if not self._overrides("get_num_new_matched_tokens"):
+            return
+        found = self._call("scheduler", "get_num_new_matched_tokens",
+                           lambda: self.sched.get_num_new_matched_tokens(self._request(req), 0), req)
+        if isinstance(found, tuple) and found and found[0]:
+            raise _Stop(ReplayOutcome("not_runnable", f"the class reports {found[0]} tokens to load for {req}: "
+                                      "the replay drives no loads", step=self.step))
+
+    def execute_model(self, phase: Mapping[str, Any]) -> None:
+        ranks = phase.get("ranks", {})
+        if len(ranks) != 1:
+            raise _Stop(ReplayOutcome("not_runnable", f"{len(ranks)} ranks: the replay drives one worker",
+                                      step=self.step))
+        if self.meta is None:
+            raise self._diverged("a forward before any schedule")
+        bound = False
+        for record in next(iter(ranks.values())):
+            name = record.get("name")
+            if name == "handle_preemptions":
+                self._call("worker", "handle_preemptions", lambda: self.worker.handle_preemptions(self.meta))
+            elif name in ("start_load_kv", "forward", "save_kv_layer", "wait_for_save", "get_finished") and not bound:
+                self._call("worker", "bind_connector_metadata", lambda: self.worker.bind_connector_metadata(self.meta))
+                bound = True
+                self._call("worker", "start_load_kv", lambda: self.worker.start_load_kv(None))
+            if name == "forward":
+                for write in (*record.get("writes", ()), *record.get("sw_writes", ())):
+                    self._write(_block(write[0]), str(write[1]))
+                if self._overrides("save_kv_layer") and not any(
+                        r.get("name") == "save_kv_layer" for r in next(iter(ranks.values()))):
+                    self._call("worker", "save_kv_layer", lambda: self.worker.save_kv_layer("layer.0", None, None),
+                               "layer.0")
+            elif name == "save_kv_layer":
+                layer = record.get("layer", 0)
+                self._call("worker", "save_kv_layer",
+                           lambda layer=layer: self.worker.save_kv_layer(f"layer.{layer}", None, None), f"layer.{layer}")
+            elif name == "wait_for_save":
+                self._call("worker", "wait_for_save", lambda: self.worker.wait_for_save())
+            elif name == "get_finished":
+                self._get_finished(record)
+        if bound:
+            self._call("worker", "clear_connector_metadata", lambda: self.worker.clear_connector_metadata())
+
+    def _write(self, block: int, req: str) -> None:
+        readers = self.store.running_readers(block)
+        if readers:
+            raise _Stop(ReplayOutcome(
+                "reproduced",
+                f"the forward writes block {block} (for {req}) while store task {readers[0].ordinal} (submitted by "
+                f"the {readers[0].submitter}, reading blocks {sorted(readers[0].blocks)}) still reads it",
+                hazard="NoOverwriteWhileDumpingInv", step=self.step))
+
+    def _get_finished(self, record: Mapping[str, Any]) -> None:
+        finished = set(record.get("finished_req_ids", ()))
+        answer = self._call("worker", "get_finished", lambda: self.worker.get_finished(set(finished)), sorted(finished))
+        if not (isinstance(answer, tuple) and len(answer) == 2):
+            raise self._diverged(f"get_finished returned {answer!r}, not (sending, recving)")
+        sending = set(answer[0] or ())
+        unexpected = sorted(sending - self.delayed)
+        if unexpected:
+            raise _Stop(ReplayOutcome(
+                "reproduced", f"get_finished reports {unexpected} as sent, which request_finished never delayed "
+                "(vLLM asserts on it)", hazard="NoUnexpectedReportInv", step=self.step))
+        expected = set(record.get("ucm_sending", record.get("finished_sending", ())))
+        if sending != expected:
+            raise self._diverged(f"get_finished reported {sorted(sending)} as sent; the counterexample needs "
+                                 f"{sorted(expected)}")
+        self.delayed -= sending
+
+    def update_from_output(self, phase: Mapping[str, Any]) -> None:
+        for record in phase.get("calls", ()):
+            if record.get("name") == "request_finished":
+                self._request_finished(record)
+
+    def _request_finished(self, record: Mapping[str, Any]) -> None:
+        expected_delayed = set(record.get("ucm_delayed", record.get("delayed", ())))
+        for req in sorted(record.get("reqs", ())):
+            ids = self._ids(req)
+            request = self._request(req)
+            if self.path == "hma":
+                answer = self._call("scheduler", "request_finished_all_groups",
+                                    lambda: self.sched.request_finished_all_groups(request, ids), f"{req}, {ids}")
+            else:
+                answer = self._call("scheduler", "request_finished",
+                                    lambda: self.sched.request_finished(request, ids[0]), f"{req}, {ids[0]}")
+            if not (isinstance(answer, tuple) and len(answer) == 2):
+                raise self._diverged(f"request_finished returned {answer!r}, not (delay, params)")
+            if bool(answer[0]) != (req in expected_delayed):
+                raise self._diverged(f"request_finished({req}) answered {bool(answer[0])}; the counterexample needs "
+                                     f"{req in expected_delayed}")
+            if answer[0]:
+                self.delayed.add(req)
+            self.fa.pop(req, None)
+            self.sw.pop(req, None)
+
+    def task_complete(self, action: Mapping[str, Any]) -> None:
+        tasks = action.get("tasks")
+        ids = [i for group in tasks.values() for i in group] if isinstance(tasks, Mapping) else [action.get("task")]
+        for task in ids:
+            if isinstance(task, int):
+                self.store.complete(task)
+
+    def run(self, trace: Sequence[Mapping[str, Any]]) -> ReplayOutcome:
+        for index, entry in enumerate(trace):
+            self.step = index
+            action = plain(entry.get("state", {}).get("action") or entry.get("action") or {})
+            name = action.get("name")
+            if name in (None, "init"):
+                continue
+            if name == "engine_step":
+                for phase in action.get("phases", ()):
+                    self._phase(phase)
+            elif name in ("schedule", "execute_model", "update_from_output"):
+                self._phase(action)
+            elif name == "task_complete":
+                self.task_complete(action)
+            elif name == "finish_requests":
+                for record in action.get("calls", ()):
+                    if record.get("name") == "request_finished":
+                        self._request_finished(record)
+                self.fa.pop(str(action.get("req")), None)
+                self.sw.pop(str(action.get("req")), None)
+            elif name == "shutdown":
+                self._call("worker", "shutdown", lambda: self.worker.shutdown())
+            else:
+                raise _Stop(ReplayOutcome("not_runnable", f"the trace's step {name!r} is not replayed", step=index))
+        return ReplayOutcome("diverged", "the class followed the whole counterexample without the hazard: its "
+                             "store tasks had ended (or were waited) before their blocks were rewritten",
+                             step=len(trace) - 1)
+
+    def _phase(self, phase: Mapping[str, Any]) -> None:
+        getattr(self, str(phase.get("name")))(phase)
+
+
+def replay_counterexample(paths: Sequence[str], cls_name: str, path: str, case: str,
+                          trace: Sequence[Mapping[str, Any]], store_modules: Sequence[str]) -> ReplayOutcome:
+    """Import the class under stub vLLM (and the named store modules) and replay ``trace`` against it."""
+    store = RecordingStore()
+    replay: _Replay | None = None
+    with stub_modules(store_modules, store):
+        from deferdump.tools.mro.run import stubs
+
+        try:
+            try:
+                cls = import_class(paths, cls_name)
+            except _Stop:
+                raise
+            except (StubMissing, StoreCallUnmodelled) as error:
+                raise _Stop(ReplayOutcome("not_runnable", f"importing {cls_name}: {error}")) from None
+            except Exception as error:
+                raise _Stop(ReplayOutcome("not_runnable", f"importing {cls_name}: {type(error).__name__}: "
+                                          f"{error}")) from None
+            replay = _Replay(cls, path, case, store, stubs)
+            outcome = replay.run(trace)
+        except _Stop as stop:
+            outcome = stop.outcome
+        if replay is not None:
+            outcome.calls = replay.calls
+        return outcome

@@ -1,0 +1,78 @@
+"""Run the judged classes: replay each case's counterexample in a child process and fold the outcome into
+the verdict. Running only ever confirms a hazard or withdraws a reading's claim of one; it never makes a
+class safe (a replay covers one schedule, not every way vLLM can drive the class)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from deferdump.tools.mro.judge import ConnectorJudgement, ContextJudgement, MroReport, counterexample_json
+from deferdump.tools.mro.run.replay import ReplayOutcome
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_REPLAY_TIMEOUT", "replay_in_child", "run_report"]
+
+DEFAULT_REPLAY_TIMEOUT = 60.0
+
+
+def replay_in_child(paths: Sequence[Path | str], cls: str, judgement: ContextJudgement,
+                    store_modules: Sequence[str], timeout: float = DEFAULT_REPLAY_TIMEOUT) -> ReplayOutcome:
+    """Replay ``judgement``'s counterexample against ``cls`` in a fresh interpreter."""
+    assert judgement.counterexample is not None
+    trace = counterexample_json(judgement.counterexample, judgement.model)["trace"]
+    request = {"paths": [str(Path(p).resolve()) for p in paths], "class": cls, "path": judgement.context.path,
+               "case": judgement.context.case, "trace": trace, "store_modules": list(store_modules)}
+    try:
+        done = subprocess.run([sys.executable, "-m", "deferdump.tools.mro.run.child"], input=json.dumps(request),
+                              capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return ReplayOutcome("not_runnable", f"the replay did not end within {timeout:g} s (the class may block)")
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return ReplayOutcome("not_runnable", f"the replay process failed: {last}")
+    data = json.loads(done.stdout)
+    return ReplayOutcome(data["status"], data["detail"], data.get("hazard"), data.get("step"), data.get("calls", []))
+
+
+def fold(judgement: ContextJudgement, outcome: ReplayOutcome) -> ContextJudgement:
+    """The case's verdict after running: an unknown whose hazard the class reproduces is unsafe; an unsafe
+    the class does not reproduce although it ran is unknown; everything else keeps the reading's verdict."""
+    verdict, reasons, source = judgement.verdict, judgement.reasons, "reading"
+    if outcome.status == "reproduced" and judgement.verdict == "unknown":
+        verdict, source = "unsafe", "running"
+        reasons = ()
+    elif outcome.status == "reproduced":
+        source = "reading, replayed"
+    elif outcome.status == "diverged" and judgement.verdict == "unsafe":
+        verdict = "unknown"
+        reasons = (f"reading finds {judgement.violated}, but the class run through that counterexample does not "
+                   f"reach it: {outcome.detail}",)
+    violated = outcome.hazard if source == "running" else judgement.violated
+    return dataclasses.replace(judgement, verdict=verdict, violated=violated, reasons=reasons, run=outcome,
+                               source=source)
+
+
+def run_report(report: MroReport, paths: Sequence[Path | str], store_modules: Sequence[str] = (),
+               timeout: float = DEFAULT_REPLAY_TIMEOUT,
+               on_replay: Callable[[str, str], None] | None = None) -> MroReport:
+    """``report`` with every case that has a counterexample replayed against its class."""
+    connectors: dict[str, ConnectorJudgement] = {}
+    for name, connector in report.connectors.items():
+        cases = []
+        for judgement in connector.judgements:
+            if judgement.counterexample is None or judgement.verdict == "safe":
+                cases.append(judgement)
+                continue
+            if on_replay is not None:
+                on_replay(name, judgement.context.key)
+            outcome = replay_in_child(paths, name, judgement, store_modules, timeout)
+            logger.info("%s %s: replay %s: %s", name, judgement.context.key, outcome.status, outcome.detail)
+            cases.append(fold(judgement, outcome))
+        connectors[name] = connector.rejudged(tuple(cases))
+    return dataclasses.replace(report, connectors=connectors)

@@ -1,0 +1,347 @@
+"""Stub vLLM and store modules, so a connector module imports and runs without vLLM, a GPU or a native store.
+
+The stub ``KVConnectorBase_V1`` keeps vLLM 0.32's defaults (``distributed/kv_transfer/kv_connector/v1/
+base.py``: metadata binding ~243-284, ``request_finished`` -> ``(False, None)`` ~616-636, ``get_finished``
+-> ``(None, None)`` ~383-399, no-op ``handle_preemptions``/``wait_for_save``/``save_kv_layer``) and its
+abstract methods; the scheduler-output classes carry 0.32's field names (``v1/core/sched/output.py``).
+Any other ``vllm.*`` name imports as a placeholder that raises :class:`StubMissing` when used, so a run
+that needs real vLLM machinery stops with that name instead of guessing. Store modules named by the
+caller hand out the replay's :class:`~.store.RecordingStore` for every attribute.
+"""
+from __future__ import annotations
+
+import enum
+import importlib.abc
+import importlib.machinery
+import logging
+import sys
+import types
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from deferdump.reference.errors import DeferDumpError
+from deferdump.tools.mro.run.store import RecordingStore, store_factory
+
+__all__ = ["StubMissing", "stub_modules"]
+
+BASE_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.base"
+
+
+class StubMissing(DeferDumpError):
+    """The connector used a vLLM name the stubs do not provide."""
+
+
+# ---- vLLM 0.32's connector base, as far as a replay needs it ------------------------------------------
+class KVConnectorRole(enum.Enum):
+    SCHEDULER = 0
+    WORKER = 1
+
+
+class KVConnectorMetadata(ABC):  # noqa: B024 - as in vLLM
+    """Per-step metadata from the scheduler-side connector to the worker side."""
+
+
+class KVConnectorWorkerMetadata(ABC):  # noqa: B024
+    pass
+
+
+class SupportsHMA(ABC):
+    @abstractmethod
+    def request_finished_all_groups(self, request: Any, block_ids: tuple[list[int], ...]) -> tuple[bool, Any]:
+        raise NotImplementedError
+
+
+def supports_hma(connector: Any) -> bool:
+    return issubclass(connector, SupportsHMA) if isinstance(connector, type) else isinstance(connector, SupportsHMA)
+
+
+class KVConnectorBase_V1(ABC):  # noqa: N801 - vLLM's name
+    def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any = None) -> None:
+        self._connector_metadata: KVConnectorMetadata | None = None
+        self._vllm_config = vllm_config
+        self._kv_transfer_config = getattr(vllm_config, "kv_transfer_config", None)
+        self._kv_cache_config = kv_cache_config
+        self._kv_cache_manager = None
+        self._role = role
+
+    @property
+    def role(self) -> KVConnectorRole:
+        return self._role
+
+    def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
+        self._connector_metadata = connector_metadata
+
+    def clear_connector_metadata(self) -> None:
+        self._connector_metadata = None
+
+    def _get_connector_metadata(self) -> KVConnectorMetadata:
+        assert self._connector_metadata is not None
+        return self._connector_metadata
+
+    def has_connector_metadata(self) -> bool:
+        return self._connector_metadata is not None
+
+    def register_kv_caches(self, kv_caches: dict[str, Any]) -> None:
+        return
+
+    def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
+        return
+
+    @abstractmethod
+    def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None: ...
+
+    @abstractmethod
+    def wait_for_layer_load(self, layer_name: str) -> None: ...
+
+    @abstractmethod
+    def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None: ...
+
+    @abstractmethod
+    def wait_for_save(self) -> None: ...
+
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
+        return None, None
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        return set()
+
+    def shutdown(self) -> None:
+        return None
+
+    @abstractmethod
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int | None, bool]: ...
+
+    @abstractmethod
+    def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None: ...
+
+    @abstractmethod
+    def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata: ...
+
+    def update_connector_output(self, connector_output: Any) -> None:
+        return
+
+    def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, Any]:
+        return False, None
+
+
+# ---- the scheduler's output (vLLM 0.32 field names) --------------------------------------------------
+@dataclass
+class NewRequestData:
+    req_id: str
+    prompt_token_ids: list[int] | None
+    block_ids: tuple[list[int], ...]
+    num_computed_tokens: int
+    mm_features: list[Any] = field(default_factory=list)
+    sampling_params: Any = None
+    pooling_params: Any = None
+    lora_request: Any = None
+
+
+@dataclass
+class CachedRequestData:
+    req_ids: list[str]
+    resumed_req_ids: set[str]
+    new_token_ids: list[list[int]]
+    all_token_ids: dict[str, list[int]]
+    new_block_ids: list[tuple[list[int], ...] | None]
+    num_computed_tokens: list[int]
+    num_output_tokens: list[int]
+
+    @property
+    def num_reqs(self) -> int:
+        return len(self.req_ids)
+
+
+@dataclass
+class KVConnectorBlockState:
+    req_ids: set[str]
+    resolve_block_ids: Callable[[str], tuple[list[int], ...]]
+    boundary_state_offloads: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
+
+    def get_block_ids(self, req_id: str) -> tuple[list[int], ...] | None:
+        return self.resolve_block_ids(req_id) if req_id in self.req_ids else None
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled_new_reqs: list[NewRequestData]
+    scheduled_cached_reqs: CachedRequestData
+    num_scheduled_tokens: dict[str, int]
+    total_num_scheduled_tokens: int
+    finished_req_ids: set[str]
+    preempted_req_ids: set[str] | None = None
+    kv_connector_metadata: Any = None
+    kv_connector_block_state: KVConnectorBlockState | None = None
+    scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
+    scheduled_encoder_inputs: dict[str, list[int]] = field(default_factory=dict)
+    free_encoder_mm_hashes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Request:
+    """The fields of vLLM's ``Request`` a connector reads when a request finishes."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    num_computed_tokens: int = 0
+    kv_transfer_params: dict[str, Any] | None = None
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+
+@dataclass
+class KVTransferConfig:
+    kv_connector: str = "replayed"
+    kv_role: str = "kv_both"
+    kv_connector_extra_config: dict[str, Any] = field(default_factory=dict)
+    kv_connector_module_path: str | None = None
+
+    @property
+    def is_kv_producer(self) -> bool:
+        return True
+
+    @property
+    def is_kv_consumer(self) -> bool:
+        return True
+
+    def get_from_extra_config(self, key: str, default: Any) -> Any:
+        return self.kv_connector_extra_config.get(key, default)
+
+
+@dataclass
+class VllmConfig:
+    kv_transfer_config: KVTransferConfig = field(default_factory=KVTransferConfig)
+
+
+@dataclass
+class KVConnectorOutput:
+    finished_sending: set[str] | None = None
+    finished_recving: set[str] | None = None
+
+
+# ---- the module tree -----------------------------------------------------------------------------------
+class _Placeholder:
+    """A vLLM name the stubs lack: importing it works, using it raises."""
+
+    def __init__(self, qualname: str) -> None:
+        self._qualname = qualname
+
+    def __call__(self, *args: object, **kwargs: object) -> Any:
+        raise StubMissing(f"the connector used {self._qualname}, which the stub vLLM does not provide")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Placeholder(f"{self._qualname}.{name}")
+
+    def __mro_entries__(self, bases: tuple[object, ...]) -> tuple[type, ...]:
+        raise StubMissing(f"a class derives from {self._qualname}, which the stub vLLM does not provide")
+
+
+class _StubModule(types.ModuleType):
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Placeholder(f"{self.__name__}.{name}")
+
+
+class _StoreModule(types.ModuleType):
+    def __init__(self, name: str, store: RecordingStore) -> None:
+        super().__init__(name)
+        self.__path__: list[str] = []
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _StoreFactoryClass(self._store, f"{self.__name__}.{name}")
+
+
+class _StoreFactoryClass:
+    """Any name in a stubbed store module: calling it, or any of its attributes, gives the recording store."""
+
+    def __init__(self, store: RecordingStore, qualname: str) -> None:
+        self._store = store
+        self._qualname = qualname
+
+    def __call__(self, *args: object, **kwargs: object) -> RecordingStore:
+        return self._store
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return store_factory(self._store)
+
+
+_CONTENTS: dict[str, dict[str, Any]] = {
+    BASE_MODULE: {
+        "KVConnectorBase_V1": KVConnectorBase_V1, "KVConnectorMetadata": KVConnectorMetadata,
+        "KVConnectorRole": KVConnectorRole, "SupportsHMA": SupportsHMA, "supports_hma": supports_hma,
+        "KVConnectorWorkerMetadata": KVConnectorWorkerMetadata,
+    },
+    "vllm.logger": {"init_logger": logging.getLogger},
+    "vllm.config": {"VllmConfig": VllmConfig, "KVTransferConfig": KVTransferConfig},
+    "vllm.v1.core.sched.output": {
+        "SchedulerOutput": SchedulerOutput, "NewRequestData": NewRequestData,
+        "CachedRequestData": CachedRequestData, "KVConnectorBlockState": KVConnectorBlockState,
+    },
+    "vllm.v1.request": {"Request": Request},
+    "vllm.v1.outputs": {"KVConnectorOutput": KVConnectorOutput},
+}
+
+
+class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves every ``vllm`` module (known contents, placeholders for the rest) and the store modules."""
+
+    def __init__(self, store_modules: Sequence[str], store: RecordingStore) -> None:
+        self.store_roots = tuple(store_modules)
+        self.store = store
+
+    def _serves(self, name: str) -> bool:
+        roots = ("vllm", *self.store_roots)
+        return any(name == root or name.startswith(root + ".") for root in roots)
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> Any:
+        if not self._serves(fullname):
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        name = spec.name
+        if any(name == root or name.startswith(root + ".") for root in self.store_roots):
+            return _StoreModule(name, self.store)
+        module = _StubModule(name)
+        module.__path__ = []
+        module.__dict__.update(_CONTENTS.get(name, {}))
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return
+
+
+@contextmanager
+def stub_modules(store_modules: Sequence[str], store: RecordingStore) -> Iterator[None]:
+    """Within the block, ``import vllm...`` and the named store modules resolve to the stubs; the real
+    modules (if any were imported) are hidden and restored afterwards."""
+    roots = ("vllm", *store_modules)
+    hidden = {n: m for n, m in sys.modules.items() if any(n == r or n.startswith(r + ".") for r in roots)}
+    for name in hidden:
+        del sys.modules[name]
+    finder = _Finder(store_modules, store)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        for name in [n for n in sys.modules if any(n == r or n.startswith(r + ".") for r in roots)]:
+            del sys.modules[name]
+        sys.modules.update(hidden)
