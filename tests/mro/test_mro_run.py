@@ -29,7 +29,11 @@ STORE = ("blockstore_client",)
 
 def _judged(name: str) -> tuple[MroReport, list[Path]]:
     paths = [RUNNABLE / name, COMMON]
-    return run_report(judge_files(paths), paths, STORE), paths
+    only = None
+    if name == "report_unwaited.py":  # a subclass of the unfenced connector: its file is read too
+        paths.append(RUNNABLE / "unfenced_hybrid.py")
+        only = ["UnwaitedReportConnector"]
+    return run_report(judge_files(paths, only=only), paths, STORE), paths
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +115,8 @@ def test_a_reading_unsafe_is_replayed_with_the_class_own_calls(pr_style: MroRepo
 
 def test_an_unknown_the_class_reproduces_becomes_unsafe_from_running(unwaited: MroReport) -> None:
     judgement = unwaited.connectors["UnwaitedReportConnector"]
+    assert judgement.resolves["get_finished"] == "UnwaitedReportConnector"  # the rest from its base, another file
+    assert judgement.resolves["wait_for_save"] == "UnfencedHybridConnector"
     assert (judgement.verdict, judgement.violated) == ("unsafe", "NoOverwriteWhileDumpingInv")
     single = next(j for j in judgement.judgements if j.context.key == "single")
     assert (single.verdict, single.source, single.run.status) == ("unsafe", "running", "reproduced")
@@ -158,8 +164,8 @@ def _mro(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_run_reports_the_replay_in_json() -> None:
-    out = _mro(str(RUNNABLE / "report_unwaited.py"), str(COMMON), "--run", "--store-module", "blockstore_client",
-               "--json")
+    out = _mro(str(RUNNABLE / "report_unwaited.py"), str(RUNNABLE / "unfenced_hybrid.py"), str(COMMON), "--run",
+               "--store-module", "blockstore_client", "--json", "--class", "UnwaitedReportConnector")
     assert out.returncode == 1, out.stderr
     connector = json.loads(out.stdout)["connectors"]["UnwaitedReportConnector"]
     assert connector["verdict"] == "unsafe" and connector["source"] == "running"
