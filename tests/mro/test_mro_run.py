@@ -125,16 +125,22 @@ def test_an_unknown_the_class_reproduces_becomes_unsafe_from_running(unwaited: M
     assert (mla.verdict, mla.source, mla.run.status) == ("unknown", "reading", "not_runnable")
 
 
-def test_running_never_makes_a_class_safe(unfenced: MroReport) -> None:
-    """The unfenced hybrid connector is correct with one KV-cache group and wrong on a hybrid model; its
-    unknowns' worst-label counterexamples are not its runs, so every case stays unknown, none safe."""
+def test_sampled_schedules_find_the_hazard_no_counterexample_shows(unfenced: MroReport) -> None:
+    """The unfenced hybrid connector waits what it reports, so the worst-label counterexamples are not its
+    runs; sampled behaviours of the hybrid model are, and one frees and rewrites a sliding-window block under
+    its running dump. With one KV-cache group the connector is correct: the same search finds nothing, and
+    those cases stay unknown (never safe)."""
     judgement = unfenced.connectors["UnfencedHybridConnector"]
-    assert judgement.verdict == "unknown"
-    for case in judgement.judgements:
-        assert case.verdict == "unknown" and case.source == "reading", case.context.key
-        assert case.run is not None and case.run.status in ("diverged", "not_runnable")
-    hybrid = next(j for j in judgement.judgements if j.context.key == "hybrid")
-    assert hybrid.verdict != "safe"
+    assert (judgement.verdict, judgement.context.case) == ("unsafe", "hybrid")
+    cases = {j.context.key: j for j in judgement.judgements}
+    hybrid = cases["hybrid"]
+    assert (hybrid.verdict, hybrid.source, hybrid.violated) == ("unsafe", "running", "NoOverwriteWhileDumpingInv")
+    assert "sampled schedule" in hybrid.run.detail and "still reads it" in hybrid.run.detail
+    for key in ("single", "multi", "layerwise"):
+        case = cases[key]
+        assert (case.verdict, case.source, case.run.status) == ("unknown", "reading", "diverged"), key
+        assert "no hazard in 300 sampled schedules" in case.run.detail, key
+    assert cases["mla"].run.status == "not_runnable"  # two ranks: not run, not searched
 
 
 def test_a_class_that_cannot_run_keeps_the_reading_verdict() -> None:

@@ -105,6 +105,7 @@ class ContextJudgement:
     labels: dict[str, str] = field(default_factory=dict)  # "Class.method" -> label, as injected
     counterexample: "TlcResult | None" = None  # TLC's trace of the violation (unknown: under the worst labels)
     model: str | None = None  # the generated module the counterexample comes from
+    model_files: dict[str, str] = field(default_factory=dict)  # the counterexample's generated module and cfg
     run: Any = None  # the replay of the counterexample against the class (``run.replay.ReplayOutcome``), if run
     source: str = "reading"  # where the verdict comes from: "reading", "reading, replayed" or "running"
 
@@ -198,6 +199,7 @@ class _Outcome:
     violated: str | None
     result: "TlcResult | None" = None  # kept for a violation: its counterexample
     model: str | None = None
+    files: dict[str, str] = field(default_factory=dict)  # the generated module and cfg, by file name
 
 
 class ModelRunner:
@@ -258,9 +260,9 @@ class ModelRunner:
             timeout=self.timeout,
             heap="512m",
             jvm_args=("-XX:TieredStopAtLevel=1",),
-            extra_modules={name: module_text(name, table), f"{name}.cfg": config_text(
+            extra_modules=(files := {name: module_text(name, table), f"{name}.cfg": config_text(
                 inner, wrapper, path, self.bounds, inherited, self.liveness, rank0, case
-            )},
+            )}),
         )
         self.runs += 1
         status = getattr(result.status, "value", result.status)
@@ -276,6 +278,7 @@ class ModelRunner:
             violated=None if passed else result.property,
             result=None if passed else result,
             model=name,
+            files={} if passed else files,
         )
         log.info("TLC %s %s wrapper=%s %s %s: %s in %.1fs", name, inner, wrapper, path, case, status, result.seconds)
         self._cache[key] = outcome
@@ -463,7 +466,8 @@ class Judge:
             best = best if not synchronous.passed else synchronous
         if not best.passed:
             return self._unsafe_unless_unreachable(cls, context, best, shown)
-        return ContextJudgement(context, "unknown", worst.violated, reasons, shown, worst.result, worst.model)
+        return ContextJudgement(context, "unknown", worst.violated, reasons, shown, worst.result, worst.model,
+                                worst.files)
 
     def _unsafe_unless_unreachable(
         self, cls: str, context: Context, outcome: "_Outcome", shown: dict[str, str]
@@ -479,8 +483,10 @@ class Judge:
                        f"inner class serves a hybrid (sliding-window) model is decided at run time from the "
                        f"KV-cache layout, so the hybrid model may never reach {context.inner}; pass the files "
                        "defining those classes",)
-                return ContextJudgement(context, "unknown", outcome.violated, why, shown, outcome.result, outcome.model)
-        return ContextJudgement(context, "unsafe", outcome.violated, (), shown, outcome.result, outcome.model)
+                return ContextJudgement(context, "unknown", outcome.violated, why, shown, outcome.result, outcome.model,
+                                        outcome.files)
+        return ContextJudgement(context, "unsafe", outcome.violated, (), shown, outcome.result, outcome.model,
+                                outcome.files)
 
     def judge(self, cls: str) -> ConnectorJudgement:
         _, inner_reasons = self.inner_choices(cls)

@@ -12,9 +12,15 @@ from deferdump.tools.mro.run.replay import replay_counterexample
 def main() -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     request = json.load(sys.stdin)
-    outcome = replay_counterexample(request["paths"], request["class"], request["path"], request["case"],
-                                    request["trace"], request.get("store_modules", []))
-    json.dump(outcome.to_json(), sys.stdout)
+    traces = request["traces"] if "traces" in request else [request["trace"]]
+    outcomes = []
+    for trace in traces:  # each from fresh instances and a fresh store; the first hazard ends the search
+        outcome = replay_counterexample(request["paths"], request["class"], request["path"], request["case"],
+                                        trace, request.get("store_modules", []))
+        outcomes.append(outcome)
+        if outcome.status in ("reproduced", "not_runnable"):
+            break
+    json.dump([outcome.to_json() for outcome in outcomes], sys.stdout)
     return 0
 
 

@@ -90,8 +90,9 @@ class _BlocksView:
 
 
 def import_class(paths: Sequence[str], name: str) -> type:
-    """Import ``paths`` as modules named by their stems (their folders first on ``sys.path``, so they
-    import each other) and return the class ``name``."""
+    """Import ``paths`` afresh as modules named by their stems (their folders first on ``sys.path``, so they
+    import each other) and return the class ``name``. Fresh: a module binds its store client at import, and
+    each replay has its own recording store (:func:`forget_modules` drops them after the replay)."""
     found: type | None = None
     for raw in paths:
         path = Path(raw).resolve()
@@ -99,9 +100,8 @@ def import_class(paths: Sequence[str], name: str) -> type:
         if folder not in sys.path:
             sys.path.insert(0, folder)
         module_name = path.stem
-        if module_name in sys.modules and getattr(sys.modules[module_name], "__file__", None) == str(path):
-            module = sys.modules[module_name]
-        else:
+        module = sys.modules.get(module_name)
+        if module is None or getattr(module, "__file__", None) != str(path):  # imported by a sibling: kept
             spec = importlib.util.spec_from_file_location(module_name, path)
             assert spec is not None and spec.loader is not None
             module = importlib.util.module_from_spec(spec)
@@ -113,6 +113,15 @@ def import_class(paths: Sequence[str], name: str) -> type:
     if found is None:
         raise _Stop(ReplayOutcome("not_runnable", f"no class {name} in {', '.join(paths)}"))
     return found
+
+
+def forget_modules(paths: Sequence[str]) -> None:
+    """Drop the modules :func:`import_class` imported (and anything imported from their folders)."""
+    folders = {str(Path(raw).resolve().parent) for raw in paths}
+    for module_name, module in list(sys.modules.items()):
+        origin = getattr(module, "__file__", None)
+        if origin and str(Path(origin).parent) in folders:
+            del sys.modules[module_name]
 
 
 class _Replay:
@@ -382,6 +391,8 @@ def replay_counterexample(paths: Sequence[str], cls_name: str, path: str, case: 
             outcome = replay.run(trace)
         except _Stop as stop:
             outcome = stop.outcome
+        finally:
+            forget_modules(paths)
         if replay is not None:
             outcome.calls = replay.calls
         return outcome

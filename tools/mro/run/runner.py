@@ -8,36 +8,61 @@ import json
 import logging
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from deferdump.tools.mro.judge import ConnectorJudgement, ContextJudgement, MroReport, counterexample_json
 from deferdump.tools.mro.run.replay import ReplayOutcome
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_REPLAY_TIMEOUT", "replay_in_child", "run_report"]
+__all__ = ["DEFAULT_REPLAY_TIMEOUT", "fold", "replay_in_child", "run_report", "search_in_child"]
 
 DEFAULT_REPLAY_TIMEOUT = 60.0
+SEARCH_TLC_TIMEOUT = 300.0  # TLC's sampling of a case's model (the hybrid one takes about 35 s here)
 
 
 def replay_in_child(paths: Sequence[Path | str], cls: str, judgement: ContextJudgement,
-                    store_modules: Sequence[str], timeout: float = DEFAULT_REPLAY_TIMEOUT) -> ReplayOutcome:
-    """Replay ``judgement``'s counterexample against ``cls`` in a fresh interpreter."""
-    assert judgement.counterexample is not None
-    trace = counterexample_json(judgement.counterexample, judgement.model)["trace"]
+                    store_modules: Sequence[str], timeout: float = DEFAULT_REPLAY_TIMEOUT,
+                    traces: Sequence[Sequence[Mapping[str, Any]]] | None = None) -> tuple[ReplayOutcome, int]:
+    """Replay ``traces`` (default: ``judgement``'s counterexample) against ``cls`` in a fresh interpreter,
+    until the first hazard. Returns the deciding outcome and how many traces were replayed."""
+    if traces is None:
+        assert judgement.counterexample is not None
+        traces = [counterexample_json(judgement.counterexample, judgement.model)["trace"]]  # type: ignore[list-item]
     request = {"paths": [str(Path(p).resolve()) for p in paths], "class": cls, "path": judgement.context.path,
-               "case": judgement.context.case, "trace": trace, "store_modules": list(store_modules)}
+               "case": judgement.context.case, "traces": list(traces), "store_modules": list(store_modules)}
     try:
         done = subprocess.run([sys.executable, "-m", "deferdump.tools.mro.run.child"], input=json.dumps(request),
                               capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        return ReplayOutcome("not_runnable", f"the replay did not end within {timeout:g} s (the class may block)")
+        return ReplayOutcome("not_runnable", f"the replay did not end within {timeout:g} s (the class may block)"), 0
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return ReplayOutcome("not_runnable", f"the replay process failed: {last}")
-    data = json.loads(done.stdout)
-    return ReplayOutcome(data["status"], data["detail"], data.get("hazard"), data.get("step"), data.get("calls", []))
+        return ReplayOutcome("not_runnable", f"the replay process failed: {last}"), 0
+    outcomes = [ReplayOutcome(d["status"], d["detail"], d.get("hazard"), d.get("step"), d.get("calls", []))
+                for d in json.loads(done.stdout)]
+    return outcomes[-1], len(outcomes)
+
+
+def search_in_child(paths: Sequence[Path | str], cls: str, judgement: ContextJudgement,
+                    store_modules: Sequence[str], timeout: float = DEFAULT_REPLAY_TIMEOUT) -> ReplayOutcome:
+    """Run the class through every schedule of its case's model (:mod:`.search`): the first hazard, or why
+    none was found."""
+    from deferdump.tools.mro.run.search import SearchUnavailable, schedule_traces
+
+    try:
+        traces = schedule_traces(judgement.model or "", judgement.model_files, timeout=max(timeout, SEARCH_TLC_TIMEOUT))
+    except SearchUnavailable as error:
+        return ReplayOutcome("not_runnable", str(error))
+    outcome, replayed = replay_in_child(paths, cls, judgement, store_modules, timeout, traces)
+    if outcome.status == "reproduced":
+        outcome.detail = f"{outcome.detail} (sampled schedule {replayed} of {len(traces)})"
+    elif outcome.status == "diverged":
+        outcome.detail = (f"no hazard in {len(traces)} sampled schedules of the model (each ran to its end or "
+                          f"until the class answered otherwise); last: {outcome.detail}")
+    return outcome
 
 
 def fold(judgement: ContextJudgement, outcome: ReplayOutcome) -> ContextJudgement:
@@ -71,7 +96,11 @@ def run_report(report: MroReport, paths: Sequence[Path | str], store_modules: Se
                 continue
             if on_replay is not None:
                 on_replay(name, judgement.context.key)
-            outcome = replay_in_child(paths, name, judgement, store_modules, timeout)
+            outcome, _ = replay_in_child(paths, name, judgement, store_modules, timeout)
+            if judgement.verdict == "unknown" and outcome.status == "diverged" and judgement.model_files:
+                if on_replay is not None:
+                    on_replay(name, f"{judgement.context.key}, every schedule")
+                outcome = search_in_child(paths, name, judgement, store_modules, timeout)
             logger.info("%s %s: replay %s: %s", name, judgement.context.key, outcome.status, outcome.detail)
             cases.append(fold(judgement, outcome))
         connectors[name] = connector.rejudged(tuple(cases))
