@@ -25,7 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "tools.vllmrun": {"reference"},
     "conformance": {"reference", "tools.tlc"},
     "tools.explain": {"reference", "tools.tlc"},
-    "tools.mro": {"reference", "tools.tlc", "conformance"},
+    "tools.mro": {"reference", "tools.tlc"},
     "tools.bench": {"reference", "tools.tlc", "tools.engine", "tools.vllmrun", "conformance"},
     "tools.watch": {"reference", "tools.tlc", "tools.engine", "tools.vllmrun", "conformance"},
     "tools.cli": {"reference", "tools.tlc", "tools.engine", "tools.vllmrun", "conformance", "tools.explain", "tools.mro",
