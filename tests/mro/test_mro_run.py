@@ -143,6 +143,20 @@ def test_sampled_schedules_find_the_hazard_no_counterexample_shows(unfenced: Mro
     assert cases["mla"].run.status == "not_runnable"  # two ranks: not run, not searched
 
 
+def test_flush_on_reuse_correct_stays_unknown_and_broken_is_unsafe_from_running() -> None:
+    """Another safety design (vLLM's offloading style: never delay, wait the tasks reading blocks handed
+    out this step before the forward). The correct class gives no hazard in any sampled schedule; the one
+    that waits only on preemption is caught when a finished request's blocks are handed on."""
+    report = run_report(judge_files([RUNNABLE / "flush_on_reuse.py"]), [RUNNABLE / "flush_on_reuse.py"], STORE)
+    correct = report.connectors["FlushOnReuse"]
+    assert correct.verdict == "unknown"
+    for case in correct.judgements:
+        assert case.verdict == "unknown" and case.run.status in ("diverged", "not_runnable"), case.context.key
+    broken = report.connectors["FlushPreemptedOnly"]
+    assert (broken.verdict, broken.violated) == ("unsafe", "NoOverwriteWhileDumpingInv")
+    assert {j.context.key for j in broken.judgements if j.source == "running"} == {"single", "multi", "hybrid"}
+
+
 def test_a_class_that_cannot_run_keeps_the_reading_verdict() -> None:
     """The corpus's connectors are excerpts (vLLM's abstract methods and their store helpers are not defined,
     so vLLM could not build them either): the reading verdict stands, and the outcome says why."""

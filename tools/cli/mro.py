@@ -160,7 +160,8 @@ def mro(
     ),
     store_modules: Optional[List[str]] = typer.Option(
         None, "--store-module", help="With --run: a module the connector imports its store client from, "
-        "replaced by a recording store (repeatable).",
+        "replaced by a recording store (repeatable). Its client must submit a dump as dump/dump_data(block_ids, "
+        "...) with vLLM's block ids: the recording store reads them as the blocks the task reads.",
     ),
     run_timeout: float = typer.Option(60.0, "--run-timeout", help="With --run: seconds allowed per replay."),
 ) -> None:

@@ -90,13 +90,20 @@ def run_report(report: MroReport, paths: Sequence[Path | str], store_modules: Se
     connectors: dict[str, ConnectorJudgement] = {}
     for name, connector in report.connectors.items():
         cases = []
+        unbuildable: ReplayOutcome | None = None  # the class cannot be imported or built: no case can run
         for judgement in connector.judgements:
             if judgement.counterexample is None or judgement.verdict == "safe":
                 cases.append(judgement)
                 continue
+            if unbuildable is not None:
+                cases.append(fold(judgement, dataclasses.replace(unbuildable)))
+                continue
             if on_replay is not None:
                 on_replay(name, judgement.context.key)
             outcome, _ = replay_in_child(paths, name, judgement, store_modules, timeout)
+            if outcome.status == "not_runnable" and (outcome.detail.startswith("importing ")
+                                                     or ".__init__" in outcome.detail):
+                unbuildable = outcome
             if judgement.verdict == "unknown" and outcome.status == "diverged" and judgement.model_files:
                 if on_replay is not None:
                     on_replay(name, f"{judgement.context.key}, every schedule")
