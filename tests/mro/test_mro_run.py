@@ -200,3 +200,20 @@ def test_cli_run_reports_the_replay_in_json() -> None:
 def test_cli_refuses_bad_run_options_in_one_line(args: list[str], message: str) -> None:
     out = _mro(str(RUNNABLE / "report_unwaited.py"), *args)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_class_that_hangs_or_raises_ends_the_run_cleanly_and_is_never_safe() -> None:
+    paths = [RUNNABLE / "misbehaving.py"]
+    report = run_report(judge_files(paths), paths, STORE, timeout=10)
+    for name in ("BlockingSaver", "RaisingPlanner"):
+        judgement = report.connectors[name]
+        assert judgement.verdict != "safe", name
+        for case in judgement.judgements:
+            if case.run is not None:
+                assert case.run.status in ("not_runnable", "diverged"), (name, case.context.key)
+                assert case.source == "reading" or case.verdict == "unknown", (name, case.context.key)
+    hung = [j.run for j in report.connectors["BlockingSaver"].judgements if j.run is not None]
+    assert hung and all("did not end within 10 s" in run.detail or "2 ranks" in run.detail for run in hung)
+    assert any("did not end within 10 s" in run.detail for run in hung)
+    raised = [j.run for j in report.connectors["RaisingPlanner"].judgements if j.run is not None]
+    assert raised and all("RuntimeError: the planner lost its table" in run.detail for run in raised)

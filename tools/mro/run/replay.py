@@ -308,6 +308,13 @@ class _Replay:
         for record in phase.get("calls", ()):
             if record.get("name") == "request_finished":
                 self._request_finished(record)
+            elif record.get("name") == "_update_from_kv_xfer_finished" and self._overrides("update_connector_output"):
+                # vLLM hands the step's aggregated output to the scheduler-side connector first (scheduler.py
+                # ~3209-3219, _update_from_kv_xfer_finished)
+                sent = set(record.get("finished_sending", ()))
+                output = self.stubs.KVConnectorOutput(finished_sending=sent or None, finished_recving=None)
+                self._call("scheduler", "update_connector_output", lambda: self.sched.update_connector_output(output),
+                           f"finished_sending={sorted(sent)}")
 
     def _request_finished(self, record: Mapping[str, Any]) -> None:
         expected_delayed = set(record.get("ucm_delayed", record.get("delayed", ())))
