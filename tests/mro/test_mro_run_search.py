@@ -1,0 +1,71 @@
+"""`deferdump mro --run` through sampled schedules (tools/mro/run/search.py): where no counterexample is a
+run of the class, 300 behaviours of its case's model are; a hazard found there is the class's own, and a
+search that finds nothing leaves the case unknown. Also classes that hang or raise when run."""
+from __future__ import annotations
+
+import pytest
+
+from deferdump.tools.mro.judge import MroReport, judge_files
+from deferdump.tools.mro.run.runner import run_report
+from support import FIXTURES
+
+pytestmark = pytest.mark.slow  # TLC's sampling and child processes: tests/conftest.py starts it early
+
+RUNNABLE = FIXTURES / "mro" / "runnable"
+COMMON = RUNNABLE / "runnable_common.py"
+STORE = ("blockstore_client",)
+
+
+@pytest.fixture(scope="module")
+def unfenced() -> MroReport:
+    paths = [RUNNABLE / "unfenced_hybrid.py", COMMON]
+    return run_report(judge_files(paths), paths, STORE)
+
+
+def test_sampled_schedules_find_the_hazard_no_counterexample_shows(unfenced: MroReport) -> None:
+    """The unfenced hybrid connector waits what it reports, so the worst-label counterexamples are not its
+    runs; sampled behaviours of the hybrid model are, and one frees and rewrites a sliding-window block under
+    its running dump. With one KV-cache group the connector is correct: the same search finds nothing, and
+    those cases stay unknown (never safe)."""
+    judgement = unfenced.connectors["UnfencedHybridConnector"]
+    assert (judgement.verdict, judgement.context.case) == ("unsafe", "hybrid")
+    cases = {j.context.key: j for j in judgement.judgements}
+    hybrid = cases["hybrid"]
+    assert (hybrid.verdict, hybrid.source, hybrid.violated) == ("unsafe", "running", "NoOverwriteWhileDumpingInv")
+    assert "sampled schedule" in hybrid.run.detail and "still reads it" in hybrid.run.detail
+    for key in ("single", "multi", "layerwise"):
+        case = cases[key]
+        assert (case.verdict, case.source, case.run.status) == ("unknown", "reading", "diverged"), key
+        assert "no hazard in 300 sampled schedules" in case.run.detail, key
+    assert cases["mla"].run.status == "not_runnable"  # two ranks: not run, not searched
+
+
+def test_flush_on_reuse_correct_stays_unknown_and_broken_is_unsafe_from_running() -> None:
+    """Another safety design (vLLM's offloading style: never delay, wait the tasks reading blocks handed
+    out this step before the forward). The correct class gives no hazard in any sampled schedule; the one
+    that waits only on preemption is caught when a finished request's blocks are handed on."""
+    report = run_report(judge_files([RUNNABLE / "flush_on_reuse.py"]), [RUNNABLE / "flush_on_reuse.py"], STORE)
+    correct = report.connectors["FlushOnReuse"]
+    assert correct.verdict == "unknown"
+    for case in correct.judgements:
+        assert case.verdict == "unknown" and case.run.status in ("diverged", "not_runnable"), case.context.key
+    broken = report.connectors["FlushPreemptedOnly"]
+    assert (broken.verdict, broken.violated) == ("unsafe", "NoOverwriteWhileDumpingInv")
+    assert {j.context.key for j in broken.judgements if j.source == "running"} == {"single", "multi", "hybrid"}
+
+
+def test_a_class_that_hangs_or_raises_ends_the_run_cleanly_and_is_never_safe() -> None:
+    paths = [RUNNABLE / "misbehaving.py"]
+    report = run_report(judge_files(paths), paths, STORE, timeout=10)
+    for name in ("BlockingSaver", "RaisingPlanner"):
+        judgement = report.connectors[name]
+        assert judgement.verdict != "safe", name
+        for case in judgement.judgements:
+            if case.run is not None:
+                assert case.run.status in ("not_runnable", "diverged"), (name, case.context.key)
+                assert case.source == "reading" or case.verdict == "unknown", (name, case.context.key)
+    hung = [j.run for j in report.connectors["BlockingSaver"].judgements if j.run is not None]
+    assert hung and all("did not end within 10 s" in run.detail or "2 ranks" in run.detail for run in hung)
+    assert any("did not end within 10 s" in run.detail for run in hung)
+    raised = [j.run for j in report.connectors["RaisingPlanner"].judgements if j.run is not None]
+    assert raised and all("RuntimeError: the planner lost its table" in run.detail for run in raised)
