@@ -106,7 +106,10 @@ def _render_counterexample(judgement: ConnectorJudgement, console: Console) -> N
         return
     result = deciding.counterexample
     under = " (with the unrecognised definitions at their worst)" if deciding.verdict == "unknown" else ""
-    if deciding.source == "running":
+    if deciding.source == "running" and deciding.run is not None and "sampled schedule" in deciding.run.detail:
+        under = (" (the model's, with the unrecognised definitions at their worst; the class itself reached the "
+                 "hazard on another schedule: its calls are in --json's \"run\")")
+    elif deciding.source == "running":
         under = " (with the unrecognised definitions at their worst; the class itself, run on stub vLLM, reached it)"
     console.print(Text(
         f"  counterexample{under}: {deciding.violated} violated, {deciding.context.describe()}", style="bold"
