@@ -1,0 +1,38 @@
+"""The stub vLLM `deferdump mro --run` replays classes on (tools/mro/run/stubs.py) keeps real vLLM 0.32's
+shape: the same abstract methods and defaults on `KVConnectorBase_V1`, and the scheduler-output fields it
+fills are fields of the real dataclasses. Where the stub and vLLM disagree, vLLM is right and this fails."""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+from vllm.distributed.kv_transfer.kv_connector.v1 import base as real_base
+from vllm.v1.core.sched import output as real_output
+
+from deferdump.tools.mro.run import stubs
+
+
+def test_the_base_class_has_vllms_abstract_methods_and_defaults() -> None:
+    assert stubs.KVConnectorBase_V1.__abstractmethods__ == real_base.KVConnectorBase_V1.__abstractmethods__
+    assert stubs.SupportsHMA.__abstractmethods__ == real_base.SupportsHMA.__abstractmethods__
+    assert {r.name: r.value for r in stubs.KVConnectorRole} == {r.name: r.value for r in real_base.KVConnectorRole}
+    for method in ("request_finished", "get_finished", "handle_preemptions", "bind_connector_metadata",
+                   "clear_connector_metadata", "has_connector_metadata", "update_connector_output",
+                   "get_block_ids_with_load_errors", "register_kv_caches", "shutdown"):
+        real = inspect.signature(getattr(real_base.KVConnectorBase_V1, method))
+        stub = inspect.signature(getattr(stubs.KVConnectorBase_V1, method))
+        assert list(stub.parameters) == list(real.parameters), method
+
+
+def test_the_scheduler_output_fields_the_stub_fills_are_vllms() -> None:
+    for name in ("NewRequestData", "CachedRequestData", "SchedulerOutput", "KVConnectorBlockState"):
+        real = {f.name for f in dataclasses.fields(getattr(real_output, name))}
+        stub = {f.name for f in dataclasses.fields(getattr(stubs, name))}
+        assert stub <= real, (name, sorted(stub - real))
+        required = {f.name for f in dataclasses.fields(getattr(real_output, name))
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+        missing = required - stub
+        # fields a connector never reads (multimodal, sampling, LoRA, encoder and structured-output state)
+        assert missing <= {"mm_features", "sampling_params", "pooling_params", "lora_request",
+                           "scheduled_spec_decode_tokens", "scheduled_encoder_inputs", "free_encoder_mm_hashes",
+                           "num_output_tokens"}, (name, sorted(missing))
