@@ -191,7 +191,6 @@ class _Replay:
         record = next((c for c in phase.get("calls", ()) if c.get("name") == "build_connector_meta"), {})
         new: list[Any] = []
         cached: list[str] = []
-        new_ids: list[tuple[list[int], ...]] = []
         for alloc in sorted(phase.get("allocated", ()), key=lambda a: (str(a["req"]), a["idx"])):
             if alloc.get("hit"):
                 raise _Stop(ReplayOutcome("not_runnable", "the trace loads a store hit: the replay drives no loads",
@@ -205,7 +204,7 @@ class _Replay:
                 self.seen.add(req)
                 self._matched(req)
                 new.append(req)
-            elif req in cached or any(r == req for r in new):
+            elif req in cached or req in new:
                 continue
             else:
                 cached.append(req)
@@ -230,7 +229,6 @@ class _Replay:
                 req_ids=set(new + cached), resolve_block_ids=self._ids),
         )
         self.resumed -= set(cached)
-        del new_ids
         self.meta = self._call("scheduler", "build_connector_meta", lambda: self.sched.build_connector_meta(output),
                                f"new={new}, cached={cached}, finished={sorted(output.finished_req_ids)}")
         output.kv_connector_metadata = self.meta

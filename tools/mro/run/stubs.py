@@ -51,7 +51,7 @@ class KVConnectorWorkerMetadata(ABC):  # noqa: B024
 class SupportsHMA(ABC):
     @abstractmethod
     def request_finished_all_groups(self, request: Any, block_ids: tuple[list[int], ...]) -> tuple[bool, Any]:
-        raise NotImplementedError
+        raise NotImplementedError  # abstract, as in vLLM (base.py ~107-130): a SupportsHMA class defines it
 
 
 def supports_hma(connector: Any) -> bool:
