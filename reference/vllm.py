@@ -145,9 +145,23 @@ def kv_groups(kv_cache_config: "KVCacheConfig") -> tuple[tuple[KVGroup, ...], tu
     group first: the connector keys, ranges and dumps its prompt blocks by that group's list, and the
     other groups' blocks ride along (vLLM may order a sliding-window group first)."""
     vllm_groups = list(getattr(kv_cache_config, "kv_cache_groups", None) or ())
-    if len(vllm_groups) <= 1:
+    if not vllm_groups:
         return (KVGroup(),), (0,)
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec, SlidingWindowSpec
+
+    if len(vllm_groups) == 1:
+        # One group is not always full attention: a model whose every layer is sliding-window keeps one
+        # SlidingWindowSpec group even with the hybrid manager off (kv_cache_utils.py ~1690-1703: specs are
+        # promoted to full attention only beside full-attention ones), and vLLM then frees a running request's
+        # blocks as they leave the window. The fence tracks those frees only in a sliding-window group beside a
+        # full-attention one, so any other kind of single group is refused rather than dumped unfenced.
+        spec = vllm_groups[0].kv_cache_spec
+        if type(spec) not in (FullAttentionSpec, MLAAttentionSpec) or getattr(spec, "sliding_window", None) is not None:
+            raise ConfigError("kv_cache_groups", f"the model's only KV-cache group is {type(spec).__name__}: its "
+                              "blocks may be freed while a request runs (every layer sliding-window or local), "
+                              "which deferdump cannot fence; it supports sliding-window layers only beside "
+                              "full-attention ones")
+        return (KVGroup(),), (0,)
 
     groups: list[tuple[int, KVGroup]] = []
     for index, group in enumerate(vllm_groups):

@@ -51,6 +51,15 @@ TINY_HYBRID_CONFIG: dict[str, Any] = {
     "layer_types": ["sliding_attention", "full_attention"],
 }
 
+#: The tiny Llama with every layer sliding-window: vLLM keeps one SlidingWindowSpec group (promotion to full
+#: attention happens only beside full-attention layers), with or without `SupportsHMA`, and frees a running
+#: request's blocks as they leave the window.
+TINY_SLIDING_CONFIG: dict[str, Any] = {
+    **TINY_LLAMA_CONFIG,
+    "sliding_window": SLIDING_WINDOW,
+    "layer_types": ["sliding_attention", "sliding_attention"],
+}
+
 #: The file vLLM's default loader (`load_format="auto"`) finds first.
 WEIGHTS_FILE = "model.safetensors"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_harness import TINY_HYBRID_CONFIG, TRACE_LOG_ENV, write_tiny_model
+from vllm_harness import TINY_HYBRID_CONFIG, TINY_SLIDING_CONFIG, TRACE_LOG_ENV, write_tiny_model
 
 _ROOT = Path(tempfile.mkdtemp(prefix="deferdump-vllm-"))
 for _name in ("TMPDIR", "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "HF_HOME"):
@@ -46,6 +46,12 @@ def tiny_model(vllm_root: Path) -> Path:
 def tiny_hybrid_model(vllm_root: Path) -> Path:
     """The tiny Llama with a sliding-window layer and a full-attention one (a hybrid model)."""
     return write_tiny_model(vllm_root / "tiny-hybrid-llama", TINY_HYBRID_CONFIG, weights="none")
+
+
+@pytest.fixture(scope="session")
+def tiny_sliding_model(vllm_root: Path) -> Path:
+    """The tiny Llama with every layer sliding-window (one sliding-window KV-cache group)."""
+    return write_tiny_model(vllm_root / "tiny-sliding-llama", TINY_SLIDING_CONFIG, weights="none")
 
 
 @pytest.fixture(scope="session")

@@ -124,3 +124,51 @@ def test_sliding_window_as_merged_counts_rewritten_blocks(tiny_hybrid_model: Pat
     assert run["mismatches"] > 0, "no freed block was rewritten under its pending dump"
     assert run["differing"], "the store holds only exact blocks"
     assert run["held"].held > 0
+
+
+def test_every_layer_sliding_frees_running_blocks_even_without_supports_hma(tiny_sliding_model: Path,
+                                                                             tmp_path: Path) -> None:
+    """The fact behind the model's sliding-window case on the non-HMA path (and `deferdump mro`'s window case
+    for connectors that are not `SupportsHMA`): vLLM turns its hybrid manager off for such a connector, but a
+    model whose every layer is sliding-window is not promoted to full attention (kv_cache_utils.py ~1690-1703,
+    only beside full-attention layers), so its one KV-cache group is a SlidingWindowSpec group and blocks of
+    running requests are freed as they leave the window, exactly as in a hybrid model."""
+    example = {"kv_connector": "ExampleConnector", "kv_role": "kv_both",
+               "kv_connector_extra_config": {"shared_storage_path": str(tmp_path / "store")}}
+    with running_llm(tiny_sliding_model, example, num_gpu_blocks_override=NUM_BLOCKS) as llm:
+        assert llm.llm_engine.vllm_config.scheduler_config.disable_hybrid_kv_cache_manager is True
+        scheduler = engine_core(llm).scheduler
+        groups = scheduler.kv_cache_config.kv_cache_groups
+        assert [type(group.kv_cache_spec).__name__ for group in groups] == ["SlidingWindowSpec"]
+        [manager] = scheduler.kv_cache_manager.coordinator.single_type_managers
+        pool = scheduler.kv_cache_manager.block_pool
+        frees: list[list[int]] = []
+        free_blocks, skip = pool.free_blocks, manager.remove_skipped_blocks
+        window_frees: list[tuple[str, int]] = []
+
+        def recording_free(blocks: Any, *args: Any, **kwargs: Any) -> Any:
+            blocks = list(blocks)
+            frees.append([block.block_id for block in blocks])
+            return free_blocks(blocks, *args, **kwargs)
+
+        def recording_skip(request_id: str, *args: Any, **kwargs: Any) -> Any:
+            before = len(frees)
+            result = skip(request_id, *args, **kwargs)
+            running = {request.request_id for request in scheduler.running}
+            window_frees.extend((request_id, block) for ids in frees[before:] for block in ids
+                                if request_id in running)
+            return result
+
+        pool.free_blocks, manager.remove_skipped_blocks = recording_free, recording_skip
+        generate_and_drain(llm, PROMPTS, MAX_TOKENS)
+    assert len({request for request, _ in window_frees}) == len(PROMPTS), window_frees
+
+
+def test_the_reference_connector_refuses_a_model_whose_every_layer_is_sliding(tiny_sliding_model: Path) -> None:
+    """Its fence tracks window frees only in a sliding-window group beside a full-attention one: on a single
+    sliding-window group its dumps would be rewritten under it (measured before this check: 8 of 8 blocks of
+    a dump changed after submit), so it stops at start with one clear error instead."""
+    with pytest.raises(ValueError, match="only KV-cache group is SlidingWindowSpec: its blocks may be freed "
+                                         "while a request runs"):
+        with running_llm(tiny_sliding_model, deferdump_transfer_config({"store": "memory"})):
+            pass

@@ -21,6 +21,7 @@ from deferdump.reference.testing.tinymodel import (  # noqa: F401
     SLIDING_WINDOW,
     TINY_HYBRID_CONFIG,
     TINY_LLAMA_CONFIG,
+    TINY_SLIDING_CONFIG,
     VOCAB_SIZE,
     write_tiny_model,
 )
