@@ -115,7 +115,57 @@ def test_a_simulation_table_names_the_seed(manifest: Path) -> None:
     (["--merge"], "--merge needs the JSON files"),
     (["--merge", "--simulate", "a.json"], "checks nothing itself"),
     (["--merge", "nope.json"], "nope.json: no such file"),
+    (["--requests", "3"], "apply to --simulate"),
+    (["--batch", "5"], "apply to --simulate"),
+    (["--simulate", "--requests", "1"], "--requests"),
+    (["--simulate", "--mutants", "DirectSafety"], "not both"),
+    (["--simulate", "--requests", "3", "spec/MCReal.tla"], "not a SPEC"),
+    (["--merge", "--mutants", "a.json"], "checks nothing itself"),
 ])
 def test_bad_flags_are_one_line_and_exit_2(args: list[str], fragment: str) -> None:
     out = deferdump("check", *args)
     assert out.returncode == 2 and fragment in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_a_simulation_grows_models_to_more_requests_and_sweeps_the_mutants(tmp_path: Path) -> None:
+    manifest = fixture_manifest(tmp_path, [
+        _model("CrowdMutant", "Crowd", {"violation": "FewRunningInv"}, None, tier="deep"),
+        _model("WalkMutant", "Walk", {"violation": "FarInv"}, None, tier="deep"),
+        _model("CounterDeep", "Counter", "pass", 9, tier="deep"),
+    ])
+    # at its own two requests the crowd never reaches three: the mutant is not found
+    own = deferdump("check", "--manifest", str(manifest), "CrowdMutant", "--simulate", "--seed", "1", "--num", "200",
+                    "--depth", "20", "--json")
+    assert own.returncode == 1 and json.loads(own.stdout)[0]["status"] == "pass"
+    grown = deferdump("check", "--manifest", str(manifest), "CrowdMutant", "--simulate", "--requests", "3", "--seed",
+                      "1", "--num", "200", "--depth", "20", "--json")
+    assert grown.returncode == 0, grown.stderr
+    [crowd] = json.loads(grown.stdout)
+    assert crowd["status"] == "violation" and crowd["property"] == "FewRunningInv" and crowd["requests"] == 3
+    held = crowd["trace"][-1]["state"]["held"]["#map"]  # ITF: [[key, value], ...]
+    assert sorted(key for key, _ in held) == ["r1_OF_MODEL", "r2_OF_MODEL", "r3_OF_MODEL"]  # model values
+    assert all(blocks["#set"] for _, blocks in held)  # all three run at once
+    # --mutants: the mutants only (not CounterDeep); Walk's cfg has no Req set, so it cannot grow
+    refused = deferdump("check", "--manifest", str(manifest), "--simulate", "--mutants", "--requests", "3", "--num", "9")
+    assert refused.returncode == 2 and refused.stderr.strip() == (
+        "deferdump check: WalkMutant: cannot grow to 3 requests: the cfg assigns no set to Req")
+    sweep = deferdump("check", "--manifest", str(manifest), "--simulate", "--mutants", "--seed", "3", "--num", "100",
+                      "--depth", "30", "--json")
+    assert [item["model"] for item in json.loads(sweep.stdout)] == ["CrowdMutant", "WalkMutant"]
+    table = deferdump("check", "--manifest", str(manifest), "CrowdMutant", "--simulate", "--requests", "3", "--seed",
+                      "1", "--num", "200", "--depth", "20")
+    assert "models grown to 3 requests" in table.stdout
+
+
+def test_a_model_whose_first_batch_outlasts_the_budget_gets_no_verdict_and_the_others_go_on(tmp_path: Path) -> None:
+    manifest = fixture_manifest(tmp_path, [
+        _model("BigSim", "BigCycle", "pass", None, tier="sim"),
+        _model("WalkMutant", "Walk", {"violation": "FarInv"}, None, tier="deep"),
+    ])
+    out = deferdump("check", "--manifest", str(manifest), "BigSim", "WalkMutant", "--simulate", "--seed", "1",
+                    "--time-budget", "4", "--batch", "1000000000", "--depth", "100", "--json", "--jobs", "1")
+    assert out.returncode == 1, out.stderr
+    big, walk = json.loads(out.stdout)
+    assert big["status"] == "error" and big["kind"] == "timeout" and big["behaviours"] == 0
+    assert "no verdict" in big["message"] and big["expected_ok"] is False
+    assert walk["status"] == "violation" and walk["expected_ok"] is True

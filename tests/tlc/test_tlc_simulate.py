@@ -70,8 +70,10 @@ def test_a_batch_without_a_count_makes_the_sum_unknown_not_short(monkeypatch: py
 
 def test_a_budget_that_ends_inside_the_first_batch_is_an_error_not_a_pass() -> None:
     plan = SimulationPlan(depth=100, seed=1, num=10**9, batch=10**9, time_budget=3)
-    with pytest.raises(SimulationUsageError, match="larger --time-budget"):
-        simulate(FIXTURES / "BigCycle.tla", None, plan)
+    result, stats = simulate(FIXTURES / "BigCycle.tla", None, plan)
+    assert result.status is Status.ERROR and result.kind is Kind.TIMEOUT
+    assert "no verdict" in (result.message or "") and "larger --time-budget" in (result.message or "")
+    assert (stats.behaviours, stats.batches, stats.budget_spent, stats.batch_index) == (0, 0, True, 0)
 
 
 def test_shards_split_the_batches_without_overlap() -> None:

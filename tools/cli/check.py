@@ -1,7 +1,10 @@
 """``deferdump check``: model-check one spec, or the manifest's models against their expectations.
 
 ``--simulate`` runs TLC's random simulation instead (:mod:`deferdump.tools.tlc.simulate`); ``--shard K/N``
-checks a deterministic part of the selection (or, simulating, part of every simulation's batches); and
+checks a deterministic part of the selection (or, simulating, part of every simulation's batches);
+``--simulate --requests N`` grows each manifest model to N requests first (:mod:`...tlc.scale`), and
+``--mutants`` selects the manifest's mutants (the simulation tier's sweep: does it find each bug at bounds
+the exhaustive tiers cannot reach?); and
 ``--merge FILE...`` merges the ``--json`` results of the shards into one run's (:mod:`...tlc.merge`).
 
 Exit status: 0 when every result is as expected, 1 when some result is not (a violation of a spec that
@@ -41,7 +44,8 @@ from deferdump.tools.tlc.manifest import (
 from deferdump.tools.tlc.merge import load_results, merge_results
 from deferdump.tools.tlc.parallel import Job, default_jobs, model_job, run_checks
 from deferdump.tools.tlc.shard import Shard, shard_models
-from deferdump.tools.tlc.simulate import DEFAULT_DEPTH, SimulationPlan
+from deferdump.tools.tlc.scale import scaled_config
+from deferdump.tools.tlc.simulate import BATCH_BEHAVIOURS, DEFAULT_DEPTH, SimulationPlan
 from deferdump.tools.tlc.values import format_value
 from deferdump.tools.tlc.bridge import Progress as TlcProgress
 from deferdump.tools.tlc.bridge import Status
@@ -91,9 +95,12 @@ def simulation_tier(manifest: Manifest) -> list[ModelEntry]:
 
 def _plan(targets: list[str], config: Path | None, workers: int | None, timeout: float | None,
           tier: Tier | None, manifest: Path | None, simulation: SimulationPlan | None = None,
-          shard: Shard | None = None) -> list[tuple[str, Job]]:
+          shard: Shard | None = None, requests: int | None = None,
+          mutants: bool = False) -> list[tuple[str, Job]]:
     """The checks to run, each a label and a function of (progress callback, cancel event)."""
     specs = [target for target in targets if _is_spec(target)]
+    if specs and (requests is not None or mutants):
+        raise CheckUsageError("--requests and --mutants select and grow manifest models, not a SPEC")
     if specs:
         if len(targets) > 1:
             raise CheckUsageError("give one SPEC.tla, or manifest model names, not both")
@@ -119,12 +126,24 @@ def _plan(targets: list[str], config: Path | None, workers: int | None, timeout:
     if config is not None:
         raise CheckUsageError("--config applies to a SPEC; manifest models name their own configs")
     loaded = load_manifest(manifest)
+    if mutants and targets:
+        raise CheckUsageError("give model names or --mutants, not both")
     entries = loaded.select(targets, None if tier is None else tier.value)
-    if not targets and tier is None:
+    if mutants:
+        # a simulation's finite traces judge invariants only: the mutants whose cfg lists no PROPERTY
+        entries = [entry for entry in entries
+                   if entry.mutant and (simulation is None or _is_safety_model(entry))]
+    elif not targets and tier is None:
         entries = simulation_tier(loaded) if simulation is not None else [
             entry for entry in entries if entry.tier == Tier.ci.value]
     if simulation is not None:
-        return [(entry.name, _simulation_job(entry, simulation)) for entry in entries]
+        if requests is not None:
+            for entry in entries:  # every cfg must grow before any TLC runs
+                try:
+                    scaled_config(entry.config_path.read_text(encoding="utf-8"), requests)
+                except UserError as error:
+                    raise CheckUsageError(f"{entry.name}: cannot grow to {requests} requests: {error}") from None
+        return [(entry.name, _simulation_job(entry, simulation, requests)) for entry in entries]
     too_big = [entry.name for entry in entries if entry.tier == Tier.sim.value]
     if too_big:
         raise CheckUsageError(f"tier sim is simulated only (add --simulate): {', '.join(too_big)}")
@@ -133,9 +152,9 @@ def _plan(targets: list[str], config: Path | None, workers: int | None, timeout:
     return [(entry.name, model_job(entry, workers=workers, timeout=timeout)) for entry in entries]
 
 
-def _simulation_job(entry: ModelEntry, plan: SimulationPlan) -> Job:
+def _simulation_job(entry: ModelEntry, plan: SimulationPlan, requests: int | None = None) -> Job:
     def run_simulation(progress: Callable[[TlcProgress], None], cancel: threading.Event) -> CheckOutcome:
-        return simulate_model(entry, plan, progress=progress, cancel=cancel)
+        return simulate_model(entry, plan, requests=requests, progress=progress, cancel=cancel)
     return run_simulation
 
 
@@ -169,7 +188,11 @@ def _print_table(outcomes: list[CheckOutcome], console: Console) -> None:
 def _print_rows(rows: list[tuple[str, dict[str, object]]], console: Console) -> None:
     """(expected, ``--json`` object) rows as the result table; simulations add their behaviours and seed."""
     simulated = any(row.get("mode") == "simulate" for _, row in rows)
-    table = Table(title="deferdump check --simulate" if simulated else "deferdump check")
+    grown = sorted({row["requests"] for _, row in rows if row.get("requests")})
+    title = "deferdump check --simulate" if simulated else "deferdump check"
+    if grown:
+        title += f" (models grown to {', '.join(map(str, grown))} requests)"
+    table = Table(title=title)
     headers = [("Model", "left"), ("Expected", "left"), ("Result", "left"), ("Property", "left"),
                ("Distinct", "right"), ("Generated", "right"), ("Depth", "right")]
     if simulated:
@@ -253,6 +276,15 @@ def check(
                                       help="Simulation: behaviours in all (over every shard)."),
     time_budget: Optional[float] = typer.Option(None, "--time-budget", callback=_positive,
                                                 help="Simulation: seconds per model (default 60 without --num)."),
+    requests: Optional[int] = typer.Option(None, "--requests", min=2,
+                                           help="Simulation: grow each manifest model to this many requests "
+                                                "(each with its prompt blocks, the pool as tight) first."),
+    batch: int = typer.Option(BATCH_BEHAVIOURS, "--batch", min=1,
+                              help="Simulation: behaviours per TLC run (smaller: slow models finish a batch "
+                                   "within the budget)."),
+    mutants: bool = typer.Option(False, "--mutants",
+                                 help="Only the manifest's mutants (with --simulate: those whose cfg lists "
+                                      "no PROPERTY)."),
     shard: Optional[str] = typer.Option(None, "--shard", metavar="K/N",
                                         help="Check part K of N of the selection (simulating: of its batches)."),
     merge: bool = typer.Option(False, "--merge", help="Merge the --json results of shards (FILE.json...)."),
@@ -262,7 +294,7 @@ def check(
     _show_info_logs()
     try:
         if merge:
-            if simulate or shard is not None or config is not None:
+            if simulate or shard is not None or config is not None or requests is not None or mutants:
                 raise CheckUsageError("--merge takes the JSON files of finished runs; it checks nothing itself")
             rows, all_ok = _merge(list(targets or []), tier, manifest)
             _report_rows(rows, json_output)
@@ -277,10 +309,11 @@ def check(
         if simulate:
             plan = SimulationPlan(depth=depth, seed=secrets.randbits(31) if seed is None else seed, num=num,
                                   time_budget=time_budget if time_budget is not None or num is not None else 60.0,
-                                  shard=part or Shard())
-        elif seed is not None or num is not None or time_budget is not None or depth != DEFAULT_DEPTH:
-            raise CheckUsageError("--depth, --seed, --num and --time-budget apply to --simulate")
-        checks = _plan(list(targets or []), config, workers, timeout, tier, manifest, plan, part)
+                                  batch=batch, shard=part or Shard())
+        elif (seed is not None or num is not None or time_budget is not None or depth != DEFAULT_DEPTH
+              or requests is not None or batch != BATCH_BEHAVIOURS):
+            raise CheckUsageError("--depth, --seed, --num, --time-budget, --batch and --requests apply to --simulate")
+        checks = _plan(list(targets or []), config, workers, timeout, tier, manifest, plan, part, requests, mutants)
         if checks:
             locate_tlc()  # fail on Java or the jar before any progress output
         outcomes = _run(checks, show_progress=not json_output, parallel=jobs or default_jobs())

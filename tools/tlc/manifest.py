@@ -10,6 +10,7 @@ a bug reported in the field names its thread and its row (``"reproduces": "owner
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import threading
@@ -22,6 +23,7 @@ from deferdump.reference.errors import UserError
 from deferdump.tools.tlc.specfiles import spec_dir
 from deferdump.tools.tlc.values import to_itf
 from deferdump.tools.tlc.bridge import Kind, Progress, Status, TlcResult, run_tlc
+from deferdump.tools.tlc.scale import scaled_config
 from deferdump.tools.tlc.simulate import SimulationPlan, SimulationStats, simulate
 
 TIERS = ("ci", "deep", "sim")
@@ -341,13 +343,22 @@ def check_spec(spec: Path, config: Path | None = None, *, workers: int = 1, time
 
 
 def simulate_model(entry: ModelEntry, plan: SimulationPlan, *, config: Path | str | None = None,
-                   extra_modules: dict[str, str] | None = None,
+                   extra_modules: dict[str, str] | None = None, requests: int | None = None,
                    progress: Callable[[Progress], None] | None = None,
                    cancel: threading.Event | None = None) -> CheckOutcome:
-    """Simulate a manifest model (``config``: another cfg for its module, e.g. bigger bounds) and judge the
+    """Simulate a manifest model (``config``: another cfg for its module, e.g. bigger bounds; ``requests``: its
+    own cfg grown to that many requests, :func:`~deferdump.tools.tlc.scale.scaled_config`) and judge the
     verdict as :func:`check_model` does; simulations count no distinct states, so none is compared."""
+    modules = dict(extra_modules or {})
+    if requests is not None:
+        if config is not None:
+            raise ManifestError("give a cfg or a number of requests to simulate, not both")
+        config = f"{Path(entry.config).stem}_{requests}req.cfg"
+        modules[config] = scaled_config(entry.config_path.read_text(encoding="utf-8"), requests)
     result, stats = simulate(entry.module_path, config if config is not None else entry.config_path, plan,
-                             extra_modules=extra_modules or {}, progress=progress, cancel=cancel)
+                             extra_modules=modules, progress=progress, cancel=cancel)
+    if requests is not None:
+        stats = dataclasses.replace(stats, requests=requests)
     mismatches = compare(entry.expect, None, result)
     return CheckOutcome(model=entry.name, result=result, expected_ok=not mismatches, mismatches=tuple(mismatches),
                         entry=entry, expectation=entry.expect, simulation=stats)

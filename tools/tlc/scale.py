@@ -28,13 +28,15 @@ def _members(cfg_text: str, name: str) -> tuple[re.Match[str], list[str]]:
 
 
 def scaled_config(cfg_text: str, requests: int) -> str:
-    """``cfg_text`` with ``requests`` requests ``r1..rN`` and ``PromptBlocks`` more blocks per added request."""
+    """``cfg_text`` with ``requests`` requests ``r1..rN`` and ``PromptBlocks`` (ConnectorContract: ``Need``) more
+    blocks per added request."""
     req_match, reqs = _members(cfg_text, "Req")
     if requests < len(reqs):
         raise ScaleError(f"the cfg has {len(reqs)} requests already, more than {requests}")
-    prompt = re.search(r"^\s*PromptBlocks\s*=\s*(\d+)", cfg_text, re.MULTILINE)
+    # DeferDump's models name a prompt's blocks PromptBlocks; ConnectorContract's name them Need
+    prompt = re.search(r"^\s*(?:PromptBlocks|Need)\s*=\s*(\d+)", cfg_text, re.MULTILINE)
     if prompt is None:
-        raise ScaleError("the cfg assigns no PromptBlocks")
+        raise ScaleError("the cfg assigns no PromptBlocks (or Need)")
     names = [f"r{i}" for i in range(1, requests + 1)]
     text = cfg_text[:req_match.start(2)] + ", ".join(names) + cfg_text[req_match.end(2):]
     block_match, blocks = _members(text, "Block")

@@ -92,11 +92,12 @@ class SimulationStats:
     budget_spent: bool  # the time budget stopped it (rather than ``num`` or a violation)
     batch_seed: int | None = None  # the seed of the batch whose result is reported (a violation's replays it)
     batch_index: int | None = None  # that batch's place in the simulation's sequence of batches
+    requests: int | None = None  # the model was grown to this many requests (``--requests``); None: its own cfg
 
     def to_json(self) -> dict[str, Any]:
         return {"mode": "simulate", "seed": self.seed, "depth_bound": self.depth, "behaviours": self.behaviours,
                 "batches": self.batches, "shard": str(self.shard), "budget_spent": self.budget_spent,
-                "batch_seed": self.batch_seed, "batch_index": self.batch_index}
+                "batch_seed": self.batch_seed, "batch_index": self.batch_index, "requests": self.requests}
 
 
 def batch_seed(seed: int, index: int) -> int:
@@ -126,6 +127,7 @@ def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
     behaviours = generated = batches = 0
     uncounted = 0  # batches whose TLC printed no "states generated"
     last: TlcResult | None = None
+    interrupted: tuple[TlcResult, int, int] | None = None  # the batch the budget stopped: result, seed, index
     last_seed: int | None = None
     last_index: int | None = None
     budget_spent = False
@@ -139,7 +141,7 @@ def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
                          extra_args=["-simulate", f"num={size}", "-depth", str(plan.depth), "-seed", str(seed)],
                          progress=progress, cancel=cancel)
         if result.kind is Kind.TIMEOUT:  # the only timeout given is the budget's: the batch is discarded
-            budget_spent = True
+            budget_spent, interrupted = True, (result, seed, index)
             break
         last, last_seed, last_index = result, seed, index
         if result.generated_states is None:
@@ -154,10 +156,18 @@ def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
         raise SimulationUsageError(f"shard {plan.shard} has no batch: {plan.num} behaviours make "
                                    f"{math.ceil((plan.num or 0) / plan.batch)} batch(es) of {plan.batch}, "
                                    "fewer than the shards")
-    if last is None:
-        raise SimulationUsageError(f"the time budget ({plan.time_budget} s) ended before a first batch of "
-                                   f"{plan.batch} behaviours finished: give a larger --time-budget")
     seconds = time.monotonic() - started
+    if last is None:
+        # Nothing was simulated: an error of this model (never a pass), and the other models of a run go on.
+        message = (f"the time budget ({plan.time_budget:g} s) ended before a first batch of {plan.batch} "
+                   "behaviours finished: no verdict (give a larger --time-budget or a smaller --batch)")
+        if interrupted is None:
+            raise SimulationUsageError(message)
+        stopped, stopped_seed, stopped_index = interrupted
+        result = dataclasses.replace(stopped, status=Status.ERROR, kind=Kind.TIMEOUT, distinct_states=None,
+                                     generated_states=None, seconds=seconds, message=message)
+        return result, SimulationStats(seed=plan.seed, depth=plan.depth, behaviours=0, batches=0, shard=plan.shard,
+                                       budget_spent=True, batch_seed=stopped_seed, batch_index=stopped_index)
     message = last.message
     if last.status is Status.PASS:
         message = f"no violation in {behaviours:,} behaviours of depth <= {plan.depth} (seed {plan.seed})"
