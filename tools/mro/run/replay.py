@@ -249,7 +249,17 @@ class _Replay:
                                       step=self.step))
         if self.meta is None:
             raise self._diverged("a forward before any schedule")
-        bound = False
+        bound = started = False
+
+        def start_loads() -> None:
+            # The replay drives no loads, so no step has sync KV loads and vLLM 0.32 calls start_load_kv after
+            # the forward, before wait_for_save (kv_connector_model_runner_mixin.py ~79-91: `start_after_forward
+            # = not scheduler_output.has_sync_kv_loads`): a wait there comes after the forward's writes.
+            nonlocal started
+            if bound and not started:
+                started = True
+                self._call("worker", "start_load_kv", lambda: self.worker.start_load_kv(None))
+
         for record in next(iter(ranks.values())):
             name = record.get("name")
             if name == "handle_preemptions":
@@ -257,7 +267,8 @@ class _Replay:
             elif name in ("start_load_kv", "forward", "save_kv_layer", "wait_for_save", "get_finished") and not bound:
                 self._call("worker", "bind_connector_metadata", lambda: self.worker.bind_connector_metadata(self.meta))
                 bound = True
-                self._call("worker", "start_load_kv", lambda: self.worker.start_load_kv(None))
+            if name in ("wait_for_save", "get_finished"):
+                start_loads()
             if name == "forward":
                 for write in (*record.get("writes", ()), *record.get("sw_writes", ())):
                     self._write(_block(write[0]), str(write[1]))
@@ -273,6 +284,7 @@ class _Replay:
                 self._call("worker", "wait_for_save", lambda: self.worker.wait_for_save())
             elif name == "get_finished":
                 self._get_finished(record)
+        start_loads()
         if bound:
             self._call("worker", "clear_connector_metadata", lambda: self.worker.clear_connector_metadata())
 
