@@ -114,6 +114,11 @@ class DirectConnector:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world_size {world_size}")
         self.groups: tuple[KVGroup, ...] = tuple(groups) if groups else SINGLE_GROUP
+        if self.groups[0].sliding_window is not None:
+            # the first group keys the blocks and its window frees are not tracked (only the other groups'
+            # are): a sliding-window first group would be dumped unfenced
+            raise ConfigError("groups", "the first KV-cache group must be full attention (sliding-window groups "
+                              "are supported only beside one)")
         if self.hybrid and config.variant != "direct":
             raise ConfigError("variant", f"{len(self.groups)} KV-cache groups (a hybrid model) need variant 'direct'")
         self.config = config

@@ -49,9 +49,9 @@ ForwardTarget(m, l) ==
 LabelsOf(m) ==
     CommonLabels \cup
     CASE m = "build_connector_meta"        -> {"track", "notrack"}
-      [] m = "request_finished"            -> {"delay_if_tracked",
+      [] m = "request_finished"            -> {"delay_if_tracked", "delay_all",
                                                "forward_request_finished_all_groups"}
-      [] m = "request_finished_all_groups" -> {"call_request_finished",
+      [] m = "request_finished_all_groups" -> {"call_request_finished", "delay_all",
                                                "forward_request_finished"}
       [] m = "handle_preemptions"          -> {"wait_preempted", "wait_all", "wait_one_preempted",
                                                "wait_freed", "wait_all_on_free"}

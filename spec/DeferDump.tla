@@ -39,7 +39,8 @@ CONSTANTS
     StoreHits,      \* may an admission's lookup find the whole prompt in the store?
     ShortReqs,      \* requests whose prompt fills no block (never dumped, no plan)
     DeferFinalize,  \* spec decode: get_finished runs before wait_for_save in a step
-    Hybrid,         \* two KV-cache groups (full attention + sliding window), HMA path
+    Hybrid,         \* two KV-cache groups (full attention + sliding window); with ~HMA a model
+                    \*   whose every layer is sliding-window (see the ASSUME below)
     Moves,          \* SUBSET MoveNames: engine/store behaviours beyond the base model (README
                     \*   "Breadth moves"); {} keeps every earlier model's state graph
     Bugs,           \* SUBSET BugNames: small buggy-behaviour switches of mutants; {} in models
@@ -55,11 +56,16 @@ ASSUME Lockstep \in BOOLEAN /\ FusedStep \in BOOLEAN /\ (FusedStep => MaxInfligh
 ASSUME Rank0 \in Rank /\ PromptBlocks \in Nat \ {0} /\ Layers \in Nat \ {0}
 ASSUME StoreHits \in BOOLEAN /\ ShortReqs \subseteq Req
 ASSUME DeferFinalize \in BOOLEAN /\ Record \in BOOLEAN
-\* A hybrid model needs the HMA path (vLLM turns the hybrid manager off for a non-SupportsHMA
-\* connector); short prompts are not combined with it, and its hits load asynchronously: vLLM 0.32
+\* A sliding-window group on either path. On the HMA path it is a hybrid model (full attention + sliding
+\* window). Without SupportsHMA vLLM turns the hybrid manager off, which promotes sliding-window layers to
+\* full attention only beside full-attention ones (kv_cache_utils.py ~1690-1703): a model whose every layer is
+\* sliding-window keeps its one sliding-window group and frees running requests' blocks on the non-HMA path
+\* too (tests/vllm/test_vllm_sliding_window.py). Hybrid /\ ~HMA stands for that model; the full-attention
+\* group it keeps is freed only at finish and preemption, as in the one-group models, so it adds no hazard
+\* of its own. Short prompts are not combined with it, and its hits load asynchronously: vLLM 0.32
 \* recovers a failed load on a hybrid model only through failed_recving (a block-level error raises,
 \* scheduler.py ~3365-3374), which acts on requests waiting for remote KV only (~3341-3354).
-ASSUME Hybrid \in BOOLEAN /\ (Hybrid => HMA /\ ~Multi /\ (StoreHits => "async_loads" \in Moves) /\ ShortReqs = {})
+ASSUME Hybrid \in BOOLEAN /\ (Hybrid => ~Multi /\ (StoreHits => "async_loads" \in Moves) /\ ShortReqs = {})
 
 (* The moves (README "Breadth moves"), each off unless named in Moves:     *)
 (* "several_victims": one schedule may preempt several running requests     *)
@@ -1238,8 +1244,11 @@ RecvFails(post) == [w \in Rank |-> post[w].rfail]
 (* delays, so async_saves = 1 + UCM's answer.                              *)
 (* "rfag_delays_all" (P7): on the HMA path (scheduler.py ~3054-3057)      *)
 (* request_finished_all_groups delays every request, tracked or not.      *)
+(* Label "delay_all": a definition that always answers (True, ...) (a      *)
+(* connector whose worker reports every finished request it is given).    *)
 request_finished(S, r) ==
     \/ RFLabel = "delay_if_tracked" /\ r \in S.sa
+    \/ RFLabel = "delay_all"
     \/ Bug("rfag_delays_all") /\ HMA /\ ~Multi
 
 (* Scheduler.update_from_output for a step whose ranks sent `sending`:     *)

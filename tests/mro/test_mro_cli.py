@@ -38,8 +38,11 @@ def test_json_on_the_reference_connector_has_the_documented_shape() -> None:
     assert cp["source"] == "reading"
     # every case vLLM can run it in, each with its own verdict (the class verdict is the worst)
     assert {key: case["verdict"] for key, case in cp["cases"].items()} == {
-        "single": "safe", "multi": "safe", "mla": "safe", "layerwise": "safe"
+        "single": "safe", "multi": "safe", "hybrid": "safe", "mla": "safe", "layerwise": "safe"
     }
+    # not SupportsHMA (the core classes; the vLLM adapter is): its sliding-window case is a model whose every
+    # layer is sliding-window, on the non-HMA path, and the fence (wait_freed) covers it
+    assert cp["cases"]["hybrid"]["path"] == "non_hma"
     assert cp["cases"]["layerwise"]["case"] == "layerwise" and cp["cases"]["multi"]["path"] == "multi"
     assert cp["resolves"]["build_connector_meta"] == "DirectConnector"
     assert cp["resolves"]["wait_for_save"] == "CPConnector"

@@ -12,6 +12,7 @@ from deferdump.tools.mro.judge import Context, Judge, ModelRunner, judge_files
 from deferdump.tools.mro.source import read_files
 from deferdump.tools.mro.tla import ModelBounds
 from support import FIXTURES as ALL_FIXTURES
+from support.mro import assert_safe_but_on_sliding_window
 
 pytestmark = pytest.mark.slow  # long file: tests/conftest.py starts it early
 
@@ -28,12 +29,15 @@ def _judge(fixture: str, runner: ModelRunner, *classes: str):
     return judge_files([FIXTURES / fixture], only=list(classes), runner=runner).connectors
 
 
-def test_ucm_cp_resolves_build_connector_meta_to_direct_and_is_safe(runner: ModelRunner) -> None:
+def test_ucm_cp_resolves_build_connector_meta_to_direct_and_is_safe_with_a_full_attention_group(
+        runner: ModelRunner) -> None:
     verdict = _judge("ucm_shaped.py", runner, "UCMCPConnector")["UCMCPConnector"]
     assert verdict.resolves["build_connector_meta"] == "UCMDirectConnector"
-    assert verdict.verdict == "safe" and verdict.violated is None and verdict.context is None
-    # not SupportsHMA: no hybrid case; it saves layer by layer, so two layers are checked too
-    assert [j.context.key for j in verdict.judgements] == ["single", "multi", "mla", "layerwise"]
+    assert_safe_but_on_sliding_window(verdict)
+    # not SupportsHMA: its sliding-window case is a model whose every layer is sliding-window, on the non-HMA
+    # path; it saves layer by layer, so two layers are checked too
+    assert [j.context.key for j in verdict.judgements] == ["single", "multi", "hybrid", "mla", "layerwise"]
+    assert verdict.judgements[2].context.path == "non_hma"
     assert verdict.judgements[0].labels["UCMDirectConnector.build_connector_meta"] == "track"
 
 
@@ -80,12 +84,12 @@ def test_override_that_does_not_call_super_is_unsafe(runner: ModelRunner) -> Non
     verdicts = _judge("override_no_super.py", runner, "LoggingConnector", "PoliteLoggingConnector")
     assert verdicts["LoggingConnector"].verdict == "unsafe"
     assert verdicts["LoggingConnector"].violated in SAFETY_VIOLATIONS
-    assert verdicts["PoliteLoggingConnector"].verdict == "safe"
+    assert_safe_but_on_sliding_window(verdicts["PoliteLoggingConnector"])
 
 
 def test_super_with_a_class_argument_skips_a_level(runner: ModelRunner) -> None:
     verdicts = _judge("super_skip.py", runner, "CPSkipping", "CPPlainSuper")
-    assert verdicts["CPSkipping"].verdict == "safe"
+    assert_safe_but_on_sliding_window(verdicts["CPSkipping"])
     assert verdicts["CPPlainSuper"].verdict == "unsafe"
 
 
@@ -94,15 +98,20 @@ def test_diamonds_follow_the_instance_mro(runner: ModelRunner) -> None:
     assert verdicts["ReplanningFirst"].resolves["build_connector_meta"] == "Replanning"
     assert verdicts["CooperativeFirst"].resolves["build_connector_meta"] == "Cooperative"
     assert verdicts["ReplanningFirst"].verdict == "unsafe"
-    assert verdicts["CooperativeFirst"].verdict == "safe"
+    assert_safe_but_on_sliding_window(verdicts["CooperativeFirst"])
     assert verdicts["Cooperative"].verdict == "unsafe"
 
 
 def test_unclassifiable_definition_is_unknown_with_the_reason(runner: ModelRunner) -> None:
     verdict = _judge("unknown_policy.py", runner, "PolicyConnector")["PolicyConnector"]
-    assert verdict.verdict == "unknown"
-    assert verdict.violated in SAFETY_VIOLATIONS
-    assert any("request_finished decides the delay" in r for r in verdict.reasons)
+    single = verdict.judgements[0]
+    assert single.context.key == "single" and single.verdict == "unknown"
+    assert single.violated in SAFETY_VIOLATIONS
+    assert any("request_finished decides the delay" in r for r in single.reasons)
+    # whatever the policy answers, a model whose every layer is sliding-window frees a running request's
+    # out-of-window blocks under its unfenced deferred dumps: that case decides
+    assert (verdict.verdict, verdict.violated, verdict.context.case) == (
+        "unsafe", "NoOverwriteWhileDumpingInv", "hybrid")
 
 
 def test_identical_runs_are_cached_within_one_judge() -> None:
@@ -138,3 +147,37 @@ def test_a_case_tlc_cannot_finish_in_time_is_unknown_and_the_run_goes_on() -> No
             assert judgement.verdict == "unknown" and judgement.counterexample is None
             (reason,) = judgement.reasons
             assert "did not finish" in reason and "within 0.05 s" in reason and "--timeout" in reason
+
+
+def test_a_class_that_raises_in_a_method_of_every_step_is_never_unsafe(runner: ModelRunner, tmp_path) -> None:
+    """UCM #989's UCMPDConnector: Direct's unfenced deferred dumps, but `get_finished` raises. vLLM calls it in
+    every step, so no run gets past its first step and none reuses a block: unknown in every case (the
+    sliding-window case called it unsafe before this rule, with a counterexample the class never reaches)."""
+    source = tmp_path / "raising.py"
+    source.write_text('''
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
+
+
+class Deferred(KVConnectorBase_V1):
+    def build_connector_meta(self, scheduler_output):
+        self._async_dump_req_ids.update(scheduler_output.saving)
+        return scheduler_output
+
+    def request_finished(self, request, block_ids):
+        if request.request_id in self._async_dump_req_ids:
+            self._async_dump_req_ids.discard(request.request_id)
+            return True, None
+        return False, None
+
+    def wait_for_save(self):
+        self._pending.append(self.store.dump_data(self._get_connector_metadata().blocks))
+
+
+class Disaggregated(Deferred):
+    def get_finished(self, finished_req_ids):
+        raise RuntimeError("use the prefill instance")
+''')
+    verdict = judge_files([source], only=["Disaggregated"], runner=runner).connectors["Disaggregated"]
+    assert {j.context.key: j.verdict for j in verdict.judgements} == {
+        "single": "unknown", "multi": "unknown", "hybrid": "unknown", "mla": "unknown"}
+    assert all(any("vLLM calls get_finished in every step" in r for r in j.reasons) for j in verdict.judgements)

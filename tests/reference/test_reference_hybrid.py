@@ -188,3 +188,14 @@ def test_skipped_blocks_follows_vllm_sliding_window_manager() -> None:
     # get_num_skipped_tokens(7) == 4 with window 4 (vLLM's docstring example): one block of 4 skipped
     assert skipped_blocks(7, 4, 4) == 1
     assert skipped_blocks(8, WINDOW, BLOCK_SIZE) == 1 and skipped_blocks(4, WINDOW, BLOCK_SIZE) == 0
+
+
+def test_a_sliding_window_first_group_is_refused() -> None:
+    """The first group keys the blocks and only the other groups' window frees are tracked: a core whose first
+    (or only) group is sliding-window would dump blocks vLLM frees while the request runs, unfenced."""
+    with pytest.raises(ConfigError, match="first KV-cache group must be full attention"):
+        DirectConnector(ConnectorConfig(block_size=BLOCK_SIZE), Role.WORKER, store=ManualStore(),
+                        groups=(KVGroup(("sw.0",), WINDOW),))
+    with pytest.raises(ConfigError, match="first KV-cache group must be full attention"):
+        DirectConnector(ConnectorConfig(block_size=BLOCK_SIZE), Role.SCHEDULER, store=ManualStore(),
+                        groups=(KVGroup(("sw.0",), WINDOW), KVGroup(("full.0",), None)))

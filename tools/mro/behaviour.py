@@ -71,6 +71,18 @@ OPTIMISTIC_HYBRID: dict[str, str] = {**OPTIMISTIC, "handle_preemptions": "wait_f
 #: nothing to track or wait). A class is ``unsafe`` only when both benign readings fail.
 OPTIMISTIC_SYNC: dict[str, str] = {**OPTIMISTIC, "save_kv_layer": "sync_save", "wait_for_save": "sync_save"}
 
+#: The reason an abstract (or unconditionally raising) definition is unknown: a class resolving to it stops.
+ABSTRACT_REASON = "is abstract: a class resolving to it cannot run"
+
+#: Methods vLLM 0.32 calls in every engine step (build_connector_meta at each schedule; start_load_kv,
+#: wait_for_save and get_finished around each forward, kv_connector_model_runner_mixin.py ~72-105): a class
+#: whose definition of one of them cannot run stops at the first step, before any block can be reused.
+EVERY_STEP_METHODS = ("build_connector_meta", "start_load_kv", "wait_for_save", "get_finished")
+
+#: The benign reading of an unrecognised finish: it delays every finished request (a safety invariant can
+#: only lose violations by delaying more: nothing is freed before it is reported, and no report is unexpected).
+DELAY_ALL: dict[str, str] = {"request_finished": "delay_all", "request_finished_all_groups": "delay_all"}
+
 #: A wrapper's method also counts as forwarding when it calls a related inner method (the HMA variant
 #: falling back to the inner ``request_finished``).
 FORWARD_ALIASES: dict[str, tuple[str, ...]] = {
@@ -375,7 +387,7 @@ def classify(
         return UNKNOWN, effect.reasons
     where = f"{owner}.{method}"
     if effect.abstract:
-        return UNKNOWN, (f"{where} is abstract: a class resolving to it cannot run",)
+        return UNKNOWN, (f"{where} {ABSTRACT_REASON}",)
     waits = bool(effect.calls & WAIT_CALLS)
     submits = bool(effect.calls & SUBMIT_CALLS)
     hints = _pending_hints(effect)
@@ -395,12 +407,16 @@ def classify(
             return "delay_if_tracked", ()
         if effect.constant == "(False, None)" or effect.noop:
             return "base", ()
+        if effect.constant == "(True, None)":
+            return "delay_all", ()  # every finished request's free waits for its finished_sending
         return UNKNOWN, (f"{where} decides the delay without consulting the tracking set",)
     if method == "request_finished_all_groups":
         if "request_finished" in effect.self_calls:
             return "call_request_finished", ()
         if effect.constant == "(False, None)" or effect.noop:
             return "base", ()
+        if effect.constant == "(True, None)":
+            return "delay_all", ()
         return UNKNOWN, (f"{where} does not delegate to request_finished",)
     if method == "handle_preemptions":
         if waits and any(f.drains for f in effect.flows) and own_unconditional:

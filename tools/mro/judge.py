@@ -3,8 +3,8 @@
 For each connector class and each context it can run in (top level on vLLM's HMA path if it is
 ``SupportsHMA``, else top level on the non-HMA path; and as a MultiConnector child beside a non-HMA
 delaying sibling; a wrapper once per inner class its ``__init__`` may pick), and each case of model vLLM
-can run it under (one KV-cache group; hybrid with a sliding-window group when it is ``SupportsHMA``; MLA;
-two layers when a save may keep a task per layer), the class table is injected into the spec and TLC
+can run it under (one KV-cache group; a sliding-window group: a hybrid model on the HMA path, a model whose
+every layer is sliding-window on the non-HMA path; MLA; two layers when a save may keep a task per layer), the class table is injected into the spec and TLC
 checks the protocol's safety invariants. The class verdict is the worst case's. Definitions the analysis cannot classify
 are first given the worst label their method admits: if even that passes, the class is safe; otherwise
 they get the PR's label, and a violation that survives is ``unsafe``, one that disappears ``unknown``.
@@ -18,8 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 
 from deferdump.tools.mro.behaviour import (
+    ABSTRACT_REASON,
+    EVERY_STEP_METHODS,
     FORWARD_ALIASES,
     AMBIGUOUS_PREEMPT,
+    DELAY_ALL,
     OPTIMISTIC,
     OPTIMISTIC_HYBRID,
     OPTIMISTIC_SYNC,
@@ -67,6 +70,10 @@ _CASE_WORDS: dict[str, str] = {
     "mla": "MLA model (two ranks, only rank 0 dumps)",
     "layerwise": "two attention layers (one save per layer)",
 }
+#: The hybrid case of a class that is not ``SupportsHMA``: vLLM turns its hybrid manager off, but a model whose
+#: every layer is sliding-window keeps its one sliding-window group (kv_cache_utils.py ~1690-1703).
+_SLIDING_ONLY_WORDS = ("sliding-window model (every layer sliding-window: vLLM keeps that group without "
+                       "SupportsHMA, so out-of-window blocks are freed while running)")
 
 
 @dataclass(frozen=True)
@@ -86,7 +93,9 @@ class Context:
 
     def describe(self) -> str:
         words = _PATH_WORDS[self.path]
-        if self.case != "single":
+        if self.case == "hybrid" and self.path == "non_hma":
+            words = f"{_SLIDING_ONLY_WORDS}, {words}"
+        elif self.case != "single":
             words = f"{_CASE_WORDS[self.case]}, {words}"
         return f"{words}, wrapping {self.inner}" if self.inner else words
 
@@ -345,16 +354,17 @@ class Judge:
     def contexts(self, cls: str) -> list[Context]:
         """Every way vLLM can run ``cls``: for each inner class a wrapper may hold, on its top-level path
         (HMA when ``cls`` is ``SupportsHMA``) with one KV-cache group, as a MultiConnector child, under an
-        MLA model, under a hybrid model when ``cls`` is ``SupportsHMA`` (vLLM keeps the hybrid manager
-        on only then), and with two layers when a save may keep one task per layer."""
+        MLA model, under a model with a sliding-window group (a hybrid model on the HMA path; without
+        ``SupportsHMA`` a model whose every layer is sliding-window, which keeps its sliding-window group with
+        the hybrid manager off, kv_cache_utils.py ~1690-1703), and with two layers when a save may keep one
+        task per layer."""
         hma = self.hierarchy.supports_hma(cls)
         top: CallPath = "hma" if hma else "non_hma"
         inners, reasons = self.inner_choices(cls)
         contexts: list[Context] = []
         for inner in inners:
             contexts += [Context(top, inner), Context("multi", inner)]
-            if hma:
-                contexts.append(Context("hma", inner, "hybrid"))
+            contexts.append(Context(top, inner, "hybrid"))
             contexts.append(Context(top, inner, "mla"))
             saves = [l for l in self._labels(cls, inner, reasons) if l.method == "save_kv_layer"]
             if any(l.label in ("submit_layer", UNKNOWN) for l in saves):
@@ -445,6 +455,9 @@ class Judge:
         shown = {f"{l.owner}.{l.method}": l.label for l in labels if not self.hierarchy.classes[l.owner].external}
         unknowns = [l for l in labels if l.label == UNKNOWN]
         reasons = tuple(dict.fromkeys(r for l in unknowns for r in l.reasons))
+        stopping = self._stops_at_first_step(cls, context.inner, labels)
+        if stopping:  # no run reaches a second step, so none reuses a block: never unsafe, never judged safe
+            return ContextJudgement(context, "unknown", None, stopping, shown)
         target = context.inner or cls
         wrapper = context.inner is not None
         def check(table: ClassTable, rename: dict[str, str]) -> _Outcome:
@@ -457,17 +470,41 @@ class Judge:
         if not unknowns:
             return self._unsafe_unless_unreachable(cls, context, worst, shown)
         benign = OPTIMISTIC_HYBRID if context.case == "hybrid" else OPTIMISTIC
-        table, rename = self._table(cls, context.inner, labels, benign)
-        best = check(table, rename)
-        if not best.passed and any(l.method in ("save_kv_layer", "wait_for_save") for l in unknowns):
-            sync = {**OPTIMISTIC_SYNC, "handle_preemptions": benign["handle_preemptions"]}
-            table, rename = self._table(cls, context.inner, labels, sync)
-            synchronous = check(table, rename)
-            best = best if not synchronous.passed else synchronous
+        # Every benign reading of the unknown definitions must fail before the class is called unsafe: the
+        # PR's labels; a save that completes before it returns; a finish that delays every request (the
+        # answer (True, ...) computed in a way the reader cannot follow, whose worker reports them all).
+        readings = [benign]
+        if any(l.method in ("save_kv_layer", "wait_for_save") for l in unknowns):
+            readings.append({**OPTIMISTIC_SYNC, "handle_preemptions": benign["handle_preemptions"]})
+        if any(l.method in ("request_finished", "request_finished_all_groups") for l in unknowns):
+            readings += [{**reading, **DELAY_ALL} for reading in list(readings)]
+        best = None
+        for reading in readings:
+            table, rename = self._table(cls, context.inner, labels, reading)
+            outcome = check(table, rename)
+            if best is None or outcome.passed:
+                best = outcome
+            if outcome.passed:
+                break
+        assert best is not None
         if not best.passed:
             return self._unsafe_unless_unreachable(cls, context, best, shown)
         return ContextJudgement(context, "unknown", worst.violated, reasons, shown, worst.result, worst.model,
                                 worst.files)
+
+    def _stops_at_first_step(self, cls: str, inner: str | None, labels: Sequence[DefinitionLabel]) -> tuple[str, ...]:
+        """Why ``cls`` (holding ``inner``) cannot get past vLLM's first step: a method vLLM calls every step
+        resolves to an abstract or always-raising definition. Empty when nothing stops it."""
+        by_key = {(l.owner, l.method): l for l in labels}
+        why: list[str] = []
+        for concrete in [cls] + ([inner] if inner else []):
+            owners = self.hierarchy.resolves(concrete)
+            for method in EVERY_STEP_METHODS:
+                label = by_key.get((owners.get(method, ""), method))
+                if label is not None and any(ABSTRACT_REASON in r for r in label.reasons):
+                    why += [f"{r} (vLLM calls {method} in every step: no run reaches a reused block)"
+                            for r in label.reasons if ABSTRACT_REASON in r]
+        return tuple(dict.fromkeys(why))
 
     def _unsafe_unless_unreachable(
         self, cls: str, context: Context, outcome: "_Outcome", shown: dict[str, str]

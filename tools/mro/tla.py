@@ -35,8 +35,9 @@ JUDGED_INVARIANTS: tuple[str, ...] = (
 CallPath = Literal["hma", "non_hma", "multi"]
 
 #: The kind of model vLLM runs the connector under: one KV-cache group; a hybrid model (full attention
-#: plus a sliding-window group whose out-of-window blocks vLLM frees while the request runs; only on the
-#: HMA path); an MLA model (ranks other than 0 track but do not dump); a model with two attention layers
+#: plus a sliding-window group whose out-of-window blocks vLLM frees while the request runs; on the non-HMA
+#: path it stands for a model whose every layer is sliding-window, which keeps its sliding-window group with
+#: the hybrid manager off); an MLA model (ranks other than 0 track but do not dump); a model with two attention layers
 #: (one task per layer for a connector that saves layer by layer).
 Case = Literal["single", "hybrid", "mla", "layerwise"]
 
@@ -136,8 +137,8 @@ def config_text(
     inherited = dict(inherited or {})
     blocks, layers, rank_count = bounds.blocks, bounds.layers, bounds.ranks
     if case == "hybrid":
-        if path != "hma":
-            raise ValueError("a hybrid model runs only on the HMA path")
+        if path == "multi":
+            raise ValueError("a sliding-window model is judged on the top-level paths only")
         inherited["Hybrid"] = "TRUE"
         blocks = max(blocks, HYBRID_BLOCKS)
     elif "Hybrid" in inherited:

@@ -168,8 +168,13 @@ class _Replay:
         return getattr(self.cls, method, None) is not getattr(base, method, None)
 
     def _ids(self, req: str) -> tuple[list[int], ...]:
-        fa = list(self.fa.get(req, []))
-        return (fa, list(self.sw.get(req, []))) if self.hybrid else (fa,)
+        """The request's block ids per KV-cache group, as vLLM gives them to the class. Off the HMA path a
+        sliding-window model is one whose every layer is sliding-window: its one group is the model's
+        sliding-window group (out-of-window positions are the null block), the full group a modelling aid."""
+        fa, sw = list(self.fa.get(req, [])), list(self.sw.get(req, []))
+        if not self.hybrid:
+            return (fa,)
+        return (fa, sw) if self.path == "hma" else (sw,)
 
     def _request(self, req: str) -> Any:
         tokens = list(range(16 * max(1, len(self.fa.get(req, [])))))
