@@ -87,6 +87,15 @@ def test_a_simulation_repeats_by_seed_and_its_shards_merge(manifest: Path, tmp_p
     walk_m, counter_m = json.loads(merged.stdout)
     assert counter_m["behaviours"] == 1200 and counter_m["status"] == "pass"
     assert walk_m["trace"] == walk["trace"] and walk_m["expected_ok"] is True
+    assert walk_m["batch_depth"] == walk["batch_depth"] == [8, 16, 8][walk["batch_index"]]
+
+
+def test_fixed_depth_runs_every_batch_at_the_depth_given(manifest: Path) -> None:
+    out = deferdump("check", "--manifest", str(manifest), "CounterDeep", "--simulate", "--seed", "4", "--num", "30",
+                    "--batch", "10", "--depth", "12", "--fixed-depth", "--json")
+    assert out.returncode == 0, out.stderr
+    (counter,) = json.loads(out.stdout)
+    assert (counter["batches"], counter["batch_index"], counter["batch_depth"]) == (3, 2, 12)
 
 
 def test_the_sim_tier_is_simulated_only_and_joins_the_default_simulation(manifest: Path) -> None:
@@ -117,6 +126,7 @@ def test_a_simulation_table_names_the_seed(manifest: Path) -> None:
     (["--merge", "nope.json"], "nope.json: no such file"),
     (["--requests", "3"], "apply to --simulate"),
     (["--batch", "5"], "apply to --simulate"),
+    (["--fixed-depth"], "apply to --simulate"),
     (["--simulate", "--requests", "1"], "--requests"),
     (["--simulate", "--mutants", "DirectSafety"], "not both"),
     (["--simulate", "--requests", "3", "spec/MCReal.tla"], "not a SPEC"),

@@ -8,7 +8,7 @@ import pytest
 from deferdump.tools.tlc import simulate as simulate_module
 from deferdump.tools.tlc.bridge import Kind, Status, TlcResult, run_tlc
 from deferdump.tools.tlc.shard import Shard
-from deferdump.tools.tlc.simulate import SimulationPlan, SimulationUsageError, batch_seed, simulate
+from deferdump.tools.tlc.simulate import SimulationPlan, SimulationUsageError, batch_depth, batch_seed, simulate
 from support import FIXTURES as ALL_FIXTURES
 
 FIXTURES = ALL_FIXTURES / "tla"
@@ -107,3 +107,45 @@ def test_a_shard_without_a_batch_is_an_error() -> None:
     plan = SimulationPlan(num=100, batch=500, shard=Shard(2, 2))
     with pytest.raises(SimulationUsageError, match="shard 2/2 has no batch: 100 behaviours make 1 batch"):
         simulate(FIXTURES / "Counter.tla", None, plan)
+
+
+def test_batch_depths_climb_a_ruler_sequence_up_to_the_depth_given() -> None:
+    assert [batch_depth(100, index) for index in range(16)] == [8, 16, 8, 32, 8, 16, 8, 64,
+                                                                8, 16, 8, 32, 8, 16, 8, 100]
+    assert [batch_depth(20, index) for index in range(4)] == [8, 16, 8, 20]
+    assert [batch_depth(5, index) for index in range(3)] == [5, 5, 5]
+    assert [batch_depth(100, index, ladder=False) for index in range(3)] == [100, 100, 100]
+
+
+def _spy_depths(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    depths: list[int] = []
+
+    def run(*args: object, **kwargs: object) -> TlcResult:
+        extra = list(kwargs["extra_args"])  # type: ignore[call-overload]
+        depths.append(int(extra[extra.index("-depth") + 1]))
+        return run_tlc(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(simulate_module, "run_tlc", run)
+    return depths
+
+
+@pytest.mark.parametrize(("ladder", "expected"), [(True, [8, 16, 8, 32, 8]), (False, [40] * 5)])
+def test_tlc_runs_each_batch_at_its_depth(monkeypatch: pytest.MonkeyPatch, ladder: bool,
+                                          expected: list[int]) -> None:
+    depths = _spy_depths(monkeypatch)
+    result, stats = simulate(FIXTURES / "Counter.tla", None,
+                             SimulationPlan(depth=40, seed=3, num=50, batch=10, ladder=ladder))
+    assert result.status is Status.PASS and depths == expected
+    assert stats.batch_depth == expected[-1] and stats.depth == 40
+
+
+def test_a_violation_replays_from_its_batch_seed_and_batch_depth() -> None:
+    """What the JSON says replays the counterexample: TLC with the batch's seed and depth gives the same trace."""
+    plan = SimulationPlan(depth=40, seed=11, num=2000, batch=100)
+    result, stats = simulate(FIXTURES / "Walk.tla", None, plan)
+    assert result.status is Status.VIOLATION and stats.batch_index is not None
+    assert stats.batch_depth == batch_depth(40, stats.batch_index) and stats.batch_seed == batch_seed(11, stats.batch_index)
+    again = run_tlc(FIXTURES / "Walk.tla", None, workers=1, extra_args=[
+        "-simulate", "num=100", "-depth", str(stats.batch_depth), "-seed", str(stats.batch_seed)])
+    assert again.property == result.property == "FarInv"
+    assert [dict(s.values) for s in again.trace] == [dict(s.values) for s in result.trace]

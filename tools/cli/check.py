@@ -269,7 +269,10 @@ def check(
     simulate: bool = typer.Option(False, "--simulate",
                                   help="TLC's random simulation instead of model checking (default models: "
                                        "the deep tier's safety models)."),
-    depth: int = typer.Option(DEFAULT_DEPTH, "--depth", min=1, help="Simulation: the longest behaviour."),
+    depth: int = typer.Option(DEFAULT_DEPTH, "--depth", min=1,
+                              help="Simulation: the longest behaviour (batches climb 8, 16, 8, 32, ... up to it)."),
+    fixed_depth: bool = typer.Option(False, "--fixed-depth",
+                                     help="Simulation: every batch at --depth (no ladder of shorter batches)."),
     seed: Optional[int] = typer.Option(None, "--seed", min=0,
                                        help="Simulation: the seed (default: a random one, printed in the result)."),
     num: Optional[int] = typer.Option(None, "--num", min=1,
@@ -309,10 +312,11 @@ def check(
         if simulate:
             plan = SimulationPlan(depth=depth, seed=secrets.randbits(31) if seed is None else seed, num=num,
                                   time_budget=time_budget if time_budget is not None or num is not None else 60.0,
-                                  batch=batch, shard=part or Shard())
+                                  batch=batch, shard=part or Shard(), ladder=not fixed_depth)
         elif (seed is not None or num is not None or time_budget is not None or depth != DEFAULT_DEPTH
-              or requests is not None or batch != BATCH_BEHAVIOURS):
-            raise CheckUsageError("--depth, --seed, --num, --time-budget, --batch and --requests apply to --simulate")
+              or requests is not None or batch != BATCH_BEHAVIOURS or fixed_depth):
+            raise CheckUsageError("--depth, --fixed-depth, --seed, --num, --time-budget, --batch and --requests "
+                                  "apply to --simulate")
         checks = _plan(list(targets or []), config, workers, timeout, tier, manifest, plan, part, requests, mutants)
         if checks:
             locate_tlc()  # fail on Java or the jar before any progress output

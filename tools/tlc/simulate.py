@@ -5,8 +5,9 @@ print ``-1``), and a correct spec without ``num=`` runs forever. So a simulation
 batches, each one TLC run of ``-simulate num=B -depth D -seed S_i`` with one worker (one worker makes a
 seed's traces identical run to run): the behaviours are counted exactly (``B`` per finished batch), the
 batch seeds are derived from the one seed given, so the same seed replays the same batches and finds the
-same counterexample, and the batches of one simulation can be spread over machines (``shard``: batch
-``i`` belongs to shard ``i mod N``). A time budget stops the simulation; the batch it interrupts is
+same counterexample, batch ``i``'s depth follows a ruler sequence up to the depth given (8, 16, 8, 32, 8,
+16, 8, 64, ...: half the batches at the shortest depth; see :func:`batch_depth`), and the batches of one
+simulation can be spread over machines (``shard``: batch ``i`` belongs to shard ``i mod N``). A time budget stops the simulation; the batch it interrupts is
 discarded and not counted. A simulation that finds nothing reports ``pass``: no violation in so many
 behaviours, not a proof.
 """
@@ -29,14 +30,17 @@ from deferdump.tools.tlc.shard import Shard
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BATCH_BEHAVIOURS", "DEFAULT_DEPTH", "Shard", "SimulationPlan", "SimulationStats", "batch_seed",
-           "simulate"]
+__all__ = ["BATCH_BEHAVIOURS", "DEFAULT_DEPTH", "LADDER_FLOOR", "Shard", "SimulationPlan", "SimulationStats",
+           "batch_depth", "batch_seed", "simulate"]
 
 BATCH_BEHAVIOURS = 500
 """Behaviours per TLC run: large enough that the JVM start (about 1 s) is a small share of a batch."""
 
 DEFAULT_DEPTH = 100
 """TLC's own default trace depth."""
+
+LADDER_FLOOR = 8
+"""The shortest batch depth of the ladder: the manifest mutants' counterexamples are 2 to 13 states long."""
 
 _SEED_MASK = (1 << 62) - 1
 
@@ -55,6 +59,7 @@ class SimulationPlan:
     time_budget: float | None = None  # seconds, per shard
     batch: int = BATCH_BEHAVIOURS
     shard: Shard = Shard()
+    ladder: bool = True  # batch depths climb a ruler sequence up to ``depth``; False: every batch at ``depth``
 
     def __post_init__(self) -> None:
         if self.depth < 1:
@@ -92,12 +97,14 @@ class SimulationStats:
     budget_spent: bool  # the time budget stopped it (rather than ``num`` or a violation)
     batch_seed: int | None = None  # the seed of the batch whose result is reported (a violation's replays it)
     batch_index: int | None = None  # that batch's place in the simulation's sequence of batches
+    batch_depth: int | None = None  # that batch's TLC ``-depth`` (with the seed, what replays it)
     requests: int | None = None  # the model was grown to this many requests (``--requests``); None: its own cfg
 
     def to_json(self) -> dict[str, Any]:
         return {"mode": "simulate", "seed": self.seed, "depth_bound": self.depth, "behaviours": self.behaviours,
                 "batches": self.batches, "shard": str(self.shard), "budget_spent": self.budget_spent,
-                "batch_seed": self.batch_seed, "batch_index": self.batch_index, "requests": self.requests}
+                "batch_seed": self.batch_seed, "batch_index": self.batch_index, "batch_depth": self.batch_depth,
+                "requests": self.requests}
 
 
 def batch_seed(seed: int, index: int) -> int:
@@ -106,6 +113,19 @@ def batch_seed(seed: int, index: int) -> int:
     if index == 0:
         return seed
     return random.Random(f"deferdump-sim:{seed}:{index}").getrandbits(62) & _SEED_MASK
+
+
+def batch_depth(depth: int, index: int, ladder: bool = True) -> int:
+    """TLC's ``-depth`` for batch ``index``: with the ladder, ``LADDER_FLOOR * 2**k`` capped at ``depth``,
+    where ``2**k`` is the largest power of two dividing ``index + 1`` (the ruler sequence 8, 16, 8, 32, 8, 16,
+    8, 64, ...). A random walk's successors are all computed at every state, so a behaviour costs about its
+    depth: each depth of the ladder gets about the same time, and a shallow violation, which a long walk
+    usually wanders past, gets half the batches (Luby, Sinclair and Zuckerman's universal restart schedule).
+    Every batch is a run of the spec, so the ladder never reports what a fixed depth could not."""
+    if not ladder:
+        return depth
+    index += 1
+    return min(depth, LADDER_FLOOR * (index & -index))
 
 
 def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
@@ -127,9 +147,10 @@ def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
     behaviours = generated = batches = 0
     uncounted = 0  # batches whose TLC printed no "states generated"
     last: TlcResult | None = None
-    interrupted: tuple[TlcResult, int, int] | None = None  # the batch the budget stopped: result, seed, index
+    interrupted: tuple[TlcResult, int, int, int] | None = None  # the batch the budget stopped: result, seed, index, depth
     last_seed: int | None = None
     last_index: int | None = None
+    last_depth: int | None = None
     budget_spent = False
     for index, size in plan.batches():
         remaining = None if deadline is None else deadline - time.monotonic()
@@ -137,13 +158,14 @@ def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
             budget_spent = True
             break
         seed = batch_seed(plan.seed, index)
+        depth = batch_depth(plan.depth, index, plan.ladder)
         result = run_tlc(spec, config, workers=1, timeout=remaining, extra_modules=extra_modules,
-                         extra_args=["-simulate", f"num={size}", "-depth", str(plan.depth), "-seed", str(seed)],
+                         extra_args=["-simulate", f"num={size}", "-depth", str(depth), "-seed", str(seed)],
                          progress=progress, cancel=cancel)
         if result.kind is Kind.TIMEOUT:  # the only timeout given is the budget's: the batch is discarded
-            budget_spent, interrupted = True, (result, seed, index)
+            budget_spent, interrupted = True, (result, seed, index, depth)
             break
-        last, last_seed, last_index = result, seed, index
+        last, last_seed, last_index, last_depth = result, seed, index, depth
         if result.generated_states is None:
             uncounted += 1
         else:
@@ -163,11 +185,12 @@ def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
                    "behaviours finished: no verdict (give a larger --time-budget or a smaller --batch)")
         if interrupted is None:
             raise SimulationUsageError(message)
-        stopped, stopped_seed, stopped_index = interrupted
+        stopped, stopped_seed, stopped_index, stopped_depth = interrupted
         result = dataclasses.replace(stopped, status=Status.ERROR, kind=Kind.TIMEOUT, distinct_states=None,
                                      generated_states=None, seconds=seconds, message=message)
         return result, SimulationStats(seed=plan.seed, depth=plan.depth, behaviours=0, batches=0, shard=plan.shard,
-                                       budget_spent=True, batch_seed=stopped_seed, batch_index=stopped_index)
+                                       budget_spent=True, batch_seed=stopped_seed, batch_index=stopped_index,
+                                       batch_depth=stopped_depth)
     message = last.message
     if last.status is Status.PASS:
         message = f"no violation in {behaviours:,} behaviours of depth <= {plan.depth} (seed {plan.seed})"
@@ -179,5 +202,5 @@ def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
                                  message=message)
     stats = SimulationStats(seed=plan.seed, depth=plan.depth, behaviours=behaviours, batches=batches,
                             shard=plan.shard, budget_spent=budget_spent, batch_seed=last_seed,
-                            batch_index=last_index)
+                            batch_index=last_index, batch_depth=last_depth)
     return result, stats
