@@ -58,7 +58,7 @@ LabelsOf(m) ==
       [] m = "save_kv_layer"               -> {"submit_layer", "pass", "sync_save"}
       [] m = "wait_for_save"               -> {"poll_track_submit", "poll_track",
                                                "blocking", "track_after_mla_return",
-                                               "sync_save"}
+                                               "sync_save", "wait_all"}
       [] m = "get_finished"                -> {"wait_finished", "report_before_wait"}
       [] m = "_wait_pending_dump_task"     -> {"release_finally", "release_on_success"}
       [] m = "_dumping_requests"           -> {"all_slices", "skip_failed_loads"}

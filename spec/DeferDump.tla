@@ -986,7 +986,9 @@ DoneTasks(s) == {t \in s.pending : t.status # "running"}
 (* record the step's dump requests in the worker set (before the MLA early *)
 (* return, except in the "track_after_mla_return" mutant), then (Direct)   *)
 (* submit one task for the step without waiting ("blocking": pre-PR, wait  *)
-(* it at once).                                                            *)
+(* it at once). "wait_all": wait every pending task, running or done (the  *)
+(* step's layer tasks and any older one) instead of polling: a connector   *)
+(* whose wait_for_save drains its whole task list.                         *)
 wait_for_save(w, m, s, checkErr, submitFails) ==
     IF WFSLabel = "sync_save" THEN
         [s |-> s, call |-> [name |-> "wait_for_save", reaped |-> {}, check_error |-> FALSE,
@@ -998,7 +1000,7 @@ wait_for_save(w, m, s, checkErr, submitFails) ==
                             blocked |-> {}]]
     ELSE
     LET chk  == checkErr /\ DoneTasks(s) # {}
-        reap == IF chk THEN {} ELSE DoneTasks(s)
+        reap == IF WFSLabel = "wait_all" THEN s.pending ELSE IF chk THEN {} ELSE DoneTasks(s)
         s1 == WaitTasks(s, reap)
         trk == IF WFSLabel = "track_after_mla_return" /\ ~Dumps(w) THEN {} ELSE DumpReqs(m)
         s2 == [s1 EXCEPT !.async = @ \cup trk]
@@ -1101,7 +1103,7 @@ ChoiceSets(w, m, pf) ==
     LET hp == pf.hp
         subF == IF "submit" \in Faults /\ StepSubmits(w, m) THEN BOOLEAN ELSE {FALSE}
         layF == IF "submit" \in Faults /\ LayerSubmits(w, m) THEN {{}, 1..Layers} ELSE {{}}
-        chkF == IF "check" \in Faults /\ WFSLabel \notin {"base", "sync_save"} /\ DoneTasks(hp.s) # {}
+        chkF == IF "check" \in Faults /\ WFSLabel \notin {"base", "sync_save", "wait_all"} /\ DoneTasks(hp.s) # {}
                 THEN BOOLEAN ELSE {FALSE}
     IN  [submit |-> subF, layers |-> layF, check |-> chkF]
 Choices(w, m, pf) ==

@@ -79,6 +79,13 @@ ABSTRACT_REASON = "is abstract: a class resolving to it cannot run"
 #: whose definition of one of them cannot run stops at the first step, before any block can be reused.
 EVERY_STEP_METHODS = ("build_connector_meta", "start_load_kv", "wait_for_save", "get_finished")
 
+#: Worker methods vLLM calls around each forward (kv_connector_model_runner_mixin.py ~72-105) in which the
+#: model starts no transfer of its own: its saves are submitted in save_kv_layer and wait_for_save. A store
+#: submit, or work handed to another thread or stream, in one of these may read KV blocks after the call
+#: returns (a save started with the next step's loads, a push of a loaded prefix), which no model run follows.
+OUTSIDE_METHODS = ("bind_connector_metadata", "start_load_kv", "wait_for_layer_load", "clear_connector_metadata",
+                   "get_block_ids_with_load_errors", "build_connector_worker_meta")
+
 #: The benign reading of an unrecognised finish: it delays every finished request (a safety invariant can
 #: only lose violations by delaying more: nothing is freed before it is reported, and no report is unexpected).
 DELAY_ALL: dict[str, str] = {"request_finished": "delay_all", "request_finished_all_groups": "delay_all"}
@@ -106,6 +113,7 @@ class Effect:
     finally_calls: frozenset[str] = frozenset()
     self_calls: frozenset[str] = frozenset()  # the definition's own self.<m>() calls (not transitive)
     constant: str | None = None  # the literal every return yields, when the call returns only that
+    delay_answer: bool | None = None  # the literal first element of every returned tuple (a finish's delay)
     noop: bool = False
     abstract: bool = False
     forwards: tuple[Forward, ...] = ()
@@ -164,6 +172,17 @@ class EffectReader:
         self.hierarchy = hierarchy
         self._memo: dict[tuple[str, str, str, bool], Effect] = {}
 
+    def transfer_started(self, cls: str, owner: str, method: str) -> str | None:
+        """What in ``owner``'s ``method`` (with the helpers it calls, on an instance of ``cls``) may start a
+        transfer that outlives the call: a store submit, or work handed to another thread or stream; None
+        when nothing does."""
+        effect = self.effect(cls, owner, method)
+        submits = sorted(effect.calls & SUBMIT_CALLS)
+        if submits:
+            return f"a store {submits[0]}()"
+        hints = _pending_hints(effect)
+        return hints[0] if hints else None
+
     def effect(self, cls: str, owner: str, method: str, *, delegations: bool = True) -> Effect:
         """The effect of ``owner``'s definition of ``method`` running on an instance of ``cls``; without
         ``delegations``, ``super()``/``Parent.m(self)`` calls are left out (the definition's own work)."""
@@ -216,12 +235,16 @@ class EffectReader:
         constant = facts.constant_return
         if only_delegates and constant is None:
             constant = delegated[0].constant
+        delay_answer = facts.delay_answer
+        if only_delegates and delay_answer is None:
+            delay_answer = delegated[0].delay_answer
         result = Effect(
             tracking_ops=facts.tracking_ops.union(*(e.tracking_ops for e in everything)),
             calls=facts.calls.union(*(e.calls for e in everything)),
             finally_calls=facts.finally_calls.union(*(e.finally_calls for e in everything)),
             self_calls=facts.self_calls,
             constant=constant,
+            delay_answer=delay_answer,
             noop=(facts.body == "noop" and not everything) or (only_delegates and delegated[0].noop),
             abstract=facts.body == "abstract" or (only_delegates and delegated[0].abstract),
             forwards=tuple(dict.fromkeys([*facts.forwards, *(f for e in everything for f in e.forwards)])),
@@ -290,7 +313,7 @@ class EffectReader:
         resolves it) that waits every kept task in a loop: together a synchronous save of the step. A loop
         that can stop before the last task (``break``/``return``) leaves the other layers' dumps unwaited
         when one wait fails: not a synchronous save, and not a deferred dump the model has a label for."""
-        if method not in ("save_kv_layer", "wait_for_save") or effect.reasons or effect.tracking_ops:
+        if method not in ("save_kv_layer", "wait_for_save") or effect.reasons:
             return None
         save_owner = owner if method == "save_kv_layer" else self.hierarchy.lookup(cls, "save_kv_layer")
         wait_owner = owner if method == "wait_for_save" else self.hierarchy.lookup(cls, "wait_for_save")
@@ -312,11 +335,34 @@ class EffectReader:
                 f"before the last one ({save_owner}.save_kv_layer keeps one per layer): with two or more layers "
                 "and a failing wait, the other layers' dumps are left unwaited while their blocks may be freed; "
                 "the model has no label for a partial wait",))
+        if sum(f.submits for f in wait.flows):
+            return None  # it submits too: each classified on its own
+        records = (self._recorded_attrs(cls, save_owner, "save_kv_layer", ())
+                   | self._recorded_attrs(cls, wait_owner, "wait_for_save", ())) - kept
+        if not save.tracking_ops and not wait.tracking_ops and not records:  # the waiting is the sync save's
+            return DefinitionLabel(owner, method, "sync_save" if method == "save_kv_layer" else "base")
+        # The pair also keeps request records. As a synchronous save it would drop them, and with them the
+        # reports they feed (WriteBackManifestConnector reports requests it never delayed: judged safe so);
+        # as a deferred dump it would leave tasks the loop waits. Per-layer tasks, and a wait_for_save the
+        # model reads as its benign readings (wait_all among them).
         if method == "save_kv_layer":
-            return DefinitionLabel(owner, method, "sync_save")
-        if "add" in wait.tracking_ops or sum(f.submits for f in wait.flows):
-            return None  # it does more than wait the layer tasks: classified on its own
-        return DefinitionLabel(owner, method, "base")  # its waiting belongs to the synchronous save above
+            return DefinitionLabel(owner, method, "submit_layer")
+        return DefinitionLabel(owner, method, UNKNOWN, (
+            f"{wait_owner}.wait_for_save waits every per-layer task {save_owner}.save_kv_layer keeps, and the two "
+            "also keep request records: which requests the model should track for the reports is not read",))
+
+    def _recorded_attrs(self, cls: str, owner: str, method: str, stack: tuple[tuple[str, str], ...]) -> set[str]:
+        """``self`` attributes that ``owner``'s ``method`` (and the ``self`` helpers it calls, as ``cls``
+        resolves them) adds entries to: request records a later report may read."""
+        if (owner, method) in stack or method not in self.hierarchy.classes[owner].methods:
+            return set()
+        facts = self.hierarchy.method(owner, method)
+        found = {attr for attr, ops in facts.attr_ops if "add" in ops}
+        for callee in facts.self_calls:
+            target = self.hierarchy.lookup(cls, callee)
+            if target is not None and not self.hierarchy.classes[target].external:
+                found |= self._recorded_attrs(cls, target, callee, (*stack, (owner, method)))
+        return found
 
     def saves_async(self, cls: str) -> bool:
         """Does anything ``cls`` runs visibly keep dumps in flight (the tracking set, a store submit)? Only
@@ -402,6 +448,9 @@ def classify(
             return "notrack", ()
         return UNKNOWN, (f"{where} tracks nothing, and no dump of this class is visibly asynchronous: "
                          "whether anything needs tracking is not known",)
+    if method in ("request_finished", "request_finished_all_groups") and effect.delay_answer is not None:
+        # every answer is the same literal, whatever else the body reads or returns (kv_transfer_params)
+        return ("delay_all" if effect.delay_answer else "base"), ()
     if method == "request_finished":
         if _reads(effect) and effect.constant is None:
             return "delay_if_tracked", ()
@@ -431,6 +480,11 @@ def classify(
             return "base", ()
         return UNKNOWN, (f"{where} does not visibly wait on a store task",)
     if method == "save_kv_layer":
+        if submits and waits and not effect.submits_waited:
+            # ResyncSlotStore: ``_persist`` submits and keeps the task under the request id, then ``_settle``
+            # pops that id and waits it; a per-layer task it was called ``submit_layer`` (unsafe on hybrid)
+            return UNKNOWN, (f"{where} submits a dump and waits store tasks in another function: whether the "
+                             "task it waits is the one it submitted (a synchronous save) is not read",)
         if submits:
             return "submit_layer", ()
         if hints:

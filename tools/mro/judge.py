@@ -26,6 +26,7 @@ from deferdump.tools.mro.behaviour import (
     OPTIMISTIC,
     OPTIMISTIC_HYBRID,
     OPTIMISTIC_SYNC,
+    OUTSIDE_METHODS,
     PESSIMISTIC,
     SPEC_METHODS,
     UNKNOWN,
@@ -466,16 +467,22 @@ class Judge:
         table, rename = self._table(cls, context.inner, labels, PESSIMISTIC)
         worst = check(table, rename)
         if worst.passed:
+            outside = self._transfers_outside_the_model(cls, context.inner)
+            if outside:  # more transfers can only add hazards: an unsafe verdict stands, a safe one cannot
+                return ContextJudgement(context, "unknown", None, outside, shown)
             return ContextJudgement(context, "safe", None, (), shown)
         if not unknowns:
             return self._unsafe_unless_unreachable(cls, context, worst, shown)
         benign = OPTIMISTIC_HYBRID if context.case == "hybrid" else OPTIMISTIC
         # Every benign reading of the unknown definitions must fail before the class is called unsafe: the
-        # PR's labels; a save that completes before it returns; a finish that delays every request (the
-        # answer (True, ...) computed in a way the reader cannot follow, whose worker reports them all).
+        # PR's labels; a save that completes before it returns; a wait_for_save that waits every pending task
+        # (a drain the reader cannot follow); a finish that delays every request (the answer (True, ...)
+        # computed in a way the reader cannot follow, whose worker reports them all).
         readings = [benign]
         if any(l.method in ("save_kv_layer", "wait_for_save") for l in unknowns):
             readings.append({**OPTIMISTIC_SYNC, "handle_preemptions": benign["handle_preemptions"]})
+        if any(l.method == "wait_for_save" for l in unknowns):  # it may wait every pending task (a drain)
+            readings.append({**benign, "wait_for_save": "wait_all"})
         if any(l.method in ("request_finished", "request_finished_all_groups") for l in unknowns):
             readings += [{**reading, **DELAY_ALL} for reading in list(readings)]
         best = None
@@ -504,6 +511,24 @@ class Judge:
                 if label is not None and any(ABSTRACT_REASON in r for r in label.reasons):
                     why += [f"{r} (vLLM calls {method} in every step: no run reaches a reused block)"
                             for r in label.reasons if ABSTRACT_REASON in r]
+        return tuple(dict.fromkeys(why))
+
+    def _transfers_outside_the_model(self, cls: str, inner: str | None) -> tuple[str, ...]:
+        """Why the model does not cover every transfer of ``cls`` (holding ``inner``): a worker method vLLM
+        calls each step, in which the model starts none, submits to the store or hands work to another thread
+        or stream (EagerDuplexConnector's promotion push, submitted from start_load_kv to a pool, was judged
+        safe: the model saw no save at all). Empty when every transfer starts where the model has one."""
+        why: list[str] = []
+        for concrete in [cls] + ([inner] if inner else []):
+            for method in OUTSIDE_METHODS:
+                owner = self.hierarchy.lookup(concrete, method)
+                if owner is None or self.hierarchy.classes[owner].external:
+                    continue
+                started = self.reader.transfer_started(concrete, owner, method)
+                if started is not None:
+                    why.append(f"{owner}.{method} may start a transfer that outlives the call ({started}); the "
+                               "model's transfers start only in save_kv_layer and wait_for_save, so one started "
+                               "there may read blocks vLLM frees in a way no model run follows")
         return tuple(dict.fromkeys(why))
 
     def _unsafe_unless_unreachable(

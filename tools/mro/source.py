@@ -7,6 +7,7 @@ MRO, touches the async-dump tracking set, forwards to an inner connector, or ret
 from __future__ import annotations
 
 import ast
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,7 @@ class MethodFacts:
     tracking_ops: frozenset[str] = frozenset()
     forwards: tuple[Forward, ...] = ()
     constant_return: str | None = None
+    delay_answer: bool | None = None  # the literal bool every return's first element is (a finish's delay)
     calls: frozenset[str] = frozenset()  # methods called on objects other than self (``store.wait`` -> "wait")
     finally_calls: frozenset[str] = frozenset()  # every method called inside a ``finally:`` block
     opaque: tuple[str, ...] = ()  # constructs the analysis could not follow, each as a short reason
@@ -131,6 +133,28 @@ def _iterated_attr(node: ast.expr) -> str | None:
             and len(node.args) == 1):
         return _iterated_attr(node.args[0])
     return None
+
+
+def _taken_entries(nodes: list[ast.AST]) -> dict[str, str]:
+    """Locals that hold every entry of a ``self`` attribute: ``tasks, self.x = self.x, []`` (take the list
+    and leave an empty one), ``tasks = self.x`` or ``tasks = list(self.x)``; a loop over such a local visits
+    every entry of ``self.x``. A local assigned more than once is left out (which binding a loop sees is not
+    read)."""
+    bound: dict[str, list[str | None]] = {}
+    for node in nodes:
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            pairs: list[tuple[ast.expr, ast.expr | None]] = [(target, node.value)]
+            if isinstance(target, ast.Tuple):
+                values = node.value.elts if isinstance(node.value, ast.Tuple) and len(node.value.elts) == len(
+                    target.elts) else [None] * len(target.elts)
+                pairs = list(zip(target.elts, values))
+            for name, value in pairs:
+                if isinstance(name, ast.Name):
+                    bound.setdefault(name.id, []).append(None if value is None else _iterated_attr(value))
+    return {name: attrs[0] for name, attrs in bound.items() if len(attrs) == 1 and attrs[0] is not None}
 
 
 @dataclass(frozen=True)
@@ -218,6 +242,56 @@ ASYNC_CALLS = frozenset(
 )
 
 
+#: Decorators that leave a method's body as it is (or only declare what kind of attribute it is).
+BENIGN_DECORATORS = frozenset({"property", "setter", "deleter", "cached_property", "staticmethod", "classmethod",
+                               "abstractmethod", "override", "final", "no_grad", "inference_mode"})
+
+
+def _returned_function(func: ast.FunctionDef) -> ast.FunctionDef | None:
+    """The function ``func`` defines and returns (``def deco(fn): def wrapper(...): ...; return wrapper``)."""
+    nested = [s for s in func.body if isinstance(s, ast.FunctionDef)]
+    returns = [n for n in ast.walk(func) if isinstance(n, ast.Return)]
+    if len(nested) != 1 or not returns:
+        return None
+    if all(isinstance(r.value, ast.Name) and r.value.id == nested[0].name for r in returns
+           if not any(r in ast.walk(n) for n in nested)):
+        return nested[0]
+    return None
+
+
+def _transparent_decorator(func: ast.FunctionDef) -> bool:
+    """Is ``func`` (a module-level decorator, or a factory of one) a wrapper that calls the decorated function
+    exactly once, straight in its body or in a ``try`` whose handlers re-raise, and returns what it returns?
+    Timing and counting wrappers are; a retry loop, a thread, a swallowed error or a skipped call are not."""
+    wrapper = _returned_function(func)
+    if wrapper is None:
+        return False
+    deeper = _returned_function(wrapper)  # a factory: ``def timed(name): def decorate(fn): def wrapper...``
+    if deeper is not None:
+        func, wrapper = wrapper, deeper
+    if len(func.args.args) != 1:
+        return False
+    fn = func.args.args[0].arg
+    calls = [n for n in ast.walk(wrapper) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+             and n.func.id == fn]
+    named = {id(c.func) for c in calls}  # the call itself, ``fn.__name__`` and ``functools.wraps(fn)`` are fine
+    named |= {id(n.value) for n in ast.walk(wrapper) if isinstance(n, ast.Attribute)}
+    named |= {id(a) for n in ast.walk(wrapper) if isinstance(n, ast.Call)
+              and _simple(_dotted(n.func) or "") == "wraps" for a in n.args}
+    passed = [n for n in ast.walk(wrapper) if isinstance(n, ast.Name) and n.id == fn and id(n) not in named]
+    if len(calls) != 1 or passed or any(_call_name(n) in ASYNC_CALLS for n in ast.walk(wrapper)):
+        return False  # ``fn`` handed on (a thread's target, a pool) or called more than once
+    places: list[ast.stmt] = []
+    for stmt in wrapper.body:
+        places.append(stmt)
+        if isinstance(stmt, ast.Try):
+            if not all(h.body and isinstance(h.body[-1], ast.Raise) for h in stmt.handlers):
+                return False  # an error of the body may be swallowed
+            places += stmt.body
+    return any(isinstance(stmt, (ast.Return, ast.Assign, ast.Expr)) and calls[0] in ast.walk(stmt)
+               for stmt in places)
+
+
 def _body_kind(func: ast.FunctionDef | ast.AsyncFunctionDef) -> BodyKind:
     body = _strip_docstring(func.body)
     is_abstract = any(_simple(_dotted(d) or "") == "abstractmethod" for d in func.decorator_list)
@@ -237,9 +311,11 @@ def _body_kind(func: ast.FunctionDef | ast.AsyncFunctionDef) -> BodyKind:
 class _MethodReader:
     """Walks one method body and collects its facts."""
 
-    def __init__(self, func: ast.FunctionDef | ast.AsyncFunctionDef, owner: str, tracking_attr: TrackingAttrs) -> None:
+    def __init__(self, func: ast.FunctionDef | ast.AsyncFunctionDef, owner: str, tracking_attr: TrackingAttrs,
+                 transparent: frozenset[str] = frozenset()) -> None:
         self.func = func
         self.owner = owner
+        self.transparent = transparent  # the module's decorators that call the body once, as it is
         self.tracking_attrs = _attr_set(tracking_attr)
         self.parents: dict[ast.AST, ast.AST] = {}
         for node in _own_nodes(func):
@@ -260,6 +336,11 @@ class _MethodReader:
 
     def read(self) -> MethodFacts:
         self._collect_aliases()
+        for decorator in self.func.decorator_list:
+            name = _simple(_dotted(decorator.func if isinstance(decorator, ast.Call) else decorator) or "")
+            if name not in BENIGN_DECORATORS and name not in self.transparent:
+                self.opaque.append(f"line {decorator.lineno}: @{ast.unparse(decorator)} wraps the body, and its "
+                                   "wrapper is not read (it may run the body later, again, or not at all)")
         for node in _own_nodes(self.func):
             if isinstance(node, ast.Call):
                 self._read_call(node)
@@ -289,6 +370,7 @@ class _MethodReader:
             tracking_ops=frozenset(self.tracking_ops),
             forwards=tuple(dict.fromkeys(self.forwards)),
             constant_return=self._constant_return(),
+            delay_answer=self._delay_answer(),
             calls=frozenset(self.calls),
             finally_calls=self._finally_calls(),
             opaque=tuple(dict.fromkeys(self.opaque)),
@@ -506,6 +588,21 @@ class _MethodReader:
                                 names.add(_simple(name))
         return frozenset(names)
 
+    def _delay_answer(self) -> bool | None:
+        """``True``/``False`` when the body ends in a return and every return is a tuple whose first element
+        is that literal (``return False, {"key": k}``: whatever the rest, a finish that never delays)."""
+        returns = [n for n in _own_nodes(self.func) if isinstance(n, ast.Return)]
+        body = _strip_docstring(self.func.body)
+        if not returns or not body or not isinstance(body[-1], ast.Return):
+            return None
+        answers: set[bool] = set()
+        for ret in returns:
+            first = ret.value.elts[0] if isinstance(ret.value, ast.Tuple) and ret.value.elts else None
+            if not (isinstance(first, ast.Constant) and isinstance(first.value, bool)):
+                return None
+            answers.add(first.value)
+        return answers.pop() if len(answers) == 1 else None
+
     def _constant_return(self) -> str | None:
         returns = [n for n in _own_nodes(self.func) if isinstance(n, ast.Return)]
         body = _strip_docstring(self.func.body)
@@ -610,12 +707,13 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
     waits_each: set[str] = set()
     stops_early: set[str] = set()
     drains: set[str] = set()
+    taken = _taken_entries(nodes)
     for node in nodes:
         if not (isinstance(node, ast.For) and isinstance(node.target, (ast.Name, ast.Tuple))):
             continue
         loop_vars = _names_in(node.target)
         body_nodes = [n for stmt in node.body for n in ast.walk(stmt)]
-        attr = _iterated_attr(node.iter)
+        attr = _iterated_attr(node.iter) or (taken.get(node.iter.id) if isinstance(node.iter, ast.Name) else None)
         waited_entries = [n for n in body_nodes if _call_name(n) in STORE_WAITS
                           and set().union(*(_names_in(a) for a in n.args)) & loop_vars]  # type: ignore[attr-defined]
         if not waited_entries:
@@ -772,7 +870,8 @@ def _module_classes(body: Iterable[ast.stmt]) -> Iterator[ast.ClassDef]:
 
 
 def _read_class(
-    node: ast.ClassDef, file: str, tracking_attr: TrackingAttrs, registries: dict[str, tuple[str, ...]]
+    node: ast.ClassDef, file: str, tracking_attr: TrackingAttrs, registries: dict[str, tuple[str, ...]],
+    transparent: frozenset[str] = frozenset(),
 ) -> ClassFacts:
     bases: list[str] = []
     base_exprs: list[str] = []
@@ -788,6 +887,7 @@ def _read_class(
             bases.append(_simple(dotted))
     methods: dict[str, MethodFacts] = {}
     inner: dict[str, tuple[str, ...]] = {}
+    defined: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}  # plain functions bound so far in the body
     for stmt in node.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             setter = next(
@@ -796,7 +896,7 @@ def _read_class(
                 None,
             )
             key = f"{setter}.setter" if setter else stmt.name
-            methods[key] = _MethodReader(stmt, node.name, tracking_attr).read()
+            methods[key] = _MethodReader(stmt, node.name, tracking_attr, transparent).read()
             if stmt.name == "__init__":
                 factories = {
                     f.name: f for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -806,7 +906,16 @@ def _read_class(
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             for target in targets:
-                if isinstance(target, ast.Name) and target.id in CONNECTOR_METHODS and stmt.value is not None:
+                if not (isinstance(target, ast.Name) and target.id in CONNECTOR_METHODS and stmt.value is not None):
+                    continue
+                source = stmt.value.id if isinstance(stmt.value, ast.Name) else None
+                if source in defined:
+                    # ``request_finished = _finish_common`` binds the function object this class body defined
+                    # above: a subclass overriding ``_finish_common`` does not change it (no virtual lookup)
+                    methods[target.id] = dataclasses.replace(
+                        _MethodReader(defined[source], node.name, tracking_attr, transparent).read(),
+                        name=target.id)
+                else:
                     methods[target.id] = MethodFacts(
                         name=target.id,
                         owner=node.name,
@@ -814,6 +923,13 @@ def _read_class(
                         body="code",
                         opaque=(f"line {stmt.lineno}: {target.id} is assigned ({ast.unparse(stmt.value)}), not def",),
                     )
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and not stmt.decorator_list:
+            defined[stmt.name] = stmt
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for target in (stmt.targets if isinstance(stmt, ast.Assign) else
+                           [stmt.target] if isinstance(stmt, ast.AnnAssign) else [ast.Name(stmt.name)]):
+                if isinstance(target, ast.Name):
+                    defined.pop(target.id, None)  # rebound: no longer the plain function defined above
     return ClassFacts(
         name=node.name,
         file=file,
@@ -839,8 +955,10 @@ def read_source(
         raise SourceParseError(f"{file}: not Python source: {exc}") from exc
     classes: dict[str, ClassFacts] = {}
     registries = _module_registries(tree)
+    transparent = frozenset(stmt.name for stmt in tree.body
+                            if isinstance(stmt, ast.FunctionDef) and _transparent_decorator(stmt))
     for node in _module_classes(tree.body):
-        classes[node.name] = _read_class(node, file, tracking_attr, registries)
+        classes[node.name] = _read_class(node, file, tracking_attr, registries, transparent)
     log.debug("%s: %d classes", file, len(classes))
     return classes
 
