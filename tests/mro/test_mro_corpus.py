@@ -47,5 +47,8 @@ def test_corpus_connector_gets_its_recorded_verdict(runner: ModelRunner, name: s
         if judgement.verdict == "unknown":
             assert judgement.reasons, cls
             assert "reason" not in entry or any(entry["reason"] in r for r in judgement.reasons), judgement.reasons
-        if judgement.verdict != "safe":
-            assert judgement.deciding is not None and judgement.deciding.counterexample is not None
+        if judgement.verdict != "safe":  # a violated property comes with its counterexample
+            assert judgement.deciding is not None
+            assert (judgement.deciding.counterexample is not None) == (judgement.violated is not None), cls
+        if judgement.verdict == "unsafe":
+            assert judgement.violated is not None, cls

@@ -181,6 +181,11 @@ class EffectReader:
         if submits:
             return f"a store {submits[0]}()"
         hints = _pending_hints(effect)
+        if not effect.calls & {"stream", "Stream"}:
+            # a non_blocking copy on the current stream is ordered before the forward's kernels on that
+            # stream, which are what rewrites a block (vLLM's ExampleConnector loads this way); on a side
+            # stream it is not
+            hints = [h for h in hints if "non_blocking" not in h]
         return hints[0] if hints else None
 
     def effect(self, cls: str, owner: str, method: str, *, delegations: bool = True) -> Effect:

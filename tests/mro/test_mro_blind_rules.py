@@ -1,0 +1,168 @@
+"""The reading rules the third blind round called for, without TLC: transfers started outside the model's save
+path, drains through a local, method aliases in a class body, literal finish answers, decorators, and a save
+that submits in one function and waits in another. Each names the blind class that was judged wrongly
+without it (tests/fixtures/mro/corpus/blind_*.py; the corpus test judges them with TLC)."""
+from __future__ import annotations
+
+import textwrap
+
+from deferdump.tools.mro.behaviour import UNKNOWN, EffectReader
+from deferdump.tools.mro.hierarchy import build_hierarchy
+from deferdump.tools.mro.judge import Judge, ModelRunner
+from deferdump.tools.mro.source import read_source
+from deferdump.tools.mro.tla import ModelBounds
+
+HEADER = "import functools\nfrom vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1\n"
+
+
+def _hierarchy(source: str):
+    return build_hierarchy(read_source(HEADER + textwrap.dedent(source), "<t>"))
+
+
+def _label(source: str, cls: str, method: str):
+    hierarchy = _hierarchy(source)
+    owner = hierarchy.lookup(cls, method)
+    assert owner is not None
+    return EffectReader(hierarchy).label(cls, owner, method)
+
+
+def _outside(source: str, cls: str) -> tuple[str, ...]:
+    return Judge(_hierarchy(source), ModelRunner(ModelBounds(), 60))._transfers_outside_the_model(cls, None)
+
+
+def test_a_pool_submit_or_store_dump_in_start_load_kv_is_a_transfer_the_model_does_not_follow() -> None:
+    for body in ("self._pool.submit(self._push, meta.plan)", "self.store.dump(meta.blocks)",
+                 "self._helper(meta)"):
+        source = f"""
+        class C(KVConnectorBase_V1):
+            def _helper(self, meta):
+                self._pool.submit(self._push, meta.plan)
+            def start_load_kv(self, forward_context, **kw):
+                meta = self._get_connector_metadata()
+                {body}
+        """
+        why = _outside(source, "C")
+        assert len(why) == 1 and "C.start_load_kv may start a transfer" in why[0], (body, why)
+
+
+def test_a_load_copied_with_non_blocking_on_the_current_stream_is_not_one_but_on_a_side_stream_it_is() -> None:
+    current = """
+    class C(KVConnectorBase_V1):
+        def start_load_kv(self, forward_context, **kw):
+            for layer, host in self._loads():
+                layer.copy_(host.to(layer.device, non_blocking=True))
+    """
+    assert _outside(current, "C") == ()
+    side = current.replace("            for layer", "            with torch.cuda.stream(self._side):\n"
+                           "                pass\n            for layer")
+    assert len(_outside(side, "C")) == 1
+
+
+def test_a_drain_through_a_local_pairs_with_the_layer_save_as_a_synchronous_save() -> None:
+    source = """
+    class C(KVConnectorBase_V1):
+        def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kw):
+            self._step_tasks.append(self.store.dump(self._get_connector_metadata().blocks))
+        def wait_for_save(self):
+            tasks, self._step_tasks = self._step_tasks, []
+            for task in tasks:
+                try:
+                    self.store.wait(task)
+                except RuntimeError:
+                    pass
+    """
+    assert _label(source, "C", "save_kv_layer").label == "sync_save"
+    assert _label(source, "C", "wait_for_save").label == "base"
+    # the same pair keeping request records for later reports (WriteBackManifestConnector): not a plain sync
+    recording = source.replace("self._step_tasks.append(", "self._saved.add('r')\n"
+                               "            self._step_tasks.append(")
+    assert _label(recording, "C", "save_kv_layer").label == "submit_layer"
+    wait = _label(recording, "C", "wait_for_save")
+    assert wait.label == UNKNOWN and "request records" in wait.reasons[0]
+
+
+def test_a_method_alias_binds_the_body_defined_above_not_a_subclass_override() -> None:
+    source = """
+    class Base(KVConnectorBase_V1):
+        def _finish(self, request, block_ids):
+            if request.request_id not in self._async_dump_req_ids:
+                return False, None
+            return False, {"key": request.request_id}
+        request_finished = _finish
+    class Child(Base):
+        def _finish(self, request, block_ids):
+            return True, None
+    """
+    assert _label(source, "Child", "request_finished").label == "base"  # Base._finish: never delays
+    rebound = source.replace("        request_finished = _finish", "        request_finished = _finish\n"
+                             "        _finish = staticmethod(print)")
+    assert _label(rebound, "Base", "request_finished").label == "base"  # bound before the rebinding
+    opaque = source.replace("request_finished = _finish", "request_finished = functools.partialmethod(_finish)")
+    assert _label(opaque, "Child", "request_finished").label == UNKNOWN
+
+
+def test_a_finish_whose_every_answer_is_the_same_literal_is_labelled_by_it() -> None:
+    for first, label in (("True", "delay_all"), ("False", "base")):
+        source = f"""
+        class C(KVConnectorBase_V1):
+            def request_finished(self, request, block_ids):
+                if request.request_id in self._async_dump_req_ids:
+                    return {first}, {{"key": 1}}
+                return {first}, None
+        """
+        assert _label(source, "C", "request_finished").label == label
+
+
+def test_decorators_are_read_when_their_wrapper_calls_the_body_once_else_unknown() -> None:
+    template = """
+    def timed(name):
+        def decorate(fn):
+            @functools.wraps(fn)
+            def wrapper(self, *args, **kwargs):
+                try:
+                    return fn(self, *args, **kwargs)
+                finally:
+                    self._timings[name] += 1
+            return wrapper
+        return decorate
+    def retry(fn):
+        @functools.wraps(fn)
+        def wrapper(self, *args, **kwargs):
+            for _ in range(2):
+                try:
+                    return fn(self, *args, **kwargs)
+                except RuntimeError:
+                    pass
+        return wrapper
+    def later(fn):
+        def wrapper(self, *args, **kwargs):
+            self._pool.submit(fn, self, *args, **kwargs)
+        return wrapper
+    class C(KVConnectorBase_V1):
+        @DECORATOR
+        def wait_for_save(self):
+            task = self.store.dump(self._get_connector_metadata().blocks)
+            self.store.wait(task)
+    """
+    assert _label(template.replace("DECORATOR", 'timed("w")'), "C", "wait_for_save").label == "sync_save"
+    for decorator in ("retry", "later", "imported_elsewhere"):
+        label = _label(template.replace("DECORATOR", decorator), "C", "wait_for_save")
+        assert label.label == UNKNOWN and f"@{decorator} wraps the body" in label.reasons[0], decorator
+
+
+def test_a_save_that_submits_here_and_waits_in_another_function_is_unknown_not_a_layer_task() -> None:
+    source = """
+    class C(KVConnectorBase_V1):
+        def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kw):
+            for req in self._get_connector_metadata().requests:
+                self._persist(req)
+        def _persist(self, req):
+            self._inflight[req.req_id] = self.store.dump(req.block_ids)
+            self._settle(req.req_id)
+        def _settle(self, req_id):
+            task = self._inflight.pop(req_id, None)
+            if task is not None:
+                self.store.wait(task)
+    """
+    label = _label(source, "C", "save_kv_layer")
+    assert label.label == UNKNOWN and "waits store tasks in another function" in label.reasons[0]
