@@ -591,9 +591,8 @@ class _MethodReader:
     def _delay_answer(self) -> bool | None:
         """``True``/``False`` when the body ends in a return and every return is a tuple whose first element
         is that literal (``return False, {"key": k}``: whatever the rest, a finish that never delays)."""
-        returns = [n for n in _own_nodes(self.func) if isinstance(n, ast.Return)]
-        body = _strip_docstring(self.func.body)
-        if not returns or not body or not isinstance(body[-1], ast.Return):
+        returns = self._every_return()
+        if returns is None:
             return None
         answers: set[bool] = set()
         for ret in returns:
@@ -603,10 +602,17 @@ class _MethodReader:
             answers.add(first.value)
         return answers.pop() if len(answers) == 1 else None
 
-    def _constant_return(self) -> str | None:
+    def _every_return(self) -> list[ast.Return] | None:
+        """The body's returns, when it cannot end without one (its last statement returns); else None."""
         returns = [n for n in _own_nodes(self.func) if isinstance(n, ast.Return)]
         body = _strip_docstring(self.func.body)
         if not returns or not body or not isinstance(body[-1], ast.Return):
+            return None
+        return returns
+
+    def _constant_return(self) -> str | None:
+        returns = self._every_return()
+        if returns is None:
             return None
         values: set[str] = set()
         for ret in returns:
