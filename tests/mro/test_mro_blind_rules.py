@@ -134,6 +134,10 @@ def test_decorators_are_read_when_their_wrapper_calls_the_body_once_else_unknown
                 except RuntimeError:
                     pass
         return wrapper
+    def sometimes(fn):
+        def wrapper(self, *args, **kwargs):
+            return fn(self, *args, **kwargs) if self._enabled else None
+        return wrapper
     def later(fn):
         def wrapper(self, *args, **kwargs):
             self._pool.submit(fn, self, *args, **kwargs)
@@ -145,7 +149,7 @@ def test_decorators_are_read_when_their_wrapper_calls_the_body_once_else_unknown
             self.store.wait(task)
     """
     assert _label(template.replace("DECORATOR", 'timed("w")'), "C", "wait_for_save").label == "sync_save"
-    for decorator in ("retry", "later", "imported_elsewhere"):
+    for decorator in ("retry", "sometimes", "later", "imported_elsewhere"):
         label = _label(template.replace("DECORATOR", decorator), "C", "wait_for_save")
         assert label.label == UNKNOWN and f"@{decorator} wraps the body" in label.reasons[0], decorator
 

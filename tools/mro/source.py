@@ -288,8 +288,8 @@ def _transparent_decorator(func: ast.FunctionDef) -> bool:
             if not all(h.body and isinstance(h.body[-1], ast.Raise) for h in stmt.handlers):
                 return False  # an error of the body may be swallowed
             places += stmt.body
-    return any(isinstance(stmt, (ast.Return, ast.Assign, ast.Expr)) and calls[0] in ast.walk(stmt)
-               for stmt in places)
+    # the call is the statement's whole value: ``return fn(...) if ready else None`` may skip the body
+    return any(isinstance(stmt, (ast.Return, ast.Assign, ast.Expr)) and stmt.value is calls[0] for stmt in places)
 
 
 def _body_kind(func: ast.FunctionDef | ast.AsyncFunctionDef) -> BodyKind:
