@@ -45,6 +45,19 @@ def test_a_pool_submit_or_store_dump_in_start_load_kv_is_a_transfer_the_model_do
         assert len(why) == 1 and "C.start_load_kv may start a transfer" in why[0], (body, why)
 
 
+def test_a_dump_started_in_handle_preemptions_or_get_finished_is_one_too() -> None:
+    """The model's handle_preemptions and get_finished only wait: a save of the preempted or finished
+    request's blocks started there (they are freed right after a preemption) is outside every model run."""
+    for method, args in (("handle_preemptions", "self, metadata"), ("get_finished", "self, finished_req_ids")):
+        source = f"""
+        class C(KVConnectorBase_V1):
+            def {method}({args}):
+                self._spill.append(self.store.dump(self._blocks_of_preempted()))
+        """
+        why = _outside(source, "C")
+        assert len(why) == 1 and f"C.{method} may start a transfer" in why[0], (method, why)
+
+
 def test_a_load_copied_with_non_blocking_on_the_current_stream_is_not_one_but_on_a_side_stream_it_is() -> None:
     current = """
     class C(KVConnectorBase_V1):

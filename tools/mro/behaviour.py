@@ -80,11 +80,13 @@ ABSTRACT_REASON = "is abstract: a class resolving to it cannot run"
 EVERY_STEP_METHODS = ("build_connector_meta", "start_load_kv", "wait_for_save", "get_finished")
 
 #: Worker methods vLLM calls around each forward (kv_connector_model_runner_mixin.py ~72-105) in which the
-#: model starts no transfer of its own: its saves are submitted in save_kv_layer and wait_for_save. A store
-#: submit, or work handed to another thread or stream, in one of these may read KV blocks after the call
-#: returns (a save started with the next step's loads, a push of a loaded prefix), which no model run follows.
-OUTSIDE_METHODS = ("bind_connector_metadata", "start_load_kv", "wait_for_layer_load", "clear_connector_metadata",
-                   "get_block_ids_with_load_errors", "build_connector_worker_meta")
+#: model starts no transfer of its own: its saves are submitted in save_kv_layer and wait_for_save (its
+#: handle_preemptions and get_finished only wait). A store submit, or work handed to another thread or
+#: stream, in one of these may read KV blocks after the call returns (a save started with the next step's
+#: loads, a push of a loaded prefix, a dump of a preempted or finished request), which no model run follows.
+OUTSIDE_METHODS = ("bind_connector_metadata", "handle_preemptions", "start_load_kv", "wait_for_layer_load",
+                   "get_finished", "clear_connector_metadata", "get_block_ids_with_load_errors",
+                   "build_connector_worker_meta")
 
 #: The benign reading of an unrecognised finish: it delays every finished request (a safety invariant can
 #: only lose violations by delaying more: nothing is freed before it is reported, and no report is unexpected).
