@@ -56,6 +56,8 @@ def test_simulation_shards_fold_and_the_earliest_violation_wins() -> None:
     assert passed["status"] == "pass" and "no violation in 1,000 behaviours" in passed["message"]
     with pytest.raises(MergeError, match="different seed"):
         merge_results([("a", [_sim("M", "1/2")]), ("b", [{**_sim("M", "2/2"), "seed": 8}])])
+    with pytest.raises(MergeError, match="different ladder"):  # one shard run with --fixed-depth
+        merge_results([("a", [_sim("M", "1/2", ladder=True)]), ("b", [_sim("M", "2/2", ladder=False)])])
     with pytest.raises(MergeError, match="duplicate result: M shard 1/2"):
         merge_results([("a", [_sim("M", "1/2")]), ("b", [_sim("M", "1/2")]), ("c", [_sim("M", "2/2")])])
 

@@ -7,8 +7,8 @@ seed's traces identical run to run): the behaviours are counted exactly (``B`` p
 batch seeds are derived from the one seed given, so the same seed replays the same batches and finds the
 same counterexample, batch ``i``'s depth follows a ruler sequence up to the depth given (8, 16, 8, 32, 8,
 16, 8, 64, ...: half the batches at the shortest depth; see :func:`batch_depth`), and the batches of one
-simulation can be spread over machines (``shard``: batch ``i`` belongs to shard ``i mod N``). A time budget stops the simulation; the batch it interrupts is
-discarded and not counted. A simulation that finds nothing reports ``pass``: no violation in so many
+simulation can be spread over machines (``shard``: batch ``i`` belongs to shard ``i mod N``). A time budget
+stops the simulation; the batch it interrupts is discarded and not counted. A simulation that finds nothing reports ``pass``: no violation in so many
 behaviours, not a proof.
 """
 from __future__ import annotations
@@ -97,14 +97,19 @@ class SimulationStats:
     budget_spent: bool  # the time budget stopped it (rather than ``num`` or a violation)
     batch_seed: int | None = None  # the seed of the batch whose result is reported (a violation's replays it)
     batch_index: int | None = None  # that batch's place in the simulation's sequence of batches
-    batch_depth: int | None = None  # that batch's TLC ``-depth`` (with the seed, what replays it)
+    ladder: bool = True  # batch depths climbed the ruler sequence (False: every batch at ``depth``)
     requests: int | None = None  # the model was grown to this many requests (``--requests``); None: its own cfg
+
+    @property
+    def batch_depth(self) -> int | None:
+        """The reported batch's TLC ``-depth``: with ``batch_seed``, what replays its counterexample."""
+        return None if self.batch_index is None else batch_depth(self.depth, self.batch_index, self.ladder)
 
     def to_json(self) -> dict[str, Any]:
         return {"mode": "simulate", "seed": self.seed, "depth_bound": self.depth, "behaviours": self.behaviours,
                 "batches": self.batches, "shard": str(self.shard), "budget_spent": self.budget_spent,
                 "batch_seed": self.batch_seed, "batch_index": self.batch_index, "batch_depth": self.batch_depth,
-                "requests": self.requests}
+                "ladder": self.ladder, "requests": self.requests}
 
 
 def batch_seed(seed: int, index: int) -> int:
@@ -147,10 +152,9 @@ def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
     behaviours = generated = batches = 0
     uncounted = 0  # batches whose TLC printed no "states generated"
     last: TlcResult | None = None
-    interrupted: tuple[TlcResult, int, int, int] | None = None  # the batch the budget stopped: result, seed, index, depth
+    interrupted: tuple[TlcResult, int, int] | None = None  # the batch the budget stopped: result, seed, index
     last_seed: int | None = None
     last_index: int | None = None
-    last_depth: int | None = None
     budget_spent = False
     for index, size in plan.batches():
         remaining = None if deadline is None else deadline - time.monotonic()
@@ -163,9 +167,9 @@ def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
                          extra_args=["-simulate", f"num={size}", "-depth", str(depth), "-seed", str(seed)],
                          progress=progress, cancel=cancel)
         if result.kind is Kind.TIMEOUT:  # the only timeout given is the budget's: the batch is discarded
-            budget_spent, interrupted = True, (result, seed, index, depth)
+            budget_spent, interrupted = True, (result, seed, index)
             break
-        last, last_seed, last_index, last_depth = result, seed, index, depth
+        last, last_seed, last_index = result, seed, index
         if result.generated_states is None:
             uncounted += 1
         else:
@@ -185,12 +189,12 @@ def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
                    "behaviours finished: no verdict (give a larger --time-budget or a smaller --batch)")
         if interrupted is None:
             raise SimulationUsageError(message)
-        stopped, stopped_seed, stopped_index, stopped_depth = interrupted
+        stopped, stopped_seed, stopped_index = interrupted
         result = dataclasses.replace(stopped, status=Status.ERROR, kind=Kind.TIMEOUT, distinct_states=None,
                                      generated_states=None, seconds=seconds, message=message)
         return result, SimulationStats(seed=plan.seed, depth=plan.depth, behaviours=0, batches=0, shard=plan.shard,
                                        budget_spent=True, batch_seed=stopped_seed, batch_index=stopped_index,
-                                       batch_depth=stopped_depth)
+                                       ladder=plan.ladder)
     message = last.message
     if last.status is Status.PASS:
         message = f"no violation in {behaviours:,} behaviours of depth <= {plan.depth} (seed {plan.seed})"
@@ -202,5 +206,5 @@ def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
                                  message=message)
     stats = SimulationStats(seed=plan.seed, depth=plan.depth, behaviours=behaviours, batches=batches,
                             shard=plan.shard, budget_spent=budget_spent, batch_seed=last_seed,
-                            batch_index=last_index, batch_depth=last_depth)
+                            batch_index=last_index, ladder=plan.ladder)
     return result, stats
