@@ -116,6 +116,7 @@ class Effect:
     self_calls: frozenset[str] = frozenset()  # the definition's own self.<m>() calls (not transitive)
     constant: str | None = None  # the literal every return yields, when the call returns only that
     delay_answer: bool | None = None  # the literal first element of every returned tuple (a finish's delay)
+    records: frozenset[str] = frozenset()  # self attributes it adds entries to (request records a report may read)
     noop: bool = False
     abstract: bool = False
     forwards: tuple[Forward, ...] = ()
@@ -252,6 +253,7 @@ class EffectReader:
             self_calls=facts.self_calls,
             constant=constant,
             delay_answer=delay_answer,
+            records=frozenset(a for a, ops in facts.attr_ops if "add" in ops).union(*(e.records for e in everything)),
             noop=(facts.body == "noop" and not everything) or (only_delegates and delegated[0].noop),
             abstract=facts.body == "abstract" or (only_delegates and delegated[0].abstract),
             forwards=tuple(dict.fromkeys([*facts.forwards, *(f for e in everything for f in e.forwards)])),
@@ -344,8 +346,7 @@ class EffectReader:
                 "the model has no label for a partial wait",))
         if sum(f.submits for f in wait.flows):
             return None  # it submits too: each classified on its own
-        records = (self._recorded_attrs(cls, save_owner, "save_kv_layer", ())
-                   | self._recorded_attrs(cls, wait_owner, "wait_for_save", ())) - kept
+        records = (save.records | wait.records) - kept
         if not save.tracking_ops and not wait.tracking_ops and not records:  # the waiting is the sync save's
             return DefinitionLabel(owner, method, "sync_save" if method == "save_kv_layer" else "base")
         # The pair also keeps request records. As a synchronous save it would drop them, and with them the
@@ -357,19 +358,6 @@ class EffectReader:
         return DefinitionLabel(owner, method, UNKNOWN, (
             f"{wait_owner}.wait_for_save waits every per-layer task {save_owner}.save_kv_layer keeps, and the two "
             "also keep request records: which requests the model should track for the reports is not read",))
-
-    def _recorded_attrs(self, cls: str, owner: str, method: str, stack: tuple[tuple[str, str], ...]) -> set[str]:
-        """``self`` attributes that ``owner``'s ``method`` (and the ``self`` helpers it calls, as ``cls``
-        resolves them) adds entries to: request records a later report may read."""
-        if (owner, method) in stack or method not in self.hierarchy.classes[owner].methods:
-            return set()
-        facts = self.hierarchy.method(owner, method)
-        found = {attr for attr, ops in facts.attr_ops if "add" in ops}
-        for callee in facts.self_calls:
-            target = self.hierarchy.lookup(cls, callee)
-            if target is not None and not self.hierarchy.classes[target].external:
-                found |= self._recorded_attrs(cls, target, callee, (*stack, (owner, method)))
-        return found
 
     def saves_async(self, cls: str) -> bool:
         """Does anything ``cls`` runs visibly keep dumps in flight (the tracking set, a store submit)? Only
