@@ -183,3 +183,16 @@ def test_a_save_that_submits_here_and_waits_in_another_function_is_unknown_not_a
     """
     label = _label(source, "C", "save_kv_layer")
     assert label.label == UNKNOWN and "waits store tasks in another function" in label.reasons[0]
+
+
+def test_a_function_defined_inside_a_method_is_not_the_methods_own_work() -> None:
+    """``flush`` runs whenever someone calls it, not in save_kv_layer: the dump outlives the call."""
+    source = """
+    class C(KVConnectorBase_V1):
+        def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kw):
+            def flush():
+                self.store.wait(self._last)
+            self._last = self.store.dump(self._get_connector_metadata().blocks)
+            self._flushers.append(flush)
+    """
+    assert _label(source, "C", "save_kv_layer").label == "submit_layer"

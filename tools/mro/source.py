@@ -217,7 +217,8 @@ def _is_self(node: ast.expr) -> bool:
 
 def _own_nodes(func: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
     """Every node of a function body, without descending into nested functions, lambdas or classes."""
-    stack: list[ast.AST] = list(reversed(func.body))
+    stack: list[ast.AST] = [stmt for stmt in reversed(func.body)
+                            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
     while stack:
         node = stack.pop()
         yield node
@@ -250,11 +251,9 @@ BENIGN_DECORATORS = frozenset({"property", "setter", "deleter", "cached_property
 def _returned_function(func: ast.FunctionDef) -> ast.FunctionDef | None:
     """The function ``func`` defines and returns (``def deco(fn): def wrapper(...): ...; return wrapper``)."""
     nested = [s for s in func.body if isinstance(s, ast.FunctionDef)]
-    returns = [n for n in ast.walk(func) if isinstance(n, ast.Return)]
-    if len(nested) != 1 or not returns:
-        return None
-    if all(isinstance(r.value, ast.Name) and r.value.id == nested[0].name for r in returns
-           if not any(r in ast.walk(n) for n in nested)):
+    returns = [n for n in _own_nodes(func) if isinstance(n, ast.Return)]
+    if len(nested) == 1 and returns and all(isinstance(r.value, ast.Name) and r.value.id == nested[0].name
+                                            for r in returns):
         return nested[0]
     return None
 
@@ -875,6 +874,14 @@ def _module_classes(body: Iterable[ast.stmt]) -> Iterator[ast.ClassDef]:
                 yield from _module_classes(handler.body)
 
 
+def _bound_names(stmt: ast.stmt) -> list[str]:
+    """The names a class-body statement (re)binds."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [stmt.name]
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+    return [t.id for t in targets if isinstance(t, ast.Name)]
+
+
 def _read_class(
     node: ast.ClassDef, file: str, tracking_attr: TrackingAttrs, registries: dict[str, tuple[str, ...]],
     transparent: frozenset[str] = frozenset(),
@@ -929,13 +936,10 @@ def _read_class(
                         body="code",
                         opaque=(f"line {stmt.lineno}: {target.id} is assigned ({ast.unparse(stmt.value)}), not def",),
                     )
+        for name in _bound_names(stmt):
+            defined.pop(name, None)  # rebound: no longer the plain function defined above
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and not stmt.decorator_list:
             defined[stmt.name] = stmt
-        elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            for target in (stmt.targets if isinstance(stmt, ast.Assign) else
-                           [stmt.target] if isinstance(stmt, ast.AnnAssign) else [ast.Name(stmt.name)]):
-                if isinstance(target, ast.Name):
-                    defined.pop(target.id, None)  # rebound: no longer the plain function defined above
     return ClassFacts(
         name=node.name,
         file=file,
