@@ -99,6 +99,30 @@ Pin(freed) == IF Pins THEN pinned \cup (freed \cap Touched(xfer)) ELSE pinned
 Victims(victims) == UNION {held[v] : v \in victims}
 PoolFree(victims) == (Block \ Pin(Victims(victims))) \ UNION {held[q] : q \in Req \ victims}
 
+(* Reduction "fresh blocks" (README "Reductions"): a block no variable     *)
+(* refers to is interchangeable with any other such block (the models'     *)
+(* SYMMETRY), so a schedule hands out fresh blocks in one fixed way         *)
+(* (CHOOSE is deterministic) instead of trying every one: any other way is  *)
+(* that one with fresh blocks renamed.                                      *)
+Fresh == Block \ (UNION {held[r] : r \in Req} \cup toWrite \cup Touched(xfer) \cup pinned)
+RECURSIVE FirstOf(_, _)
+FirstOf(FF, k) == IF k = 0 THEN {} ELSE LET b == CHOOSE x \in FF : TRUE IN {b} \cup FirstOf(FF \ {b}, k - 1)
+
+(* The maps giving each request of D a non-empty set of blocks of F, the  *)
+(* sets disjoint and each request within Need blocks, fresh blocks (FF, a   *)
+(* subset of F) handed out by FirstOf: built request by request (filtering *)
+(* [D -> SUBSET F] enumerates (2^|F|)^|D| maps: 30,000 at 3 requests and 5 *)
+(* blocks, every schedule step).                                           *)
+RECURSIVE NewBlocks(_, _, _)
+NewBlocks(D, F, FF) ==
+    IF D = {} THEN {[r \in {} |-> {}]}
+    ELSE LET d == CHOOSE r \in D : TRUE
+             Room == Need - Cardinality(held[d])
+             Sets == {x \cup FirstOf(FF, k) : x \in SUBSET (F \ FF),
+                                             k \in 0..Cardinality(FF)}
+         IN  UNION {{(d :> s) @@ f : f \in NewBlocks(D \ {d}, F \ s, FF \ s)}
+                    : s \in {x \in Sets : x # {} /\ Cardinality(x) <= Room}}
+
 \* "any" states the same rules on the next state (no enumeration: the refinement check binds it).
 SchedTrans(a, b) ==
     CASE a = "waiting" -> b \in {"waiting", "running"} \/ (Loads /\ b = "recving")
@@ -125,14 +149,11 @@ AnySchedule ==
 schedule ==
     /\ phase = "sched"
     /\ IF Design = "any" THEN AnySchedule ELSE
-       \E victims \in SUBSET Running :
+       \E victims \in {v \in SUBSET Running : preempts + Cardinality(v) <= MaxPreempt} :
        \E adv \in SUBSET ({r \in Req : rstate[r] \in {"waiting", "preempted"}}
                           \cup {r \in Running \ victims : Cardinality(held[r]) < Need}) :
        \E recv \in IF Loads THEN SUBSET {r \in adv : rstate[r] = "waiting"} ELSE {{}} :
-       \E new \in [adv -> (SUBSET PoolFree(victims)) \ {{}}] :
-         /\ preempts + Cardinality(victims) <= MaxPreempt
-         /\ \A r, q \in adv : r # q => new[r] \cap new[q] = {}
-         /\ \A r \in adv : Cardinality(held[r]) + Cardinality(new[r]) <= Need
+       \E new \in NewBlocks(adv, PoolFree(victims), Fresh) :
          /\ rstate' = [r \in Req |-> IF r \in victims THEN "preempted"
                                      ELSE IF r \in recv THEN "recving"
                                      ELSE IF r \in adv THEN "running" ELSE rstate[r]]

@@ -459,6 +459,45 @@ Injections(D, F) ==
 
 HeldIn(S) == UNION {Range(S.bo[r]) \cup SwHeld(S.sw[r]) : r \in Req} \cup UNION {e.blocks : e \in S.pk}
 
+(* Reduction "fresh blocks" (README "Reductions"): a block that no variable *)
+(* refers to is interchangeable with any other such block, since every      *)
+(* action and property treats blocks alike (the models' SYMMETRY).  A pick *)
+(* of free blocks then need not try every fresh block for every slot: the  *)
+(* slots a pick fills with fresh blocks take them in one fixed way          *)
+(* (FreshFill), and every other pick is that one with fresh blocks renamed. *)
+(* Referenced(S): the blocks scheduler state S, the ranks' dump and load    *)
+(* tasks refer to; none is fresh while a scheduled step is in flight        *)
+(* (its metadata names blocks).  `action` is left out: no action reads it. *)
+Referenced(S) ==
+    HeldIn(S) \cup S.fs \cup S.inv
+    \cup UNION {UNION {t.blocks : t \in pending[w]} \cup {t.block : t \in loadTasks[w]} : w \in Rank}
+Fresh(S) == IF inflight = <<>> THEN Block \ Referenced(S) ELSE {}
+
+(* The slots of D filled one-to-one with blocks of FF, in one fixed way    *)
+(* (CHOOSE is deterministic); needs Cardinality(D) <= Cardinality(FF).     *)
+RECURSIVE FreshFill(_, _)
+FreshFill(D, FF) ==
+    IF D = {} THEN [x \in {} |-> x]
+    ELSE LET d == CHOOSE x \in D : TRUE
+             b == CHOOSE y \in FF : TRUE
+         IN  (d :> b) @@ FreshFill(D \ {d}, FF \ {b})
+
+(* The one-to-one maps from a subset of D into F.                           *)
+RECURSIVE PartialInjections(_, _)
+PartialInjections(D, F) ==
+    IF D = {} THEN {[x \in {} |-> x]}
+    ELSE LET d == CHOOSE x \in D : TRUE
+         IN  PartialInjections(D \ {d}, F)
+             \cup UNION {{(d :> b) @@ f : f \in PartialInjections(D \ {d}, F \ {b})} : b \in F}
+
+(* Injections(D, F) up to renaming the fresh blocks FF (a subset of F):    *)
+(* each way to fill some slots with the other blocks of F, the remaining    *)
+(* slots filled with fresh blocks by FreshFill.                            *)
+Picks(D, F, FF) ==
+    IF FF = {} THEN Injections(D, F)
+    ELSE {g @@ FreshFill(D \ DOMAIN g, FF) :
+            g \in {h \in PartialInjections(D, F \ FF) : Cardinality(D \ DOMAIN h) <= Cardinality(FF)}}
+
 (* "defer_block_free": the non-empty steps in flight from position k on   *)
 (* (a step is non-empty iff it ran some request: `ran`), and the requests *)
 (* one of them ran (Request.last_sched_seq > processed_step_seq,           *)
@@ -577,7 +616,7 @@ ScheduleResults(S) ==
         Opts == {o \in (SUBSET (admit \cup prefill)) \X ({{}} \cup VictimSets) :
                     OK(o[1], o[2])}
                 \cup {o \in (SUBSET (admit \cup prefill)) \X CascadeSets : Cascade(o[1], o[2])}
-        Picks(adv, p) == Injections(adv \X Groups, Free(adv, p))
+        Pick(adv, p) == Picks(adv \X Groups, Free(adv, p), Fresh(S))
         \* "partial_hits": a hit takes a second block, for the prompt block the step computes
         \* after the loaded one (a hit needs the free blocks for it); HybridHit: for the second
         \* loaded block.  (A request whose asynchronous load failed gets no hit again: NoRehit.)
@@ -588,8 +627,7 @@ ScheduleResults(S) ==
                         ELSE HitSets(adv)
         Xs(adv, p, pk, hits) ==
             IF TwoBlockHits
-            THEN {xb \in [hits -> Free(adv, p) \ Range(pk)] :
-                    \A x, y \in hits : x # y => xb[x] # xb[y]}
+            THEN Picks(hits, Free(adv, p) \ Range(pk), Fresh(S) \ Range(pk))
             ELSE {[r \in {} |-> r]}
         Idx(r) == IF r \in admit THEN 1 ELSE Len(S.bo[r]) + 1
         \* "store_visibility": a hit loads the prompt of some request `src`
@@ -722,7 +760,7 @@ ScheduleResults(S) ==
     IN  UNION {UNION {UNION {{Result(o[1], o[2], pk, hits, src, xb, sb, redo) :
                                 src \in Srcs(hits), xb \in Xs(o[1], o[2], pk, hits),
                                 sb \in ShareChoices(o[1], o[2], pk, hits), redo \in RedoChoices(o[2])}
-                             : pk \in Picks(o[1], o[2])}
+                             : pk \in Pick(o[1], o[2])}
                       : hits \in Hits(o[1], o[2])}
                : o \in Opts}
 

@@ -8,7 +8,8 @@ import pytest
 from deferdump.tools.tlc import simulate as simulate_module
 from deferdump.tools.tlc.bridge import Kind, Status, TlcResult, run_tlc
 from deferdump.tools.tlc.shard import Shard
-from deferdump.tools.tlc.simulate import SimulationPlan, SimulationUsageError, batch_depth, batch_seed, simulate
+from deferdump.tools.tlc.simulate import (SimulationPlan, SimulationUsageError, batch_depth, batch_seed, simulate,
+                                          simulation_config)
 from support import FIXTURES as ALL_FIXTURES
 
 FIXTURES = ALL_FIXTURES / "tla"
@@ -149,3 +150,21 @@ def test_a_violation_replays_from_its_batch_seed_and_batch_depth() -> None:
         "-simulate", "num=100", "-depth", str(stats.batch_depth), "-seed", str(stats.batch_seed)])
     assert again.property == result.property == "FarInv"
     assert [dict(s.values) for s in again.trace] == [dict(s.values) for s in result.trace]
+
+
+def test_a_simulation_leaves_the_models_symmetry_out() -> None:
+    """SYMMETRY costs a simulation every permutation per state and merges nothing: it is dropped, from a cfg
+    file and from a generated one. A SYMMETRY naming no definition stops model checking at once, and a
+    simulation of the same cfg runs."""
+    broken = (FIXTURES / "Counter.cfg").read_text(encoding="utf-8") + "\nSYMMETRY NoSuchPermutations\n"
+    checked = run_tlc(FIXTURES / "Counter.tla", "CounterSym.cfg", extra_modules={"CounterSym.cfg": broken})
+    assert checked.status is Status.ERROR
+    plan = SimulationPlan(depth=10, seed=1, num=20, batch=10)
+    result, stats = simulate(FIXTURES / "Counter.tla", "CounterSym.cfg", plan,
+                             extra_modules={"CounterSym.cfg": broken})
+    assert result.status is Status.PASS and stats.behaviours == 20
+    config, modules = simulation_config(FIXTURES / "Counter.tla", "CounterSym.cfg", {"CounterSym.cfg": broken})
+    assert config == "CounterSym_nosymmetry.cfg" and "SYMMETRY" not in modules[config]
+    assert modules["CounterSym.cfg"] == broken  # the caller's files are left as they were
+    # a cfg without SYMMETRY is run as given
+    assert simulation_config(FIXTURES / "Counter.tla", None, {}) == (None, {})

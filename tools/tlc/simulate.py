@@ -8,8 +8,9 @@ batch seeds are derived from the one seed given, so the same seed replays the sa
 same counterexample, batch ``i``'s depth follows a ruler sequence up to the depth given (8, 16, 8, 32, 8,
 16, 8, 64, ...: half the batches at the shortest depth; see :func:`batch_depth`), and the batches of one
 simulation can be spread over machines (``shard``: batch ``i`` belongs to shard ``i mod N``). A time budget
-stops the simulation; the batch it interrupts is discarded and not counted. A simulation that finds nothing reports ``pass``: no violation in so many
-behaviours, not a proof.
+stops the simulation; the batch it interrupts is discarded and not counted. A simulation that finds nothing
+reports ``pass``: no violation in so many behaviours, not a proof. The model's SYMMETRY is left out
+(:func:`simulation_config`): a simulation merges no states, so symmetry only costs.
 """
 from __future__ import annotations
 
@@ -26,12 +27,13 @@ from typing import Any
 
 from deferdump.reference.errors import UserError
 from deferdump.tools.tlc.bridge import Kind, Progress, Status, TlcResult, run_tlc
+from deferdump.tools.tlc.cfg import SECTION_LINE, strip_comments, without_sections
 from deferdump.tools.tlc.shard import Shard
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["BATCH_BEHAVIOURS", "DEFAULT_DEPTH", "LADDER_FLOOR", "Shard", "SimulationPlan", "SimulationStats",
-           "batch_depth", "batch_seed", "simulate"]
+           "batch_depth", "batch_seed", "simulate", "simulation_config"]
 
 BATCH_BEHAVIOURS = 500
 """Behaviours per TLC run: large enough that the JVM start (about 1 s) is a small share of a batch."""
@@ -133,6 +135,30 @@ def batch_depth(depth: int, index: int, ladder: bool = True) -> int:
     return min(depth, LADDER_FLOOR * (index & -index))
 
 
+def simulation_config(spec: Path, config: Path | str | None,
+                      extra_modules: Mapping[str, str]) -> tuple[Path | str | None, dict[str, str]]:
+    """The cfg a simulation runs, and the generated files with it: the model's cfg without its SYMMETRY.
+
+    TLC fingerprints every state it generates, in simulation too, and under SYMMETRY a fingerprint is the
+    least over every permutation of the symmetry sets: 30,240 at 3 requests and 7 blocks, seconds a state.
+    A simulation keeps no set of states for symmetry to shrink, and its invariants hold or fail alike in
+    symmetric states, so leaving SYMMETRY out loses nothing. A cfg without it is returned as it came.
+    """
+    modules = dict(extra_modules)
+    name = None if config is None else Path(config).name
+    if name is not None and name in modules:
+        text = modules[name]
+    else:
+        text = Path(config if config is not None else Path(spec).with_suffix(".cfg")).read_text(encoding="utf-8")
+    if not any((section := SECTION_LINE.match(line)) and section.group(1) == "SYMMETRY"
+               for line in strip_comments(text).splitlines()):
+        return config, modules
+    stem = Path(name).stem if name is not None else Path(spec).stem
+    generated = f"{stem}_nosymmetry.cfg"
+    modules[generated] = without_sections(text, {"SYMMETRY"})
+    return generated, modules
+
+
 def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
              extra_modules: Mapping[str, str] = {},  # noqa: B006 - read only
              progress: Callable[[Progress], None] | None = None,
@@ -147,6 +173,7 @@ def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
     the thread first runs (``Simulator.simulate`` clears ``isRunning`` before the thread's loop test): then
     the sum would be short, and ``generated_states`` is None (unknown) instead.
     """
+    config, extra_modules = simulation_config(spec, config, extra_modules)
     started = time.monotonic()
     deadline = None if plan.time_budget is None else started + plan.time_budget
     behaviours = generated = batches = 0
