@@ -162,3 +162,54 @@ def test_empty_manifest_passes_and_says_so(tmp_path: Path) -> None:
     assert out.returncode == 0
     assert json.loads(out.stdout) == []
     assert_one_clean_line(out.stderr, "0 models checked")
+
+
+def _child_jvms(parent: int) -> list[int]:
+    """PIDs of TLC JVMs whose parent is ``parent`` (read from /proc)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent and b"tlc2.TLC" in argv:
+            found.append(int(proc.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_sigterm_ends_the_check_and_its_jvm() -> None:
+    """`timeout`, a CI runner or `kill` sends SIGTERM: TLC's JVM (in a session of its own) must die with
+    deferdump, not run on for the rest of its search."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([DEFERDUMP, "check", str(FIXTURES / "Big.tla"), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        jvms: list[int] = []
+        while not jvms and time.monotonic() < deadline:
+            time.sleep(0.1)
+            jvms = _child_jvms(proc.pid)
+        assert jvms, "TLC never started"
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    assert_one_clean_line(stderr, "deferdump check: interrupted")
+    time.sleep(0.5)
+    assert not any(_alive(pid) for pid in jvms)

@@ -1,6 +1,9 @@
 """The `deferdump` command line. Each command lives in its own module and registers itself here."""
 from __future__ import annotations
 
+import signal
+import types
+
 import typer
 
 from deferdump.tools.cli.bench import bench
@@ -47,8 +50,16 @@ app.command("validate")(validate)
 app.command("watch")(watch)
 
 
+def _terminated(signum: int, frame: types.FrameType | None) -> None:
+    """SIGTERM (``timeout``, a CI runner, ``kill``) ends a command as Ctrl-C does. Python's default would end
+    the process at once, without the cleanup that kills TLC's JVMs and vLLM's engines: they run in sessions of
+    their own (so a terminal's Ctrl-C reaches only deferdump), and would be left running."""
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     """Console-script entry point: usage errors and DeferdumpErrors become one line on stderr, no traceback."""
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         code = app(standalone_mode=False)
     except typer.TyperException as error:  # click's usage errors (typer vendors click)
@@ -57,6 +68,9 @@ def main() -> None:
     except typer.Abort:
         typer.echo("deferdump: aborted", err=True)
         raise SystemExit(1) from None
+    except KeyboardInterrupt:  # a command without its own handler: its cleanup (finally blocks) has run
+        typer.echo("deferdump: interrupted", err=True)
+        raise SystemExit(130) from None
     except UserError as error:
         typer.echo(f"deferdump: {error}", err=True)
         raise SystemExit(2) from None
