@@ -34,7 +34,7 @@ def _fixture_manifest(tmp_path: Path) -> Path:
         shutil.copyfile(module, root / module.name)
     shutil.copyfile(DEFERDUMP_FIXTURES / "ConfMLA.cfg", root / "ConfMLA.cfg")
     entry = {"name": "ConfMLA", "module": "MCReal", "config": "ConfMLA.cfg", "tier": "ci", "variant": "Direct",
-             "expect": "pass", "distinct_states": 133, "mutant": False, "conformance": True}
+             "expect": "pass", "distinct_states": 73, "mutant": False, "conformance": True}
     (root / "manifest.json").write_text(json.dumps({"models": [entry]}))
     return root / "manifest.json"
 
@@ -46,7 +46,7 @@ def test_traces_and_replay_json(tmp_path):
     assert made.returncode == 0, made.stderr
     summary = json.loads(made.stdout)
     assert set(summary) >= {"model", "mode", "traces", "states", "edges", "covered_edges", "files"}
-    assert summary["model"] == "ConfMLA" and summary["states"] == 133
+    assert summary["model"] == "ConfMLA" and summary["states"] == 73
     assert summary["covered_edges"] == summary["edges"] and len(summary["files"]) == summary["traces"]
     replayed = _run("replay", *summary["files"][:5], "--json")
     assert replayed.returncode == 0, replayed.stderr
