@@ -110,6 +110,8 @@ class MethodFacts:
     words: frozenset[str] = frozenset()  # every attribute and name the body reads (fence recognition)
     reported_waits: "bool | None" = None  # get_finished-style: does a wait depend on what the call returns?
     has_condition: bool = False  # any if/while/conditional expression in the body
+    generator: bool = False  # the body yields: calling it runs nothing until the result is iterated
+    self_call_uses: tuple[tuple[str, str], ...] = ()  # (helper, "dropped"/"consumed"/"held") per self.<m>() call
 
 
 #: Store calls that submit a dump (a task comes back) and that block on one.
@@ -119,6 +121,39 @@ STORE_WAITS = frozenset({"wait", "wait_dump"})
 
 _ALL_ENTRIES = {"items", "values", "copy"}  # ``self.x.<these>()`` iterates every entry of ``self.x``
 _WHOLE = {"list", "tuple", "sorted", "set"}  # ``list(self.x)`` likewise
+
+
+#: Calls that iterate an argument to its end (a generator passed to them runs its whole body).
+_EXHAUSTING_FUNCTIONS = frozenset({"list", "tuple", "set", "frozenset", "sorted", "dict", "sum", "max", "min",
+                                   "deque", "Counter"})
+_EXHAUSTING_METHODS = frozenset({"update", "extend", "join", "difference_update", "intersection_update",
+                                 "symmetric_difference_update", "union", "difference", "intersection",
+                                 "writelines", "extendleft"})
+
+
+def _call_use(call: ast.Call, parents: dict[ast.AST, ast.AST]) -> str:
+    """What the caller does with a call's value: ``dropped`` (a bare statement), ``consumed`` (iterated to
+    its end: a ``for`` loop, a comprehension, ``list(...)``, ``x.update(...)``, ``yield from``) or ``held``
+    (kept, returned or passed on: when, or how far, it is iterated is not followed)."""
+    parent = parents.get(call)
+    if isinstance(parent, ast.Expr):
+        return "dropped"
+    if isinstance(parent, (ast.For, ast.AsyncFor)) and parent.iter is call:
+        return "consumed"
+    if isinstance(parent, ast.comprehension) and parent.iter is call:
+        grand = parents.get(parent)
+        # a list/set/dict comprehension runs to the end; a generator expression is itself lazy
+        return "held" if isinstance(grand, ast.GeneratorExp) else "consumed"
+    if isinstance(parent, ast.YieldFrom):
+        return "consumed"
+    if isinstance(parent, ast.Call) and call in parent.args:
+        name = parent.func.id if isinstance(parent.func, ast.Name) else (
+            parent.func.attr if isinstance(parent.func, ast.Attribute) else None)
+        if isinstance(parent.func, ast.Name) and name in _EXHAUSTING_FUNCTIONS:
+            return "consumed"
+        if isinstance(parent.func, ast.Attribute) and name in _EXHAUSTING_METHODS:
+            return "consumed"
+    return "held"
 
 
 def _iterated_attr(node: ast.expr) -> str | None:
@@ -332,6 +367,7 @@ class _MethodReader:
         self.attr_loads: set[str] = set()
         self.async_hints: list[str] = []
         self.attr_ops: dict[str, set[str]] = {}  # every self attribute -> tracking-style ops on it
+        self.self_call_uses: list[tuple[str, str]] = []
 
     def read(self) -> MethodFacts:
         self._collect_aliases()
@@ -385,6 +421,8 @@ class _MethodReader:
             ),
             reported_waits=self._reported_waits(),
             has_condition=any(isinstance(n, (ast.If, ast.While, ast.IfExp)) for n in _own_nodes(self.func)),
+            generator=any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _own_nodes(self.func)),
+            self_call_uses=tuple(dict.fromkeys(self.self_call_uses)),
         )
 
     def _reported_waits(self) -> bool | None:
@@ -504,6 +542,7 @@ class _MethodReader:
             self._read_super(call, func.attr, target)
         elif _is_self(target):
             self.self_calls.add(func.attr)
+            self.self_call_uses.append((func.attr, _call_use(call, self.parents)))
         elif isinstance(target, ast.Attribute) and _is_self(target.value) and target.attr not in self.tracking_attrs:
             if func.attr in CONNECTOR_METHODS:
                 self.forwards.append(Forward(target.attr, func.attr, self._guards(call, target.attr)))
