@@ -1,7 +1,8 @@
 """`deferdump mro` on a corpus of realistic connectors (tests/fixtures/mro/corpus/, index.json): each class
 gets the verdict recorded for it, which is never the opposite of what a careful reader concludes (`truth`);
-`unknown` is allowed only where the index says why reading cannot decide. The `blind_*` files were written
-against vLLM's connector API, not against the judge's rules."""
+`unknown` is allowed only where the index says why reading cannot decide. Where the index records the truth of
+single cases (`"cases"`: one KV-cache group, hybrid, MLA, two layers), no case is judged the opposite either.
+The `blind_*` files were written against vLLM's connector API, not against the judge's rules."""
 from __future__ import annotations
 
 import json
@@ -29,6 +30,10 @@ def test_the_index_covers_every_corpus_file_and_no_verdict_contradicts_the_truth
         for entry in entries.values():
             assert entry["verdict"] in ("safe", "unsafe", "unknown") and entry["truth"] in ("safe", "unsafe")
             assert entry["verdict"] in (entry["truth"], "unknown") and entry["why"]
+            cases = entry.get("cases", {})
+            assert set(cases) <= {"single", "multi", "hybrid", "mla", "layerwise"}
+            assert set(cases.values()) <= {"safe", "unsafe"}
+            assert ("unsafe" in cases.values()) <= (entry["truth"] == "unsafe"), entry
 
 
 @pytest.mark.parametrize("name", sorted(INDEX))
@@ -52,3 +57,6 @@ def test_corpus_connector_gets_its_recorded_verdict(runner: ModelRunner, name: s
             assert (judgement.deciding.counterexample is not None) == (judgement.violated is not None), cls
         if judgement.verdict == "unsafe":
             assert judgement.violated is not None, cls
+        for case in judgement.judgements:  # a case's own truth, where the index records it
+            truth = entry.get("cases", {}).get(case.context.key.split("[")[0])
+            assert truth is None or case.verdict in (truth, "unknown"), (cls, case.context.key, case.verdict)
