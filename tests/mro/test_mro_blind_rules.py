@@ -196,3 +196,62 @@ def test_a_function_defined_inside_a_method_is_not_the_methods_own_work() -> Non
             self._flushers.append(flush)
     """
     assert _label(source, "C", "save_kv_layer").label == "submit_layer"
+
+
+def test_a_task_kept_one_per_key_is_worse_than_its_label_unless_the_key_is_fresh_or_a_waited_layer() -> None:
+    """The second blind round's DeferredSlotStore keeps ``self._inflight[req_id] = dump(...)`` once per layer:
+    with two layers the first task is replaced and never waited, which no model label expresses (the model
+    keeps every task). The label stays (an overwrite it leads to is real) and says the code does worse."""
+    keyed = """
+    class C(KVConnectorBase_V1):
+        def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kw):
+            for req in self._get_connector_metadata().requests:
+                self._inflight[req.req_id] = self.store.dump(req.block_ids)
+    """
+    label = _label(keyed, "C", "save_kv_layer")
+    assert label.label == "submit_layer" and label.beyond_model
+    assert "self._inflight[req] = task" in label.beyond_model[0]
+    fresh = keyed.replace("self._inflight[req.req_id]", "self._inflight[next(self._ids)]")
+    assert not _label(fresh, "C", "save_kv_layer").beyond_model
+    per_layer_waited = """
+    class C(KVConnectorBase_V1):
+        def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kw):
+            self._tasks[layer_name] = self.store.dump(self._get_connector_metadata().blocks)
+        def wait_for_save(self):
+            for task in self._tasks.values():
+                self.store.wait(task)
+            self._tasks.clear()
+    """
+    paired = _label(per_layer_waited, "C", "save_kv_layer")
+    assert paired.label == "sync_save" and not paired.beyond_model
+    per_layer_kept = per_layer_waited.replace(
+        "for task in self._tasks.values():\n                self.store.wait(task)\n            self._tasks.clear()",
+        "pass")
+    assert _label(per_layer_kept, "C", "save_kv_layer").beyond_model  # kept across steps: a later step replaces it
+    fresh_local = keyed.replace("self._inflight[req.req_id] = self.store.dump(req.block_ids)",
+                                "key = next(self._ids)\n                self._inflight[key] = self.store.dump(req.block_ids)")
+    assert not _label(fresh_local, "C", "save_kv_layer").beyond_model
+
+
+def test_a_single_attribute_holding_the_last_task_loses_the_others_unless_waited_in_the_call() -> None:
+    """``self._last = dump(...)`` per layer keeps only the last layer's task; a task also waited in the same
+    call loses nothing when the next one takes its place (the label itself is other rules' business)."""
+    last = """
+    class C(KVConnectorBase_V1):
+        def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kw):
+            self._last = self.store.dump(self._get_connector_metadata().blocks)
+        def wait_for_save(self):
+            self.store.wait(self._last)
+    """
+    assert _label(last, "C", "save_kv_layer").beyond_model
+    waited_here = """
+    class C(KVConnectorBase_V1):
+        def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kw):
+            task = self.store.dump(self._get_connector_metadata().blocks)
+            self._last = task
+            self.store.wait(task)
+    """
+    assert not _label(waited_here, "C", "save_kv_layer").beyond_model
+    grown = last.replace("self._last = self.store.dump(self._get_connector_metadata().blocks)",
+                         "self._last = self._last + [self.store.dump(self._get_connector_metadata().blocks)]")
+    assert not _label(grown, "C", "save_kv_layer").beyond_model

@@ -8,7 +8,7 @@ so the model itself does the dispatch. What the syntax cannot settle is ``unknow
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from deferdump.tools.mro.hierarchy import Hierarchy
 from deferdump.tools.mro.source import CONNECTOR_METHODS, Forward, TaskFlow
@@ -26,6 +26,9 @@ SPEC_METHODS: tuple[str, ...] = (
 )
 
 UNKNOWN = "unknown"
+
+#: The methods that start the step's dumps in the model (a replaced task there is a lost one).
+SAVE_METHODS = ("save_kv_layer", "wait_for_save")
 
 #: Not a model label: a preemption wait selecting tasks by their blocks (the judge resolves it per case).
 AMBIGUOUS_PREEMPT = "wait_preempted_or_freed"
@@ -166,6 +169,9 @@ class DefinitionLabel:
     reasons: tuple[str, ...] = ()
     phantom: bool = False
     hybrid_reasons: tuple[str, ...] = ()  # set: under a hybrid model the label is unknown, for these reasons
+    # set: the code does worse than ``label`` (it loses tasks the label keeps). The model runs ``label``; a pass
+    # proves nothing (unknown, for these reasons), an overwrite it finds is real (losing a task removes waits only)
+    beyond_model: tuple[str, ...] = ()
 
 
 class EffectReader:
@@ -301,8 +307,11 @@ class EffectReader:
             return DefinitionLabel(owner, method, "super")
         effect = self.effect(cls, owner, method)
         paired = self._layer_pair(cls, owner, method, effect)
+        replacing = sorted(r for f in effect.flows for r in f.replaced) if method in SAVE_METHODS else []
         if paired is not None:
-            return paired
+            if paired.label == UNKNOWN or all(any("layer" in n for n in names) for _, names in replacing):
+                return paired  # a per-layer key, waited (every entry) in the same step: nothing is replaced
+            return self._replacing(owner, method, paired.label, replacing)
         label, reasons = classify(
             method, owner, effect, self.saves_async(cls), self._reported_waits(cls, owner, method),
             own_unconditional=not facts.has_condition,
@@ -314,7 +323,20 @@ class EffectReader:
             hybrid = (f"{owner}.{method} waits some of the dumps it submits before returning and keeps others: "
                       "a fence on a hybrid model if the waited ones are the sliding-window group's, which reading "
                       "the code cannot establish",)
+        if replacing and label != UNKNOWN:
+            return replace(self._replacing(owner, method, label, replacing), reasons=reasons, hybrid_reasons=hybrid)
         return DefinitionLabel(owner, method, label, reasons, hybrid_reasons=hybrid)
+
+    @staticmethod
+    def _replacing(owner: str, method: str, label: str, replacing: list[tuple[str, frozenset[str]]]) -> DefinitionLabel:
+        """A save keeping one task per key loses the earlier task when a key comes again; the model keeps
+        every task, so ``label`` is better than the code (DeferredSlotStore of the second blind round:
+        ``self._inflight[req_id]`` written once per layer, judged safe with two layers)."""
+        attr, names = replacing[0]
+        return DefinitionLabel(owner, method, label, beyond_model=(
+            f"{owner}.{method} keeps its dump tasks one per key (self.{attr}[{', '.join(sorted(names)) or '...'}] "
+            "= task): a later dump under the same key (another layer of the same step, or the same request in a "
+            "later step) replaces the earlier task, which nothing then waits; the model keeps every task",))
 
     def _reported_waits(self, cls: str, owner: str, method: str) -> bool:
         """Does ``owner``'s definition wait tasks selected by what it reports? Followed into a ``super()``

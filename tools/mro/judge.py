@@ -389,7 +389,8 @@ class Judge:
                         continue
                     label = self.reader.label(concrete, owner, method)
                     if label.hybrid_reasons and case == "hybrid":
-                        label = DefinitionLabel(owner, method, UNKNOWN, label.hybrid_reasons)
+                        label = DefinitionLabel(owner, method, UNKNOWN, label.hybrid_reasons,
+                                                beyond_model=label.beyond_model)
                     if label.label == AMBIGUOUS_PREEMPT:
                         label = DefinitionLabel(owner, method, "wait_preempted") if case != "hybrid" else (
                             DefinitionLabel(owner, method, UNKNOWN, (
@@ -406,6 +407,7 @@ class Judge:
                         label = DefinitionLabel(
                             owner, method, UNKNOWN,
                             (f"{owner}.{method} behaves as {previous.label} for {cls} but {label.label} for {concrete}",),
+                            beyond_model=(*previous.beyond_model, *label.beyond_model),
                         )
                     labels[(owner, method)] = label
             dynamic = self.hierarchy.lookup(concrete, "__getattr__")
@@ -466,11 +468,19 @@ class Judge:
 
         table, rename = self._table(cls, context.inner, labels, PESSIMISTIC)
         worst = check(table, rename)
+        # definitions that do worse than their label (tasks lost): a pass proves nothing, an overwrite stands
+        beyond = tuple(dict.fromkeys(r for l in labels for r in l.beyond_model))
         if worst.passed:
+            if beyond:
+                return ContextJudgement(context, "unknown", None, beyond, shown)
             outside = self._transfers_outside_the_model(cls, context.inner)
             if outside:  # more transfers can only add hazards: an unsafe verdict stands, a safe one cannot
                 return ContextJudgement(context, "unknown", None, outside, shown)
             return ContextJudgement(context, "safe", None, (), shown)
+        if beyond and worst.violated != "NoOverwriteWhileDumpingInv":
+            # losing a task removes waits, which removes no overwrite but may remove other violations
+            return ContextJudgement(context, "unknown", worst.violated, (*reasons, *beyond), shown, worst.result,
+                                    worst.model, worst.files)
         if not unknowns:
             return self._unsafe_unless_unreachable(cls, context, worst, shown)
         benign = OPTIMISTIC_HYBRID if context.case == "hybrid" else OPTIMISTIC
@@ -494,10 +504,10 @@ class Judge:
             if outcome.passed:
                 break
         assert best is not None
-        if not best.passed:
+        if not best.passed and not (beyond and best.violated != "NoOverwriteWhileDumpingInv"):
             return self._unsafe_unless_unreachable(cls, context, best, shown)
-        return ContextJudgement(context, "unknown", worst.violated, reasons, shown, worst.result, worst.model,
-                                worst.files)
+        return ContextJudgement(context, "unknown", worst.violated, (*reasons, *beyond), shown, worst.result,
+                                worst.model, worst.files)
 
     def _stops_at_first_step(self, cls: str, inner: str | None, labels: Sequence[DefinitionLabel]) -> tuple[str, ...]:
         """Why ``cls`` (holding ``inner``) cannot get past vLLM's first step: a method vLLM calls every step

@@ -210,6 +210,9 @@ class TaskFlow:
     stops_early: frozenset[str] = frozenset()
     clears: frozenset[str] = frozenset()
     drains: frozenset[str] = frozenset()  # waits_each loops with no condition around the loop or the wait
+    # ``self.x[key] = task``: one task per key, a later submit under the same key replaces (loses) the earlier
+    # one; each entry is (attribute, the names the key reads). A key drawn from ``next(...)`` is fresh: left out.
+    replaced: frozenset[tuple[str, frozenset[str]]] = frozenset()
 
     @property
     def synchronous(self) -> bool:
@@ -683,6 +686,26 @@ def _self_attr(node: ast.AST) -> str | None:
     return None
 
 
+def _note_replacing(target: ast.AST, value: ast.AST, fresh: set[str]) -> tuple[str, frozenset[str]] | None:
+    """``self.x[key] = <task>`` keeps one task per key, ``self.x = <task>`` one in all: a later submit replaces
+    the earlier task. The attribute and the names the key reads (none for a plain attribute); None when the
+    key is fresh each time (``next(counter)``, or a local bound only to one: ``fresh``) or the new value is
+    built from the old one (``self.x = self.x + [task]``)."""
+    if isinstance(target, ast.Attribute) and _is_self(target.value):
+        if any(_self_attr(n) == target.attr for n in ast.walk(value)):
+            return None
+        return target.attr, frozenset()
+    if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute)
+            and _is_self(target.value.value)):
+        return None
+    if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next"
+           for n in ast.walk(target.slice)):
+        return None
+    if isinstance(target.slice, ast.Name) and target.slice.id in fresh:
+        return None
+    return target.value.attr, frozenset(_names_in(target.slice))
+
+
 def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
     """Follow store tasks through one body: which are waited here, which are kept on ``self``."""
     nodes = list(_own_nodes(func))
@@ -695,6 +718,15 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
             parents[child] = node
     holders: dict[ast.AST, set[str]] = {}  # submit call -> local names that hold it (or a list of it)
     kept: set[str] = set()
+    replacing_of: dict[ast.AST, set[tuple[str, frozenset[str]]]] = {}  # submit call -> where it replaces a task
+    bindings: dict[str, list[ast.expr]] = {}
+    for node in nodes:
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    bindings.setdefault(target.id, []).append(node.value)
+    fresh = {name for name, values in bindings.items() if all(
+        isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "next" for v in values)}
     for call in submits:
         names: set[str] = set()
         node: ast.AST = call
@@ -714,6 +746,9 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
                     names.add(target.id)
                 elif _self_attr(target):
                     kept.add(_self_attr(target))  # type: ignore[arg-type]
+                    note = _note_replacing(target, parent.value, fresh)  # type: ignore[arg-type]
+                    if note:
+                        replacing_of.setdefault(call, set()).add(note)
         elif isinstance(parent, ast.Call) and _call_name(parent) in {"append", "extend", "add"}:
             holder = parent.func.value  # type: ignore[attr-defined]
             if isinstance(holder, ast.Name):
@@ -735,6 +770,10 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
         elif isinstance(node, ast.Assign) and any(_self_attr(t) for t in node.targets):
             if any(_names_in(node.value) & names for names in holders.values()):
                 kept.update(a for a in (_self_attr(t) for t in node.targets) if a)
+                notes = {n for n in (_note_replacing(t, node.value, fresh) for t in node.targets) if n}
+                for call, names in holders.items():
+                    if notes and _names_in(node.value) & names:
+                        replacing_of.setdefault(call, set()).update(notes)
     # locals that alias a holder: ``for t in tasks`` / ``x = tasks[i]``
     for node in nodes:
         if isinstance(node, ast.For) and isinstance(node.target, ast.Name):
@@ -744,10 +783,13 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
     waits = [n for n in nodes if _call_name(n) in STORE_WAITS]
     waited_args = [set().union(*(_names_in(a) for a in w.args)) if w.args else set() for w in waits]  # type: ignore[attr-defined]
     waited = 0
+    replaced: set[tuple[str, frozenset[str]]] = set()
     for call, names in holders.items():
         direct = isinstance(parents.get(call), ast.Call) and _call_name(parents.get(call)) in STORE_WAITS
         if direct or any(names & args for args in waited_args):
             waited += 1
+        else:  # a task waited in the same call is not lost when a later one takes its place
+            replaced |= replacing_of.get(call, set())
     waits_each: set[str] = set()
     stops_early: set[str] = set()
     drains: set[str] = set()
@@ -802,7 +844,7 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
         elif isinstance(node, ast.Delete):
             clears.update(a for a in (_self_attr(t) for t in node.targets) if a)
     return TaskFlow(len(submits), waited, frozenset(kept), frozenset(waits_each), frozenset(stops_early),
-                    frozenset(clears), frozenset(drains))
+                    frozenset(clears), frozenset(drains), frozenset(replaced))
 
 
 @dataclass
