@@ -216,18 +216,17 @@ class EffectReader:
         callees: list[Effect] = []
         for helper in sorted(facts.self_calls):
             target = self.hierarchy.lookup(cls, helper)
-            if target is not None and self.hierarchy.method(target, helper).generator:
-                # a generator's body runs only as far as its result is iterated
-                uses = {use for name, use in facts.self_call_uses if name == helper}
-                if uses == {"dropped"}:
-                    continue  # the generator object is thrown away: none of its body ever runs
-                if uses - {"consumed"}:  # kept somewhere, or dropped at one call and iterated at another
-                    reasons.append(
-                        f"{owner}.{method} does not iterate every generator self.{helper}() returns to its end "
-                        "where it calls it: when, and how far, its body runs is not followed"
-                    )
-                callees.append(self._effect(cls, target, helper, True, inner))
-            elif target is not None:
+            if target is not None:
+                if self.hierarchy.method(target, helper).generator:
+                    # a generator's body runs only as far as its result is iterated
+                    uses = {use for name, use in facts.self_call_uses if name == helper}
+                    if uses == {"dropped"}:
+                        continue  # the generator object is thrown away: none of its body ever runs
+                    if uses - {"consumed"}:  # kept somewhere, or dropped at one call and iterated at another
+                        reasons.append(
+                            f"{owner}.{method} does not iterate every generator self.{helper}() returns to its "
+                            "end where it calls it: when, and how far, its body runs is not followed"
+                        )
                 callees.append(self._effect(cls, target, helper, True, inner))
             elif self.hierarchy.opaque_ancestors(cls):
                 opaque = self.hierarchy.opaque_ancestors(cls)[0]

@@ -147,11 +147,9 @@ def _call_use(call: ast.Call, parents: dict[ast.AST, ast.AST]) -> str:
     if isinstance(parent, ast.YieldFrom):
         return "consumed"
     if isinstance(parent, ast.Call) and call in parent.args:
-        name = parent.func.id if isinstance(parent.func, ast.Name) else (
-            parent.func.attr if isinstance(parent.func, ast.Attribute) else None)
-        if isinstance(parent.func, ast.Name) and name in _EXHAUSTING_FUNCTIONS:
+        if isinstance(parent.func, ast.Name) and parent.func.id in _EXHAUSTING_FUNCTIONS:
             return "consumed"
-        if isinstance(parent.func, ast.Attribute) and name in _EXHAUSTING_METHODS:
+        if isinstance(parent.func, ast.Attribute) and parent.func.attr in _EXHAUSTING_METHODS:
             return "consumed"
     return "held"
 
@@ -210,8 +208,8 @@ class TaskFlow:
     stops_early: frozenset[str] = frozenset()
     clears: frozenset[str] = frozenset()
     drains: frozenset[str] = frozenset()  # waits_each loops with no condition around the loop or the wait
-    # ``self.x[key] = task``: one task per key, a later submit under the same key replaces (loses) the earlier
-    # one; each entry is (attribute, the names the key reads). A key drawn from ``next(...)`` is fresh: left out.
+    # ``self.x[key] = task`` (one task per key) or ``self.x = task`` (one in all), for tasks not waited in the
+    # call: a later submit replaces (loses) the earlier one; each entry is (attribute, the names the key reads).
     replaced: frozenset[tuple[str, frozenset[str]]] = frozenset()
 
     @property
