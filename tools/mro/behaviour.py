@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from deferdump.tools.mro.helpers import HelperObjects
 from deferdump.tools.mro.hierarchy import Hierarchy
-from deferdump.tools.mro.source import CONNECTOR_METHODS, Forward, TaskFlow
+from deferdump.tools.mro.source import CONNECTOR_METHODS, Forward, MethodFacts, TaskFlow
 
 #: The connector methods the protocol model dispatches (``Connectors!Methods``).
 SPEC_METHODS: tuple[str, ...] = (
@@ -43,6 +44,23 @@ SYNC_SAVE_CALLS = frozenset({"save_file", "save", "tofile"})
 #: Calls that wait for the stream's earlier work (``t.cpu()`` is a blocking copy on the current stream): a
 #: ``non_blocking=True`` copy in the same call is complete once one of these has run.
 SYNC_POINT_CALLS = frozenset({"cpu", "synchronize", "item", "tolist", "numpy"})
+
+#: Calls that never block on a transfer: builtins, container, string and logging methods, and the store's
+#: non-blocking calls. Any other call a ``get_finished`` makes (``state.finish()``, ``stack.close()``, a
+#: stored callback, a module-level helper) may wait a dump the reader does not see.
+NEVER_WAIT = frozenset({
+    "len", "set", "frozenset", "list", "dict", "tuple", "sorted", "reversed", "isinstance", "issubclass",
+    "getattr", "hasattr", "setattr", "min", "max", "sum", "any", "all", "enumerate", "zip", "range", "iter",
+    "next", "int", "str", "float", "bool", "repr", "type", "id", "map", "filter", "print", "format", "hash",
+    "get", "items", "keys", "values", "pop", "popitem", "setdefault", "update", "clear", "copy", "add",
+    "discard", "remove", "append", "appendleft", "extend", "insert", "index", "count", "popleft", "sort",
+    "difference", "union", "intersection", "issubset", "issuperset", "isdisjoint", "difference_update",
+    "intersection_update", "symmetric_difference_update", "join_str", "startswith", "endswith", "split",
+    "strip", "lower", "upper", "debug", "info", "warning", "error", "critical", "exception", "log",
+    "debug_once", "info_once", "warning_once", "isEnabledFor", "perf_counter", "monotonic", "time",
+    "check", "done", "is_set", "cancelled", "running", "lookup", "dump", "dump_data", "defaultdict", "deque",
+    "Counter", "OrderedDict", "field", "KVConnectorTransferResults",
+})
 
 #: Unknown definitions are checked twice: with the worst label the method admits, then with the PR's.
 PESSIMISTIC: dict[str, str] = {
@@ -127,6 +145,8 @@ class Effect:
     async_hints: tuple[str, ...] = ()  # hand-offs to other threads/streams, with where they are
     flows: tuple[TaskFlow, ...] = ()  # store-task data flow of the definition and everything it calls
     words: frozenset[str] = frozenset()  # names the definition and everything it calls read
+    attr_calls: tuple[tuple[str, str, str], ...] = ()  # (where, attr, path) of every self.<attr>.<path>() call
+    rank_guards: tuple[tuple[str, str, frozenset[str]], ...] = ()  # (where, test, what it guards)
 
     @property
     def submits_waited(self) -> bool:
@@ -179,12 +199,14 @@ class EffectReader:
 
     def __init__(self, hierarchy: Hierarchy) -> None:
         self.hierarchy = hierarchy
+        self.helpers = HelperObjects(hierarchy)
         self._memo: dict[tuple[str, str, str, bool], Effect] = {}
 
-    def transfer_started(self, cls: str, owner: str, method: str) -> str | None:
+    def transfer_started(self, cls: str, owner: str, method: str, inner: str | None = None) -> str | None:
         """What in ``owner``'s ``method`` (with the helpers it calls, on an instance of ``cls``) may start a
-        transfer that outlives the call: a store submit, or work handed to another thread or stream; None
-        when nothing does."""
+        transfer that outlives the call: a store submit, work handed to another thread or stream, or a call
+        into a helper object whose code may do either (:mod:`deferdump.tools.mro.helpers`); None when nothing
+        does. ``inner``: the wrapper's inner class in this judgement (calls into it are its own)."""
         effect = self.effect(cls, owner, method)
         submits = sorted(effect.calls & SUBMIT_CALLS)
         if submits:
@@ -195,7 +217,53 @@ class EffectReader:
             # stream, which are what rewrites a block (vLLM's ExampleConnector loads this way); on a side
             # stream it is not
             hints = [h for h in hints if "non_blocking" not in h]
-        return hints[0] if hints else None
+        if hints:
+            return hints[0]
+        for where, attr, path in effect.attr_calls:
+            why = self.helpers.unfollowed(cls, attr, path, inner)
+            if why is not None:
+                return f"{where}: self.{attr}.{path}(), and {why}"
+        return None
+
+    def _two_waiting_branches(self, cls: str, owner: str, facts: MethodFacts) -> tuple[str, ...]:
+        """A preemption handler whose ``if`` waits on both sides (DeltaChunkConnector: every pending task
+        when ``meta.drain_all``, else the preempted requests'): one side may be a fence over blocks freed
+        while the request runs, which the test decides on a hybrid model; the reader does not evaluate it."""
+        def waits(side: frozenset[str]) -> bool:
+            if "wait" in side:
+                return True
+            for call in side:
+                target = self.hierarchy.lookup(cls, call[5:])
+                if target is not None and not self.hierarchy.classes[target].external \
+                        and self.effect(cls, target, call[5:]).calls & WAIT_CALLS:
+                    return True
+            return False
+        return tuple(
+            f"{owner}.handle_preemptions waits on both sides of `if {test}`: on a hybrid model one side may be "
+            "a fence over blocks freed while the request runs, and the reader does not evaluate the test"
+            for test, body, orelse in facts.branch_waits if waits(body) and waits(orelse)
+        )
+
+    def rank_reasons(self, cls: str, owner: str, method: str) -> tuple[str, ...]:
+        """Why ``owner``'s ``method`` (helpers included) behaves differently on different ranks in a way the
+        model's ranks cannot follow: a test of the rank that guards a return, a loop exit, a store wait or
+        submit, a ``super()`` call or a helper that waits or submits. The model runs every rank with one label
+        (under MLA only rank 0 dumps, whatever the code says), so such a branch is unknown with two ranks.
+        ``if <rank test>: return`` opening a save method is the MLA early return the model has."""
+        why: list[str] = []
+        for where, test, does in self.effect(cls, owner, method).rank_guards:
+            if does == {"early_return"} and where.endswith((".wait_for_save", ".save_kv_layer")):
+                continue
+            acts = sorted(d for d in does if d in ("return", "break", "wait", "submit", "super", "early_return"))
+            for call in sorted(d for d in does if d.startswith("self.")):
+                target = self.hierarchy.lookup(cls, call[5:])
+                if target is not None and not self.hierarchy.classes[target].external:
+                    if self.effect(cls, target, call[5:]).calls & (WAIT_CALLS | SUBMIT_CALLS):
+                        acts.append(f"{call}() (it waits or submits)")
+            if acts:
+                why.append(f"{where}: `if {test}` decides {', '.join(acts)} by the worker's rank; the model runs "
+                           "every rank with one label (under MLA only rank 0 dumps, whatever the code does)")
+        return tuple(dict.fromkeys(why))
 
     def effect(self, cls: str, owner: str, method: str, *, delegations: bool = True) -> Effect:
         """The effect of ``owner``'s definition of ``method`` running on an instance of ``cls``; without
@@ -213,6 +281,11 @@ class EffectReader:
         facts = self.hierarchy.method(owner, method)
         inner = stack + ((owner, method),)
         reasons = [f"{owner}.{method}: {r}" for r in facts.opaque]
+        for why, callee in facts.counted_waits:
+            target = None if callee == "wait" else self.hierarchy.lookup(cls, callee)
+            if callee == "wait" or (target is not None and not self.hierarchy.classes[target].external
+                                    and self._effect(cls, target, callee, True, inner).calls & WAIT_CALLS):
+                reasons.append(f"{owner}.{method}: {why}")
         callees: list[Effect] = []
         for helper in sorted(facts.self_calls):
             target = self.hierarchy.lookup(cls, helper)
@@ -279,6 +352,14 @@ class EffectReader:
             )),
             flows=tuple([*([facts.task_flow] if facts.task_flow else []), *(f for e in everything for f in e.flows)]),
             words=facts.words.union(*(e.words for e in everything)),
+            attr_calls=tuple(dict.fromkeys(
+                [*((f"{owner}.{method} line {line}", a, p) for a, p, line in facts.attr_calls),
+                 *(c for e in everything for c in e.attr_calls)]
+            )),
+            rank_guards=tuple(dict.fromkeys(
+                [*((f"{owner}.{method}", t, d) for t, d in facts.rank_guards),
+                 *(g for e in everything for g in e.rank_guards)]
+            )),
         )
         self._memo[key] = result
         return result
@@ -316,6 +397,8 @@ class EffectReader:
             own_unconditional=not facts.has_condition,
         )
         hybrid: tuple[str, ...] = ()
+        if method == "handle_preemptions" and label in ("wait_preempted", AMBIGUOUS_PREEMPT):
+            hybrid = self._two_waiting_branches(cls, owner, facts)
         submits = sum(f.submits for f in effect.flows)
         waited = sum(f.waited_here for f in effect.flows)
         if method in ("wait_for_save", "save_kv_layer") and 0 < waited < submits and effect.kept_in:
@@ -543,6 +626,10 @@ def classify(
             if waits and not reported_waits:
                 return UNKNOWN, (f"{where} waits store tasks, but none is selected by the requests it reports: "
                                  "a reported request's dump may still be running when vLLM frees its blocks",)
+            unfollowed = sorted(effect.calls - NEVER_WAIT - WAIT_CALLS)
+            if not waits and unfollowed:
+                return UNKNOWN, (f"{where} reports requests and calls {', '.join(f'{c}()' for c in unfollowed[:3])}, "
+                                 "which the reader does not follow: one may wait their dumps",)
             return ("wait_finished" if waits else "report_before_wait"), ()
         if effect.constant == "(None, None)" or effect.noop:
             return "base", ()

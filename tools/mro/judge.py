@@ -55,6 +55,13 @@ from deferdump.tools.mro.tla import (
 if TYPE_CHECKING:
     from deferdump.tools.tlc.output import TlcResult
 
+
+#: Worker methods whose behaviour per rank matters with two ranks (saves, waits, reports).
+RANKED_METHODS = frozenset({"save_kv_layer", "wait_for_save", "get_finished", "handle_preemptions",
+                            "_wait_pending_dump_task"})
+
+#: Save labels under which no dump outlives the call (nothing in flight for a delayed free to cover).
+NO_TRANSFER_SAVES = frozenset({"pass", "base", "sync_save"})
 log = logging.getLogger(__name__)
 
 Verdict = Literal["safe", "unsafe", "unknown"]
@@ -391,6 +398,11 @@ class Judge:
                     if label.hybrid_reasons and case == "hybrid":
                         label = DefinitionLabel(owner, method, UNKNOWN, label.hybrid_reasons,
                                                 beyond_model=label.beyond_model)
+                    if case == "mla" and method in RANKED_METHODS and label.label != UNKNOWN \
+                            and not facts.external:
+                        ranked = self.reader.rank_reasons(concrete, owner, method)
+                        if ranked:
+                            label = DefinitionLabel(owner, method, UNKNOWN, ranked, beyond_model=label.beyond_model)
                     if label.label == AMBIGUOUS_PREEMPT:
                         label = DefinitionLabel(owner, method, "wait_preempted") if case != "hybrid" else (
                             DefinitionLabel(owner, method, UNKNOWN, (
@@ -410,6 +422,11 @@ class Judge:
                             beyond_model=(*previous.beyond_model, *label.beyond_model),
                         )
                     labels[(owner, method)] = label
+            reporter = self._reported_elsewhere(concrete)
+            if reporter is not None:
+                owner = self.hierarchy.lookup(concrete, "get_finished")
+                if owner is not None:
+                    labels[(owner, "get_finished")] = DefinitionLabel(owner, "get_finished", UNKNOWN, (reporter,))
             dynamic = self.hierarchy.lookup(concrete, "__getattr__")
             if dynamic is not None and not self.hierarchy.classes[dynamic].external:
                 for method in SPEC_METHODS:  # Python asks __getattr__ only for what the MRO lacks
@@ -476,6 +493,9 @@ class Judge:
             outside = self._transfers_outside_the_model(cls, context.inner)
             if outside:  # more transfers can only add hazards: an unsafe verdict stands, a safe one cannot
                 return ContextJudgement(context, "unknown", None, outside, shown)
+            unseen = self._delay_without_transfers(cls, context.inner, labels)
+            if unseen:
+                return ContextJudgement(context, "unknown", None, unseen, shown)
             return ContextJudgement(context, "safe", None, (), shown)
         if beyond and worst.violated != "NoOverwriteWhileDumpingInv":
             # losing a task removes waits, which removes no overwrite but may remove other violations
@@ -523,6 +543,67 @@ class Judge:
                             for r in label.reasons if ABSTRACT_REASON in r]
         return tuple(dict.fromkeys(why))
 
+    def _reported_elsewhere(self, concrete: str) -> str | None:
+        """Why ``get_finished``'s label does not say what vLLM sees: vLLM 0.32's runners call
+        ``get_transfer_results`` (kv_connector_model_runner_mixin.py:94; the base wraps ``get_finished``), and
+        ``concrete`` overrides it with a definition that never calls ``get_finished`` (itself, through a
+        ``super()`` reaching the base, or forwarded to an inner connector). None otherwise."""
+        owner = self.hierarchy.lookup(concrete, "get_transfer_results")
+        seen: set[str] = set()
+        while owner is not None and not self.hierarchy.classes[owner].external and owner not in seen:
+            seen.add(owner)
+            facts = self.hierarchy.method(owner, "get_transfer_results")
+            if facts.opaque:
+                return f"{owner}.get_transfer_results: {facts.opaque[-1]}"
+            if "get_finished" in facts.self_calls or any(f.method == "get_finished" for f in facts.forwards):
+                return None
+            supers = [d for d in facts.delegations if d.method == "get_transfer_results"]
+            if not supers:
+                return (f"{owner}.get_transfer_results, which vLLM calls instead of get_finished "
+                        "(kv_connector_model_runner_mixin.py:94), does not call get_finished: what the class "
+                        "reports each step is not what get_finished does")
+            owner = self.hierarchy.delegation_target(concrete, supers[0])
+        return None
+
+    def _delay_without_transfers(
+        self, cls: str, inner: str | None, labels: Sequence[DefinitionLabel]
+    ) -> tuple[str, ...]:
+        """Why a pass proves nothing for a class that may delay the free of a finished request while no save
+        method of it submits a transfer the model follows: the delay then covers reads the model does not
+        see (a remote engine pulling the blocks, as vLLM's P/D connectors have it, or a thread started
+        elsewhere), and the model, with nothing in flight, passes whatever the class does. Empty otherwise."""
+        by_key = {(l.owner, l.method): l for l in labels}
+
+        def resolved(concrete: str, method: str) -> DefinitionLabel | None:
+            owner = self.hierarchy.lookup(concrete, method)
+            while owner is not None:
+                label = by_key.get((owner, method))
+                if label is None or label.label != "super":
+                    return label
+                owner = self.hierarchy.lookup(concrete, method, after=owner)
+            return None
+
+        concretes = [cls] + ([inner] if inner else [])
+        found = [l for c in concretes for m in ("save_kv_layer", "wait_for_save") if (l := resolved(c, m))]
+        if any(l.label not in NO_TRANSFER_SAVES and not l.label.startswith("forward") for l in found):
+            return ()
+        reports = [l for c in concretes if (l := resolved(c, "get_finished")) and l.label != "base"]
+        if not reports:
+            return ()  # nothing is ever reported: a delayed request's blocks never return to the pool
+        delaying = [
+            l for c in concretes for m in ("request_finished", "request_finished_all_groups")
+            if (l := resolved(c, m)) and l.label != "base" and not l.label.startswith(("forward", "call_"))
+            and not self.hierarchy.classes[l.owner].external
+            and self.reader.effect(c, l.owner, m).delay_answer is not False
+        ]
+        if not delaying:
+            return ()
+        first = delaying[0]
+        how = "may return True" if first.label == UNKNOWN else f"delays ({first.label})"
+        return (f"{first.owner}.{first.method} {how}, but no save method submits a transfer the model follows: "
+                "a delayed free then covers reads outside the model (a remote engine pulling the blocks, a "
+                "thread started elsewhere), which a run with nothing in flight cannot check",)
+
     def _transfers_outside_the_model(self, cls: str, inner: str | None) -> tuple[str, ...]:
         """Why the model does not cover every transfer of ``cls`` (holding ``inner``): a worker method vLLM
         calls each step, in which the model starts none, submits to the store or hands work to another thread
@@ -534,7 +615,7 @@ class Judge:
                 owner = self.hierarchy.lookup(concrete, method)
                 if owner is None or self.hierarchy.classes[owner].external:
                     continue
-                started = self.reader.transfer_started(concrete, owner, method)
+                started = self.reader.transfer_started(concrete, owner, method, inner if concrete == cls else None)
                 if started is not None:
                     why.append(f"{owner}.{method} may start a transfer that outlives the call ({started}); the "
                                "model's transfers start only in save_kv_layer and wait_for_save, so one started "

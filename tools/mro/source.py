@@ -112,6 +112,11 @@ class MethodFacts:
     has_condition: bool = False  # any if/while/conditional expression in the body
     generator: bool = False  # the body yields: calling it runs nothing until the result is iterated
     self_call_uses: tuple[tuple[str, str], ...] = ()  # (helper, "dropped"/"consumed"/"held") per self.<m>() call
+    attr_calls: tuple[tuple[str, str, int], ...] = ()  # self.<attr>[.<x>].<m>(...) as (attr, "x.m", line)
+    attr_values: tuple[tuple[str, str], ...] = ()  # self.<attr> = v as (attr, value_kind(v)); None values left out
+    counted_waits: tuple[tuple[str, str], ...] = ()  # (why, "wait" or the self helper) run only when a count allows
+    rank_guards: tuple[tuple[str, frozenset[str]], ...] = ()  # (test, what it guards) for tests reading a rank
+    branch_waits: tuple[tuple[str, frozenset[str], frozenset[str]], ...] = ()  # (test, if-side, else-side) waits
 
 
 #: Store calls that submit a dump (a task comes back) and that block on one.
@@ -229,6 +234,7 @@ class ClassFacts:
     base_exprs: tuple[str, ...]
     methods: dict[str, MethodFacts] = field(default_factory=dict)
     inner_classes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # attr -> classes __init__ may assign
+    unresolved_inits: frozenset[str] = frozenset()  # attrs __init__ also assigns from a call naming no class
     external: bool = False
     opaque: tuple[str, ...] = ()
 
@@ -369,6 +375,7 @@ class _MethodReader:
         self.async_hints: list[str] = []
         self.attr_ops: dict[str, set[str]] = {}  # every self attribute -> tracking-style ops on it
         self.self_call_uses: list[tuple[str, str]] = []
+        self.attr_calls: list[tuple[str, str, int]] = []
 
     def read(self) -> MethodFacts:
         self._collect_aliases()
@@ -424,7 +431,105 @@ class _MethodReader:
             has_condition=any(isinstance(n, (ast.If, ast.While, ast.IfExp)) for n in _own_nodes(self.func)),
             generator=any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _own_nodes(self.func)),
             self_call_uses=tuple(dict.fromkeys(self.self_call_uses)),
+            attr_calls=tuple(dict.fromkeys(self.attr_calls)),
+            attr_values=_attr_values(self.func),
+            counted_waits=self._counted_waits(),
+            rank_guards=self._rank_guards(),
+            branch_waits=self._branch_waits(),
         )
+
+    def _branch_waits(self) -> tuple[tuple[str, frozenset[str], frozenset[str]], ...]:
+        """Each ``if`` whose two sides both may wait: the store waits (``wait``) and ``self.<m>`` helpers each
+        side calls (the reader decides whether those helpers wait). Which side runs is decided by a test the
+        reader does not evaluate (a flag in the metadata, a layout check)."""
+        def waits(block: list[ast.stmt]) -> frozenset[str]:
+            found: set[str] = set()
+            for stmt in block:
+                for sub in ast.walk(stmt):
+                    if isinstance(sub, ast.Call):
+                        if _call_name(sub) in STORE_WAITS:
+                            found.add("wait")
+                        elif isinstance(sub.func, ast.Attribute) and _is_self(sub.func.value):
+                            found.add(f"self.{sub.func.attr}")
+            return frozenset(found)
+        found = []
+        for node in _own_nodes(self.func):
+            if isinstance(node, ast.If) and node.orelse:
+                body, orelse = waits(node.body), waits(node.orelse)
+                if body and orelse:
+                    found.append((ast.unparse(node.test), body, orelse))
+        return tuple(found)
+
+    def _rank_guards(self) -> tuple[tuple[str, frozenset[str]], ...]:
+        """Tests that read the worker's rank (a name containing ``rank``, ``leader`` or ``driver``), with what
+        the statements they guard do: ``return``/``break``/``continue``, ``wait``/``submit``, ``super``, and
+        ``self.<m>`` for each helper called (the reader decides whether that helper waits or submits). An
+        ``if <rank test>: return`` opening the body is ``early_return`` (the MLA early return of UCM's saves)."""
+        found: list[tuple[str, frozenset[str]]] = []
+        body = _strip_docstring(self.func.body)
+        for node in _own_nodes(self.func):
+            if not isinstance(node, (ast.If, ast.While, ast.IfExp)) or not _reads_rank(node.test):
+                continue
+            guarded = [node.body, node.orelse] if isinstance(node.body, list) else [[node.body], [node.orelse]]
+            does: set[str] = set()
+            for block in guarded:
+                for stmt in block:
+                    for sub in ast.walk(stmt):
+                        if isinstance(sub, ast.Return):
+                            does.add("return")
+                        elif isinstance(sub, (ast.Break, ast.Continue)):
+                            does.add("break")
+                        elif isinstance(sub, ast.Call):
+                            name = _call_name(sub)
+                            if name in STORE_WAITS:
+                                does.add("wait")
+                            elif name in STORE_SUBMITS:
+                                does.add("submit")
+                            elif isinstance(sub.func, ast.Attribute) and isinstance(sub.func.value, ast.Call) \
+                                    and _dotted(sub.func.value.func) == "super":
+                                does.add("super")
+                            elif isinstance(sub.func, ast.Attribute) and _is_self(sub.func.value):
+                                does.add(f"self.{sub.func.attr}")
+            if isinstance(node, ast.If) and node in body[:1] and not node.orelse and len(node.body) == 1 \
+                    and isinstance(node.body[0], ast.Return) and node.body[0].value is None:
+                does = {"early_return"}
+            found.append((ast.unparse(node.test), frozenset(does)))
+        return tuple(dict.fromkeys(found))
+
+    def _counted_waits(self) -> tuple[tuple[str, str], ...]:
+        """Store waits and ``self`` helper calls that run only under an ``if``/``while`` whose test reads a
+        counter this body steps with ``+= n``/``-= n`` (a reference count reaching zero, a budget, an age):
+        whether a request's task is waited then depends on other requests, which no label says. Each as
+        (why, ``"wait"`` or the helper's name); the reader keeps the helpers that wait."""
+        nodes = list(_own_nodes(self.func))
+        counted = {t.attr if isinstance(t, ast.Attribute) else t.id for n in nodes
+                   if isinstance(n, ast.AugAssign) and isinstance(n.op, (ast.Add, ast.Sub))
+                   and isinstance(n.value, ast.Constant) and isinstance(n.value.value, int)
+                   for t in [n.target] if isinstance(t, (ast.Attribute, ast.Name))}
+        if not counted:
+            return ()
+        found: list[tuple[str, str]] = []
+        for call in nodes:
+            if not isinstance(call, ast.Call):
+                continue
+            if _call_name(call) in STORE_WAITS:
+                callee = "wait"
+            elif isinstance(call.func, ast.Attribute) and _is_self(call.func.value):
+                callee = call.func.attr
+            else:
+                continue
+            child, parent = call, self.parents.get(call)
+            while parent is not None:
+                if isinstance(parent, (ast.If, ast.While)) and child is not parent.test:
+                    read = {n.attr for n in ast.walk(parent.test) if isinstance(n, ast.Attribute)} | {
+                        n.id for n in ast.walk(parent.test) if isinstance(n, ast.Name)}
+                    if read & counted:
+                        found.append((f"line {call.lineno}: {ast.unparse(call.func)}() runs only when "
+                                      f"{ast.unparse(parent.test)}, a count this method steps: whether a request's "
+                                      "task is waited depends on the others'", callee))
+                        break
+                child, parent = parent, self.parents.get(parent)
+        return tuple(dict.fromkeys(found))
 
     def _reported_waits(self) -> bool | None:
         """Is some store wait (or a ``self`` helper call) of this body selected by the value it returns?
@@ -539,6 +644,9 @@ class _MethodReader:
         target = func.value
         if not _is_self(target) and not (isinstance(target, ast.Call) and _dotted(target.func) == "super"):
             self.calls.add(func.attr)
+        held = self._held_attr(target)
+        if held is not None:
+            self.attr_calls.append((held[0], ".".join((*held[1:], func.attr)), call.lineno))
         if isinstance(target, ast.Call) and isinstance(target.func, ast.Name) and target.func.id == "super":
             self._read_super(call, func.attr, target)
         elif _is_self(target):
@@ -555,6 +663,19 @@ class _MethodReader:
             anchor = _dotted(target)
             if anchor is not None:
                 self.delegations.append(Delegation("explicit", func.attr, _simple(anchor)))
+
+    def _held_attr(self, target: ast.expr) -> tuple[str, ...] | None:
+        """``self.<a>.<b>`` (or a local alias of ``self.<a>``, then ``.<b>``) as ``(a, b)``: the attribute a
+        call's receiver is reached from; None for any other receiver (``self`` itself, a subscript, a call)."""
+        path: list[str] = []
+        while isinstance(target, ast.Attribute) and not _is_self(target.value):
+            path.append(target.attr)
+            target = target.value
+        if isinstance(target, ast.Attribute) and _is_self(target.value):
+            return (target.attr, *reversed(path))
+        if isinstance(target, ast.Name) and target.id in self.inner_aliases:
+            return (self.inner_aliases[target.id], *reversed(path))
+        return None
 
     def _isinstance_test(self, test: ast.expr, attr: str) -> tuple[str, bool] | None:
         """``isinstance(self.<attr>, X)`` (or a local alias of it, or its ``not``) as (X, polarity)."""
@@ -663,6 +784,18 @@ class _MethodReader:
             except ValueError:
                 return None
         return values.pop() if len(values) == 1 else None
+
+
+_RANK_WORDS = ("rank", "leader", "driver")
+
+
+def _reads_rank(test: ast.expr) -> bool:
+    """Does an ``if``/``while`` test read the worker's rank (by a name, an attribute or a call)?"""
+    for node in ast.walk(test):
+        word = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        if word is not None and any(w in word.lower() for w in _RANK_WORDS):
+            return True
+    return False
 
 
 def _call_name(node: ast.AST) -> str | None:
@@ -854,6 +987,7 @@ class _ClassExprScope:
     factories: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]
     local_classes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     depth: int = 0
+    unresolved: set[str] = field(default_factory=set)  # self attrs assigned from a call naming no class
 
 
 def _class_names_of(expr: ast.expr, scope: _ClassExprScope) -> tuple[str, ...] | None:
@@ -921,6 +1055,8 @@ def _inner_assignments(
                     names = _class_names_of(node.value.func, scope)
                     if names is not None:
                         assigned.setdefault(target.attr, []).extend(names)
+                    else:
+                        scope.unresolved.add(target.attr)
     return {attr: tuple(dict.fromkeys(names)) for attr, names in assigned.items()}
 
 
@@ -961,9 +1097,66 @@ def _bound_names(stmt: ast.stmt) -> list[str]:
     return [t.id for t in targets if isinstance(t, ast.Name)]
 
 
+#: Calls whose result holds no code of its own that could start a transfer: containers, synchronisation
+#: primitives, loggers, numbers and strings (``torch.*`` / ``numpy`` results are tensors and arrays, likewise).
+INERT_FACTORIES = frozenset({
+    "dict", "list", "set", "frozenset", "tuple", "deque", "defaultdict", "OrderedDict", "Counter", "ChainMap",
+    "Lock", "RLock", "Condition", "Event", "Semaphore", "BoundedSemaphore", "Barrier", "Queue", "SimpleQueue",
+    "LifoQueue", "PriorityQueue", "WeakValueDictionary", "WeakKeyDictionary", "WeakSet", "getLogger",
+    "init_logger", "int", "float", "str", "bool", "bytes", "bytearray", "len", "max", "min", "sum", "sorted",
+    "count", "field", "object", "monotonic", "perf_counter", "time", "time_ns", "getenv", "get_from_extra_config",
+})
+_INERT_MODULES = ("torch.", "np.", "numpy.", "math.", "os.environ", "time.")
+
+
+def value_kind(value: ast.expr) -> list[str]:
+    """What a value assigned to ``self.<attr>`` holds, for telling helper objects from plain data:
+    ``inert`` (a literal, container, primitive, tensor or number), ``class:<Name>`` (an instance of a class
+    called by name), ``alias:<attr>`` (another ``self`` attribute), ``opaque:<expr>`` (a parameter or the
+    result of a call whose object is unknown). A conditional gives each branch's kind."""
+    if isinstance(value, ast.IfExp):
+        return [*value_kind(value.body), *value_kind(value.orelse)]
+    if isinstance(value, ast.BoolOp):
+        return [k for v in value.values for k in value_kind(v)]
+    if isinstance(value, ast.Constant):
+        return [] if value.value is None else ["inert"]
+    if isinstance(value, (ast.JoinedStr, ast.List, ast.Dict, ast.Set, ast.Tuple, ast.ListComp, ast.DictComp,
+                          ast.SetComp, ast.GeneratorExp, ast.BinOp, ast.Compare, ast.UnaryOp, ast.Lambda,
+                          ast.Subscript)):
+        return ["inert"]
+    if isinstance(value, ast.Attribute):
+        if _is_self(value.value):
+            return [f"alias:{value.attr}"]
+        return ["inert"]  # a field read off a parameter or module (a config value)
+    if isinstance(value, ast.Call):
+        dotted = _dotted(value.func)
+        if dotted is None:
+            return [f"opaque:{ast.unparse(value.func)}()"]
+        name = _simple(dotted)
+        if name in INERT_FACTORIES or dotted.startswith(_INERT_MODULES):
+            return ["inert"]
+        if name[:1].isupper():
+            return [f"class:{name}"]
+        return [f"opaque:{dotted}()"]
+    if isinstance(value, ast.Name):
+        return [f"opaque:{value.id}"]
+    return [f"opaque:{ast.unparse(value)}"]
+
+
+def _attr_values(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, str], ...]:
+    found: list[tuple[str, str]] = []
+    for node in _own_nodes(func):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Attribute) and _is_self(target.value):
+                    found += [(target.attr, kind) for kind in value_kind(node.value)]
+    return tuple(dict.fromkeys(found))
+
+
 def _read_class(
     node: ast.ClassDef, file: str, tracking_attr: TrackingAttrs, registries: dict[str, tuple[str, ...]],
-    transparent: frozenset[str] = frozenset(),
+    transparent: frozenset[str] = frozenset(), functions: dict[str, ast.FunctionDef] | None = None,
 ) -> ClassFacts:
     bases: list[str] = []
     base_exprs: list[str] = []
@@ -979,6 +1172,7 @@ def _read_class(
             bases.append(_simple(dotted))
     methods: dict[str, MethodFacts] = {}
     inner: dict[str, tuple[str, ...]] = {}
+    unresolved: set[str] = set()
     defined: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}  # plain functions bound so far in the body
     for stmt in node.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -995,6 +1189,7 @@ def _read_class(
                 }
                 scope = _ClassExprScope(registries, factories)
                 inner = _inner_assignments(stmt, tracking_attr, scope)
+                unresolved = scope.unresolved
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             for target in targets:
@@ -1019,6 +1214,7 @@ def _read_class(
             defined.pop(name, None)  # rebound: no longer the plain function defined above
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and not stmt.decorator_list:
             defined[stmt.name] = stmt
+    _apply_class_decorators(node, methods, functions or {}, tracking_attr, transparent)
     return ClassFacts(
         name=node.name,
         file=file,
@@ -1027,8 +1223,70 @@ def _read_class(
         base_exprs=tuple(base_exprs),
         methods=methods,
         inner_classes=inner,
+        unresolved_inits=frozenset(unresolved),
         opaque=tuple(opaque),
     )
+
+
+#: Class decorators that return the class as it is (or only add dunder/ordering methods).
+BENIGN_CLASS_DECORATORS = frozenset({"dataclass", "total_ordering", "final", "unique", "runtime_checkable",
+                                     "dataclass_transform", "frozen", "define", "s", "attrs"})
+
+
+def _injected_methods(func: ast.FunctionDef) -> dict[str, ast.FunctionDef] | None:
+    """The methods a module-level class decorator ``def deco(cls): ...; cls.m = f; ...; return cls`` puts on
+    the class (``cls.m = f`` or ``setattr(cls, "m", f)`` with ``f`` a function it defines); None when its body
+    does anything else to the class (or returns something else), which the reader does not follow."""
+    if len(func.args.args) != 1 or func.decorator_list:
+        return None
+    cls = func.args.args[0].arg
+    nested = {s.name: s for s in func.body if isinstance(s, ast.FunctionDef)}
+    injected: dict[str, ast.FunctionDef] = {}
+    for stmt in func.body:
+        if isinstance(stmt, ast.FunctionDef) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
+            continue
+        if isinstance(stmt, ast.Return) and isinstance(stmt.value, ast.Name) and stmt.value.id == cls:
+            continue
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute) \
+                and isinstance(stmt.targets[0].value, ast.Name) and stmt.targets[0].value.id == cls \
+                and isinstance(stmt.value, ast.Name) and stmt.value.id in nested:
+            injected[stmt.targets[0].attr] = nested[stmt.value.id]
+            continue
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and _dotted(stmt.value.func) == "setattr" \
+                and len(stmt.value.args) == 3 and isinstance(stmt.value.args[0], ast.Name) \
+                and stmt.value.args[0].id == cls and isinstance(stmt.value.args[1], ast.Constant) \
+                and isinstance(stmt.value.args[2], ast.Name) and stmt.value.args[2].id in nested:
+            injected[str(stmt.value.args[1].value)] = nested[stmt.value.args[2].id]
+            continue
+        return None
+    return injected
+
+
+def _apply_class_decorators(
+    node: ast.ClassDef, methods: dict[str, MethodFacts], functions: dict[str, ast.FunctionDef],
+    tracking_attr: TrackingAttrs, transparent: frozenset[str],
+) -> None:
+    """Class decorators run after the class body and may add or replace methods. A module-level decorator
+    whose whole work is ``cls.m = f`` is read: its functions become the class's methods (the innermost
+    decorator first). Any other decorator (imported, parametrised, doing more) may have put anything on
+    the class: every connector method of the class is then unknown, with the decorator named."""
+    for decorator in reversed(node.decorator_list):
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        name = _simple(_dotted(target) or "")
+        if name in BENIGN_CLASS_DECORATORS or "register" in name.lower():
+            continue  # returns the class unchanged (a registry records it)
+        injected = _injected_methods(functions[name]) if name in functions and decorator is target else None
+        if injected is not None:
+            for method, func in injected.items():
+                methods[method] = dataclasses.replace(
+                    _MethodReader(func, node.name, tracking_attr, transparent).read(), name=method)
+            continue
+        reason = (f"line {decorator.lineno}: the class decorator @{ast.unparse(decorator)} may add or replace "
+                  "methods after the class body, and its work is not read")
+        for method in CONNECTOR_METHODS:
+            existing = methods.get(method)
+            methods[method] = dataclasses.replace(existing, opaque=(*existing.opaque, reason)) if existing else \
+                MethodFacts(name=method, owner=node.name, lineno=node.lineno, body="code", opaque=(reason,))
 
 
 def read_source(
@@ -1046,8 +1304,9 @@ def read_source(
     registries = _module_registries(tree)
     transparent = frozenset(stmt.name for stmt in tree.body
                             if isinstance(stmt, ast.FunctionDef) and _transparent_decorator(stmt))
+    functions = {stmt.name: stmt for stmt in tree.body if isinstance(stmt, ast.FunctionDef)}
     for node in _module_classes(tree.body):
-        classes[node.name] = _read_class(node, file, tracking_attr, registries, transparent)
+        classes[node.name] = _read_class(node, file, tracking_attr, registries, transparent, functions)
     log.debug("%s: %d classes", file, len(classes))
     return classes
 

@@ -1,0 +1,185 @@
+"""Objects a connector keeps in its attributes, and whether calling into one may start a transfer unseen.
+
+A connector that hands its work to helper objects (``self.connector_worker.start_load_kv(meta)`` in vLLM's
+Mooncake and NIXL connectors, ``self.connector_worker.start_step(...)`` in HiSparse) may start a transfer
+inside the helper: a push to a remote reader, a copy to host memory, a sender thread woken. The model's
+transfers start only in the save methods, so a class whose other worker methods call into such an object
+cannot be judged safe from the model alone (vLLM 0.32's ``MooncakeConnector`` and ``HiSparseConnector``
+were: their save methods do nothing, so the model saw no transfer at all).
+
+What an attribute holds is read from every ``self.<attr> = value`` in the class and its analysed bases
+(:func:`deferdump.tools.mro.source.value_kind`). Plain data (containers, locks, loggers, tensors, numbers)
+starts nothing; an instance of a class defined in the analysed files starts nothing when none of that
+class's methods submits to a store, hands work to another thread or stream, or calls into a helper of its
+own that may; anything else (a class that was not analysed, a parameter, a factory's result, an attribute
+never assigned in the analysed code) is not followed. Calls that only read, wait or log (``get``,
+``wait``, ``done``, ``info``) start nothing whatever the receiver. The store client (an attribute the class
+submits dumps to) is the store: its submits are judged where they are made (a synchronous save, a deferred
+dump, a transfer outside the save path), and its other calls (loads, lookups) are not saves, which is what
+this checker judges.
+"""
+from __future__ import annotations
+
+from deferdump.tools.mro.hierarchy import Hierarchy
+from deferdump.tools.mro.source import CONNECTOR_METHODS, STORE_SUBMITS
+
+#: Methods that read, update plain data, wait or log: they start no transfer whatever object they are on.
+PASSIVE_METHODS = frozenset({
+    # containers
+    "get", "items", "keys", "values", "pop", "popitem", "setdefault", "update", "clear", "copy", "add",
+    "discard", "remove", "append", "appendleft", "extend", "extendleft", "insert", "index", "count", "popleft",
+    "sort", "reverse", "difference", "union", "intersection", "issubset", "issuperset", "isdisjoint",
+    "difference_update", "intersection_update", "symmetric_difference", "symmetric_difference_update",
+    "most_common", "move_to_end",
+    # synchronisation and completion
+    "acquire", "release", "locked", "notify", "notify_all", "is_set", "wait", "wait_for", "wait_dump",
+    "check", "done", "result", "exception", "cancelled", "running", "join", "is_alive", "empty", "full",
+    "qsize", "get_nowait", "task_done", "lookup",
+    # logging
+    "debug", "info", "warning", "error", "critical", "log", "debug_once", "info_once", "warning_once",
+    "isEnabledFor",
+})
+
+#: Calls into code that was not analysed that release, reset or query rather than start work (an event
+#: handle destroyed, a token freed, a counter read): trusted by their name, since nothing else is known.
+#: A vLLM hook handed on (``start_load_kv``, ``get_finished``) is never trusted: it is where transfers start.
+TRUSTED_PREFIXES = ("free", "release", "destroy", "close", "delete", "unregister", "cancel", "reset", "drop",
+                    "discard", "clear", "remove", "synchronize", "record", "query", "is_", "has_", "get_",
+                    "num_", "size")
+
+#: Attributes vLLM's ``KVConnectorBase_V1`` sets itself (base.py ~214-232, bind_connector_metadata): data.
+BASE_ATTRS = frozenset({"_connector_metadata", "_vllm_config", "_role", "_kv_transfer_config",
+                        "_kv_cache_config"})
+
+
+class HelperObjects:
+    """Answers, for one hierarchy, whether a call through a ``self`` attribute may start a transfer."""
+
+    def __init__(self, hierarchy: Hierarchy) -> None:
+        self.hierarchy = hierarchy
+        self._kinds: dict[str, dict[str, set[str]]] = {}
+        self._active: dict[str, str | None] = {}
+
+    def unfollowed(self, cls: str, attr: str, path: str, inner: str | None = None) -> str | None:
+        """Why ``self.<attr>.<path>(...)`` on an instance of ``cls`` may start a transfer the reader does not
+        follow; None when it cannot (a passive method, plain data, an inner connector, an inert helper).
+        ``inner``: the inner class the judge runs the wrapper with; calls into it are that class's own."""
+        return self._unfollowed(cls, attr, path, (), inner)
+
+    def _unfollowed(self, cls: str, attr: str, path: str, seen: tuple[tuple[str, str], ...],
+                    inner: str | None = None) -> str | None:
+        head, _, rest = path.partition(".")
+        last = path.rsplit(".", 1)[-1]
+        if last in PASSIVE_METHODS:
+            return None
+        if (cls, attr) in seen:
+            return None  # a cycle adds nothing: each member is judged on its own code
+        seen = (*seen, (cls, attr))
+        kinds = self._resolved(cls, attr)
+        if inner is not None and f"class:{inner}" in kinds:
+            return None  # the wrapper's inner connector: the judge checks its methods as the inner class's
+        if not kinds and attr in BASE_ATTRS:
+            return None
+        if not rest and attr in self._store_clients(cls):
+            return None  # the store: its submits are judged where they are made; loads are not saves
+        unknown = [] if kinds else [f"self.{attr} is never assigned in the analysed classes"]
+        for kind in sorted(kinds):
+            tag, _, what = kind.partition(":")
+            if tag == "inert":
+                continue
+            if tag == "class" and what in self.hierarchy.connectors:
+                continue  # an inner connector: judged as the wrapper's inner class
+            if tag == "class" and what in self.hierarchy.classes and not self.hierarchy.classes[what].external:
+                if rest:  # self.<attr>.<field>.<m>(): what the helper holds in <field>
+                    why = self._unfollowed(what, head, rest, seen)
+                else:
+                    why = self._starts(what, seen)
+                if why is not None:
+                    return f"self.{attr} holds a {what}, and {why}"
+                continue
+            unknown.append(f"self.{attr} holds a {what}, a class that was not analysed" if tag == "class"
+                           else f"self.{attr} holds {what}, an object whose code was not analysed")
+        if not unknown:
+            return None
+        # code that was not analysed: a vLLM hook handed on, or a call that is not a release or a query
+        if last in CONNECTOR_METHODS or not last.startswith(TRUSTED_PREFIXES):
+            return unknown[0]
+        return None
+
+    def _starts(self, helper: str, seen: tuple[tuple[str, str], ...]) -> str | None:
+        """Why some method of the analysed class ``helper`` may start a transfer; None when none can."""
+        if helper in self._active:
+            return self._active[helper]
+        self._active[helper] = None  # assumed inert while its own attributes are followed (cycles)
+        why: str | None = None
+        opaque = [c for c in self.hierarchy.mro[helper] if self.hierarchy.classes[c].external
+                  and self.hierarchy.classes[c].opaque]
+        if opaque:
+            why = f"{helper} derives from {opaque[0]}, which was not analysed"
+        for owner in self.hierarchy.mro[helper]:
+            facts = self.hierarchy.classes[owner]
+            if why is not None or facts.external:
+                continue
+            for name, method in sorted(facts.methods.items()):
+                submits = sorted(method.calls & STORE_SUBMITS)
+                if submits:
+                    why = f"{owner}.{name} submits a store {submits[0]}()"
+                elif method.async_hints:
+                    why = f"{owner}.{name} hands work on ({method.async_hints[0]})"
+                elif method.opaque:
+                    why = f"{owner}.{name} cannot be followed ({method.opaque[0]})"
+                else:
+                    for attr, path, line in method.attr_calls:
+                        inner = self._unfollowed(helper, attr, path, seen)
+                        if inner is not None:
+                            why = f"{owner}.{name} (line {line}) calls self.{attr}.{path}(): {inner}"
+                            break
+                if why is not None:
+                    break
+        self._active[helper] = why
+        return why
+
+    def _store_clients(self, cls: str) -> frozenset[str]:
+        """Attributes ``cls`` submits dumps to (``self.<attr>.dump_data(...)`` anywhere in its analysed MRO)."""
+        found: set[str] = set()
+        for owner in self.hierarchy.mro[cls]:
+            facts = self.hierarchy.classes[owner]
+            if not facts.external:
+                found |= {a for m in facts.methods.values() for a, p, _ in m.attr_calls if p in STORE_SUBMITS}
+        return frozenset(found)
+
+    def _resolved(self, cls: str, attr: str) -> set[str]:
+        """Every kind of value ``cls``'s analysed classes assign to ``self.<attr>``, aliases followed."""
+        kinds = self._attr_kinds(cls)
+        found: set[str] = set()
+        pending, done = [attr], set()
+        while pending:
+            name = pending.pop()
+            if name in done:
+                continue
+            done.add(name)
+            for kind in kinds.get(name, ()):
+                if kind.startswith("alias:"):
+                    pending.append(kind.partition(":")[2])
+                else:
+                    found.add(kind)
+        return found
+
+    def _attr_kinds(self, cls: str) -> dict[str, set[str]]:
+        if cls not in self._kinds:
+            kinds: dict[str, set[str]] = {}
+            for owner in self.hierarchy.mro[cls]:
+                facts = self.hierarchy.classes[owner]
+                if facts.external:
+                    continue
+                for name, method in facts.methods.items():
+                    for attr, kind in method.attr_values:
+                        if name == "__init__" and kind.startswith("opaque:") and attr in facts.inner_classes \
+                                and attr not in facts.unresolved_inits:
+                            continue  # a class chosen through a registry or factory: the classes, below
+                        kinds.setdefault(attr, set()).add(kind)
+                if "__init__" in facts.methods:
+                    for attr, classes in facts.inner_classes.items():
+                        kinds.setdefault(attr, set()).update(f"class:{c}" for c in classes)
+            self._kinds[cls] = kinds
+        return self._kinds[cls]
