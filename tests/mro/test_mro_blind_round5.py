@@ -193,6 +193,11 @@ def test_a_report_decided_by_the_rank_is_unknown_with_two_ranks_only() -> None:
                                          "        meta = self._get_connector_metadata()", 1)
     assert "if self._rank != 0" in early
     assert _labels(early, "Proto", "mla")["Proto.wait_for_save"].label == "poll_track_submit"
+    after_tracking = _proto(FINISH_WAITS).replace(  # #989's order: track every rank, then return
+        "        self._async_dump_req_ids.update(meta.saving)\n",
+        "        self._async_dump_req_ids.update(meta.saving)\n        if self._rank != 0:\n            return\n", 1)
+    assert after_tracking.count("if self._rank != 0") == 1
+    assert _labels(after_tracking, "Proto", "mla")["Proto.wait_for_save"].label == "poll_track_submit"
 
 
 def test_a_preemption_handler_waiting_on_both_sides_of_an_if_is_unknown_on_a_hybrid_model_only() -> None:

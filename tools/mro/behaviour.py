@@ -249,7 +249,7 @@ class EffectReader:
         model's ranks cannot follow: a test of the rank that guards a return, a loop exit, a store wait or
         submit, a ``super()`` call or a helper that waits or submits. The model runs every rank with one label
         (under MLA only rank 0 dumps, whatever the code says), so such a branch is unknown with two ranks.
-        ``if <rank test>: return`` opening a save method is the MLA early return the model has."""
+        ``if <rank test>: return`` at the top level of a save method is the MLA early return the model has."""
         why: list[str] = []
         for where, test, does in self.effect(cls, owner, method).rank_guards:
             if does == {"early_return"} and where.endswith((".wait_for_save", ".save_kv_layer")):

@@ -464,7 +464,8 @@ class _MethodReader:
         """Tests that read the worker's rank (a name containing ``rank``, ``leader`` or ``driver``), with what
         the statements they guard do: ``return``/``break``/``continue``, ``wait``/``submit``, ``super``, and
         ``self.<m>`` for each helper called (the reader decides whether that helper waits or submits). An
-        ``if <rank test>: return`` opening the body is ``early_return`` (the MLA early return of UCM's saves)."""
+        ``if <rank test>: return`` at the top level of the body is ``early_return`` (the MLA early return of
+        UCM's saves, after the step's requests are tracked at #989)."""
         found: list[tuple[str, frozenset[str]]] = []
         body = _strip_docstring(self.func.body)
         for node in _own_nodes(self.func):
@@ -490,7 +491,7 @@ class _MethodReader:
                                 does.add("super")
                             elif isinstance(sub.func, ast.Attribute) and _is_self(sub.func.value):
                                 does.add(f"self.{sub.func.attr}")
-            if isinstance(node, ast.If) and node in body[:1] and not node.orelse and len(node.body) == 1 \
+            if isinstance(node, ast.If) and node in body and not node.orelse and len(node.body) == 1 \
                     and isinstance(node.body[0], ast.Return) and node.body[0].value is None:
                 does = {"early_return"}
             found.append((ast.unparse(node.test), frozenset(does)))
