@@ -197,6 +197,15 @@ def test_a_report_decided_by_the_rank_is_unknown_with_two_ranks_only() -> None:
         "        self._async_dump_req_ids.update(meta.saving)\n",
         "        self._async_dump_req_ids.update(meta.saving)\n        if self._rank != 0:\n            return\n", 1)
     assert after_tracking.count("if self._rank != 0") == 1
+    # a helper returning a value by the rank (this rank's store keys) ends only the helper
+    keyed = _proto(FINISH_WAITS + """
+    def _keys(self, blocks):
+        if self._rank == 0:
+            return list(blocks)
+        return [(self._rank, b) for b in blocks]
+    """).replace("self.store.dump(meta.blocks)", "self.store.dump(self._keys(meta.blocks))")
+    assert "self._keys(meta.blocks)" in keyed
+    assert _labels(keyed, "Proto", "mla")["Proto.wait_for_save"].label == "poll_track_submit"
     assert _labels(after_tracking, "Proto", "mla")["Proto.wait_for_save"].label == "poll_track_submit"
 
 

@@ -225,6 +225,13 @@ class EffectReader:
                 return f"{where}: self.{attr}.{path}(), and {why}"
         return None
 
+    def _helper_acts(self, cls: str, where: str) -> bool:
+        """Does the definition ``where`` (``Owner.method``), helpers included, wait or submit?"""
+        owner, _, method = where.rpartition(".")
+        if owner not in self.hierarchy.classes or method not in self.hierarchy.classes[owner].methods:
+            return True  # not found: assume it does
+        return bool(self.effect(cls, owner, method).calls & (WAIT_CALLS | SUBMIT_CALLS))
+
     def _two_waiting_branches(self, cls: str, owner: str, facts: MethodFacts) -> tuple[str, ...]:
         """A preemption handler whose ``if`` waits on both sides (DeltaChunkConnector: every pending task
         when ``meta.drain_all``, else the preempted requests'): one side may be a fence over blocks freed
@@ -254,7 +261,12 @@ class EffectReader:
         for where, test, does in self.effect(cls, owner, method).rank_guards:
             if does == {"early_return"} and where.endswith((".wait_for_save", ".save_kv_layer")):
                 continue
-            acts = sorted(d for d in does if d in ("return", "break", "wait", "submit", "super", "early_return"))
+            own = where == f"{owner}.{method}"
+            # in a helper, a value returned by the rank (a store key, a shard) ends only the helper; a bare
+            # return there skips what the helper does after it, which matters where that waits or submits
+            exits = {"return", "return_value", "break", "early_return"} if own else {"break"} | (
+                {"return", "early_return"} if self._helper_acts(cls, where) else set())
+            acts = sorted(d for d in does if d in exits | {"wait", "submit", "super"})
             for call in sorted(d for d in does if d.startswith("self.")):
                 target = self.hierarchy.lookup(cls, call[5:])
                 if target is not None and not self.hierarchy.classes[target].external:

@@ -35,9 +35,9 @@ PASSIVE_METHODS = frozenset({
     "acquire", "release", "locked", "notify", "notify_all", "is_set", "wait", "wait_for", "wait_dump",
     "check", "done", "result", "exception", "cancelled", "running", "join", "is_alive", "empty", "full",
     "qsize", "get_nowait", "task_done", "lookup",
-    # logging
+    # logging and metrics (Prometheus-style counters, gauges, histograms)
     "debug", "info", "warning", "error", "critical", "log", "debug_once", "info_once", "warning_once",
-    "isEnabledFor",
+    "isEnabledFor", "observe", "inc", "dec", "set", "labels", "time",
 })
 
 #: Calls into code that was not analysed that release, reset or query rather than start work (an event

@@ -462,7 +462,8 @@ class _MethodReader:
 
     def _rank_guards(self) -> tuple[tuple[str, frozenset[str]], ...]:
         """Tests that read the worker's rank (a name containing ``rank``, ``leader`` or ``driver``), with what
-        the statements they guard do: ``return``/``break``/``continue``, ``wait``/``submit``, ``super``, and
+        the statements they guard do: ``return`` (bare) or ``return_value``, ``break`` (or ``continue``),
+        ``wait``/``submit``, ``super``, and
         ``self.<m>`` for each helper called (the reader decides whether that helper waits or submits). An
         ``if <rank test>: return`` at the top level of the body is ``early_return`` (the MLA early return of
         UCM's saves, after the step's requests are tracked at #989)."""
@@ -477,7 +478,7 @@ class _MethodReader:
                 for stmt in block:
                     for sub in ast.walk(stmt):
                         if isinstance(sub, ast.Return):
-                            does.add("return")
+                            does.add("return" if sub.value is None else "return_value")
                         elif isinstance(sub, (ast.Break, ast.Continue)):
                             does.add("break")
                         elif isinstance(sub, ast.Call):
