@@ -120,6 +120,31 @@ def test_an_unknown_the_class_reproduces_becomes_unsafe_from_running(unwaited: M
     assert (mla.verdict, mla.source, mla.run.status) == ("unknown", "reading", "not_runnable")
 
 
+def test_the_replay_asks_get_transfer_results_as_vllm_does(tmp_path: Path) -> None:
+    """vLLM's runners call get_transfer_results (kv_connector_model_runner_mixin.py:94). A class whose
+    get_finished waits (UnfencedHybridConnector's) but whose get_transfer_results reports at once reaches the
+    hazard with one group; a replay calling get_finished would not have seen it."""
+    early = tmp_path / "early_results.py"
+    early.write_text(textwrap.dedent('''
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorTransferResults
+        from unfenced_hybrid import UnfencedHybridConnector
+
+
+        class EarlyResultsConnector(UnfencedHybridConnector):
+            def get_transfer_results(self, finished_req_ids):
+                done = {r for r in finished_req_ids if self._tasks.pop(r, None) is not None}
+                return KVConnectorTransferResults(finished_sending=done)
+    '''))
+    for name in ("unfenced_hybrid.py", COMMON.name):  # beside it: the child imports them by module name
+        (tmp_path / name).write_text((RUNNABLE / name).read_text())
+    paths = [early, tmp_path / "unfenced_hybrid.py", tmp_path / COMMON.name]
+    report = run_report(judge_files(paths, only=["EarlyResultsConnector"]), paths, STORE)
+    judgement = report.connectors["EarlyResultsConnector"]
+    single = next(j for j in judgement.judgements if j.context.key == "single")
+    assert (single.verdict, single.source, single.run.status) == ("unsafe", "running", "reproduced"), (
+        single.verdict, single.reasons, single.run)
+
+
 def test_a_class_that_cannot_run_keeps_the_reading_verdict() -> None:
     """The corpus's connectors are excerpts (vLLM's abstract methods and their store helpers are not defined,
     so vLLM could not build them either): the reading verdict stands, and the outcome says why."""

@@ -304,10 +304,13 @@ class _Replay:
 
     def _get_finished(self, record: Mapping[str, Any]) -> None:
         finished = set(record.get("finished_req_ids", ()))
-        answer = self._call("worker", "get_finished", lambda: self.worker.get_finished(set(finished)), sorted(finished))
-        if not (isinstance(answer, tuple) and len(answer) == 2):
-            raise self._diverged(f"get_finished returned {answer!r}, not (sending, recving)")
-        sending = set(answer[0] or ())
+        # vLLM's runners call get_transfer_results (kv_connector_model_runner_mixin.py:94); the base's wraps
+        # get_finished, a class may override it
+        answer = self._call("worker", "get_finished",
+                            lambda: self.worker.get_transfer_results(set(finished)), sorted(finished))
+        if not isinstance(getattr(answer, "finished_sending", None), (set, frozenset, list, tuple, type(None))):
+            raise self._diverged(f"get_transfer_results returned {answer!r}, not the transfer results")
+        sending = set(answer.finished_sending or ())
         unexpected = sorted(sending - self.delayed)
         if unexpected:
             raise _Stop(ReplayOutcome(

@@ -2,7 +2,7 @@
 
 The stub ``KVConnectorBase_V1`` keeps vLLM 0.32's defaults (``distributed/kv_transfer/kv_connector/v1/
 base.py``: metadata binding ~243-284, ``request_finished`` -> ``(False, None)`` ~616-636, ``get_finished``
--> ``(None, None)`` ~383-399, no-op ``handle_preemptions``/``wait_for_save``/``save_kv_layer``) and its
+-> ``(None, None)`` ~383-399, ``get_transfer_results`` wrapping it ~401-409, no-op ``handle_preemptions``/``wait_for_save``/``save_kv_layer``) and its
 abstract methods; the scheduler-output classes carry 0.32's field names (``v1/core/sched/output.py``).
 Any other ``vllm.*`` name imports as a placeholder that raises :class:`StubMissing` when used, so a run
 that needs real vLLM machinery stops with that name instead of guessing. Store modules named by the
@@ -46,6 +46,15 @@ class KVConnectorMetadata(ABC):  # noqa: B024 - as in vLLM
 
 class KVConnectorWorkerMetadata(ABC):  # noqa: B024
     pass
+
+
+@dataclass
+class KVConnectorTransferResults:
+    """vLLM 0.32's base.py ~88-97: one worker's completed sends and receives."""
+
+    finished_sending: set[str] = field(default_factory=set)
+    finished_recving: set[str] = field(default_factory=set)
+    failed_recving: set[str] = field(default_factory=set)
 
 
 class SupportsHMA(ABC):
@@ -104,6 +113,12 @@ class KVConnectorBase_V1(ABC):  # noqa: N801 - vLLM's name
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         return None, None
+
+    def get_transfer_results(self, finished_req_ids: set[str]) -> "KVConnectorTransferResults":
+        """What vLLM's runners call (kv_connector_model_runner_mixin.py:94); base.py:401-409 wraps get_finished."""
+        finished_sending, finished_recving = self.get_finished(finished_req_ids)
+        return KVConnectorTransferResults(finished_sending=set(finished_sending or ()),
+                                          finished_recving=set(finished_recving or ()))
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         return set()
@@ -287,6 +302,7 @@ _CONTENTS: dict[str, dict[str, Any]] = {
         "KVConnectorBase_V1": KVConnectorBase_V1, "KVConnectorMetadata": KVConnectorMetadata,
         "KVConnectorRole": KVConnectorRole, "SupportsHMA": SupportsHMA, "supports_hma": supports_hma,
         "KVConnectorWorkerMetadata": KVConnectorWorkerMetadata,
+        "KVConnectorTransferResults": KVConnectorTransferResults,
     },
     "vllm.logger": {"init_logger": logging.getLogger},
     "vllm.config": {"VllmConfig": VllmConfig, "KVTransferConfig": KVTransferConfig},
