@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from deferdump.tools.mro.helpers import HelperObjects
+from deferdump.tools.mro.helpers import DATA_METHODS, HelperObjects
 from deferdump.tools.mro.hierarchy import Hierarchy
 from deferdump.tools.mro.source import CONNECTOR_METHODS, Forward, MethodFacts, TaskFlow
 
@@ -48,16 +48,11 @@ SYNC_POINT_CALLS = frozenset({"cpu", "synchronize", "item", "tolist", "numpy"})
 #: Calls that never block on a transfer: builtins, container, string and logging methods, and the store's
 #: non-blocking calls. Any other call a ``get_finished`` makes (``state.finish()``, ``stack.close()``, a
 #: stored callback, a module-level helper) may wait a dump the reader does not see.
-NEVER_WAIT = frozenset({
+NEVER_WAIT = DATA_METHODS | frozenset({
     "len", "set", "frozenset", "list", "dict", "tuple", "sorted", "reversed", "isinstance", "issubclass",
     "getattr", "hasattr", "setattr", "min", "max", "sum", "any", "all", "enumerate", "zip", "range", "iter",
     "next", "int", "str", "float", "bool", "repr", "type", "id", "map", "filter", "print", "format", "hash",
-    "get", "items", "keys", "values", "pop", "popitem", "setdefault", "update", "clear", "copy", "add",
-    "discard", "remove", "append", "appendleft", "extend", "insert", "index", "count", "popleft", "sort",
-    "difference", "union", "intersection", "issubset", "issuperset", "isdisjoint", "difference_update",
-    "intersection_update", "symmetric_difference_update", "join_str", "startswith", "endswith", "split",
-    "strip", "lower", "upper", "debug", "info", "warning", "error", "critical", "exception", "log",
-    "debug_once", "info_once", "warning_once", "isEnabledFor", "perf_counter", "monotonic", "time",
+    "startswith", "endswith", "split", "strip", "lower", "upper", "perf_counter", "monotonic",
     "check", "done", "is_set", "cancelled", "running", "lookup", "dump", "dump_data", "defaultdict", "deque",
     "Counter", "OrderedDict", "field", "KVConnectorTransferResults",
 })
@@ -225,26 +220,20 @@ class EffectReader:
                 return f"{where}: self.{attr}.{path}(), and {why}"
         return None
 
-    def _helper_acts(self, cls: str, where: str) -> bool:
-        """Does the definition ``where`` (``Owner.method``), helpers included, wait or submit?"""
-        owner, _, method = where.rpartition(".")
-        if owner not in self.hierarchy.classes or method not in self.hierarchy.classes[owner].methods:
-            return True  # not found: assume it does
-        return bool(self.effect(cls, owner, method).calls & (WAIT_CALLS | SUBMIT_CALLS))
+    def _helper_does(self, cls: str, helper: str, calls: frozenset[str]) -> bool:
+        """Does ``self.<helper>()`` on an instance of ``cls`` (its helpers included) make one of ``calls``?
+        A helper no analysed class defines is assumed to (its work is unknown)."""
+        target = self.hierarchy.lookup(cls, helper)
+        if target is None or self.hierarchy.classes[target].external:
+            return target is None
+        return bool(self.effect(cls, target, helper).calls & calls)
 
     def _two_waiting_branches(self, cls: str, owner: str, facts: MethodFacts) -> tuple[str, ...]:
         """A preemption handler whose ``if`` waits on both sides (DeltaChunkConnector: every pending task
         when ``meta.drain_all``, else the preempted requests'): one side may be a fence over blocks freed
         while the request runs, which the test decides on a hybrid model; the reader does not evaluate it."""
         def waits(side: frozenset[str]) -> bool:
-            if "wait" in side:
-                return True
-            for call in side:
-                target = self.hierarchy.lookup(cls, call[5:])
-                if target is not None and not self.hierarchy.classes[target].external \
-                        and self.effect(cls, target, call[5:]).calls & WAIT_CALLS:
-                    return True
-            return False
+            return "wait" in side or any(self._helper_does(cls, c[5:], WAIT_CALLS) for c in side if c != "wait")
         return tuple(
             f"{owner}.handle_preemptions waits on both sides of `if {test}`: on a hybrid model one side may be "
             "a fence over blocks freed while the request runs, and the reader does not evaluate the test"
@@ -264,14 +253,13 @@ class EffectReader:
             own = where == f"{owner}.{method}"
             # in a helper, a value returned by the rank (a store key, a shard) ends only the helper; a bare
             # return there skips what the helper does after it, which matters where that waits or submits
+            helper = where.rpartition(".")[2]
             exits = {"return", "return_value", "break", "early_return"} if own else {"break"} | (
-                {"return", "early_return"} if self._helper_acts(cls, where) else set())
+                {"return", "early_return"} if self._helper_does(cls, helper, WAIT_CALLS | SUBMIT_CALLS) else set())
             acts = sorted(d for d in does if d in exits | {"wait", "submit", "super"})
-            for call in sorted(d for d in does if d.startswith("self.")):
-                target = self.hierarchy.lookup(cls, call[5:])
-                if target is not None and not self.hierarchy.classes[target].external:
-                    if self.effect(cls, target, call[5:]).calls & (WAIT_CALLS | SUBMIT_CALLS):
-                        acts.append(f"{call}() (it waits or submits)")
+            acts += [f"{call}() (it waits or submits)" for call in sorted(d for d in does if d.startswith("self."))
+                     if self.hierarchy.lookup(cls, call[5:]) is not None
+                     and self._helper_does(cls, call[5:], WAIT_CALLS | SUBMIT_CALLS)]
             if acts:
                 why.append(f"{where}: `if {test}` decides {', '.join(acts)} by the worker's rank; the model runs "
                            "every rank with one label (under MLA only rank 0 dumps, whatever the code does)")

@@ -23,21 +23,22 @@ from __future__ import annotations
 from deferdump.tools.mro.hierarchy import Hierarchy
 from deferdump.tools.mro.source import CONNECTOR_METHODS, STORE_SUBMITS
 
-#: Methods that read, update plain data, wait or log: they start no transfer whatever object they are on.
-PASSIVE_METHODS = frozenset({
-    # containers
+#: Methods of plain data, loggers and metrics: containers read or updated, a line logged, a counter stepped.
+DATA_METHODS = frozenset({
     "get", "items", "keys", "values", "pop", "popitem", "setdefault", "update", "clear", "copy", "add",
     "discard", "remove", "append", "appendleft", "extend", "extendleft", "insert", "index", "count", "popleft",
     "sort", "reverse", "difference", "union", "intersection", "issubset", "issuperset", "isdisjoint",
     "difference_update", "intersection_update", "symmetric_difference", "symmetric_difference_update",
     "most_common", "move_to_end",
-    # synchronisation and completion
+    "debug", "info", "warning", "error", "critical", "exception", "log", "debug_once", "info_once",
+    "warning_once", "isEnabledFor", "observe", "inc", "dec", "set", "labels", "time",
+})
+
+#: Methods that read, update plain data, wait or log: they start no transfer whatever object they are on.
+PASSIVE_METHODS = DATA_METHODS | frozenset({
     "acquire", "release", "locked", "notify", "notify_all", "is_set", "wait", "wait_for", "wait_dump",
-    "check", "done", "result", "exception", "cancelled", "running", "join", "is_alive", "empty", "full",
+    "check", "done", "result", "cancelled", "running", "join", "is_alive", "empty", "full",
     "qsize", "get_nowait", "task_done", "lookup",
-    # logging and metrics (Prometheus-style counters, gauges, histograms)
-    "debug", "info", "warning", "error", "critical", "log", "debug_once", "info_once", "warning_once",
-    "isEnabledFor", "observe", "inc", "dec", "set", "labels", "time",
 })
 
 #: Calls into code that was not analysed that release, reset or query rather than start work (an event

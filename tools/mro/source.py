@@ -11,7 +11,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Literal
+from typing import Iterable, Iterator, Literal, Sequence
 
 from deferdump.tools.mro.errors import DuplicateClassError, SourceParseError
 
@@ -443,15 +443,7 @@ class _MethodReader:
         side calls (the reader decides whether those helpers wait). Which side runs is decided by a test the
         reader does not evaluate (a flag in the metadata, a layout check)."""
         def waits(block: list[ast.stmt]) -> frozenset[str]:
-            found: set[str] = set()
-            for stmt in block:
-                for sub in ast.walk(stmt):
-                    if isinstance(sub, ast.Call):
-                        if _call_name(sub) in STORE_WAITS:
-                            found.add("wait")
-                        elif isinstance(sub.func, ast.Attribute) and _is_self(sub.func.value):
-                            found.add(f"self.{sub.func.attr}")
-            return frozenset(found)
+            return frozenset(a for a in _block_acts(block) if a == "wait" or a.startswith("self."))
         found = []
         for node in _own_nodes(self.func):
             if isinstance(node, ast.If) and node.orelse:
@@ -472,26 +464,8 @@ class _MethodReader:
         for node in _own_nodes(self.func):
             if not isinstance(node, (ast.If, ast.While, ast.IfExp)) or not _reads_rank(node.test):
                 continue
-            guarded = [node.body, node.orelse] if isinstance(node.body, list) else [[node.body], [node.orelse]]
-            does: set[str] = set()
-            for block in guarded:
-                for stmt in block:
-                    for sub in ast.walk(stmt):
-                        if isinstance(sub, ast.Return):
-                            does.add("return" if sub.value is None else "return_value")
-                        elif isinstance(sub, (ast.Break, ast.Continue)):
-                            does.add("break")
-                        elif isinstance(sub, ast.Call):
-                            name = _call_name(sub)
-                            if name in STORE_WAITS:
-                                does.add("wait")
-                            elif name in STORE_SUBMITS:
-                                does.add("submit")
-                            elif isinstance(sub.func, ast.Attribute) and isinstance(sub.func.value, ast.Call) \
-                                    and _dotted(sub.func.value.func) == "super":
-                                does.add("super")
-                            elif isinstance(sub.func, ast.Attribute) and _is_self(sub.func.value):
-                                does.add(f"self.{sub.func.attr}")
+            guarded = [*node.body, *node.orelse] if isinstance(node.body, list) else [node.body, node.orelse]
+            does = set(_block_acts(guarded))
             if isinstance(node, ast.If) and node in body and not node.orelse and len(node.body) == 1 \
                     and isinstance(node.body[0], ast.Return) and node.body[0].value is None:
                 does = {"early_return"}
@@ -786,6 +760,31 @@ class _MethodReader:
             except ValueError:
                 return None
         return values.pop() if len(values) == 1 else None
+
+
+def _block_acts(nodes: Sequence[ast.AST]) -> set[str]:
+    """What statements (or expressions) do that a wait rule cares about: ``return`` (bare) or
+    ``return_value``, ``break`` (``continue`` too), store ``wait`` or ``submit``, a ``super`` call, and
+    ``self.<m>`` for each helper they call (whether that helper waits is the reader's to decide)."""
+    acts: set[str] = set()
+    for node in nodes:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Return):
+                acts.add("return" if sub.value is None else "return_value")
+            elif isinstance(sub, (ast.Break, ast.Continue)):
+                acts.add("break")
+            elif isinstance(sub, ast.Call):
+                name = _call_name(sub)
+                if name in STORE_WAITS:
+                    acts.add("wait")
+                elif name in STORE_SUBMITS:
+                    acts.add("submit")
+                elif isinstance(sub.func, ast.Attribute) and isinstance(sub.func.value, ast.Call) \
+                        and _dotted(sub.func.value.func) == "super":
+                    acts.add("super")
+                elif isinstance(sub.func, ast.Attribute) and _is_self(sub.func.value):
+                    acts.add(f"self.{sub.func.attr}")
+    return acts
 
 
 _RANK_WORDS = ("rank", "leader", "driver")
