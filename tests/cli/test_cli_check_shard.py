@@ -179,3 +179,24 @@ def test_a_model_whose_first_batch_outlasts_the_budget_gets_no_verdict_and_the_o
     assert big["status"] == "error" and big["kind"] == "timeout" and big["behaviours"] == 0
     assert "no verdict" in big["message"] and big["expected_ok"] is False
     assert walk["status"] == "violation" and walk["expected_ok"] is True
+
+
+def test_a_models_manifest_batch_sets_its_batches_unless_batch_is_given(tmp_path: Path) -> None:
+    slow = {**_model("CounterSlow", "Counter", "pass", None, tier="sim"), "sim_batch": 7}
+    manifest = fixture_manifest(tmp_path, [slow, _model("CounterDeep", "Counter", "pass", 9, tier="deep")])
+    args = ["check", "--manifest", str(manifest), "--simulate", "--seed", "5", "--num", "21", "--depth", "12",
+            "--json"]
+    out = deferdump(*args)
+    assert out.returncode == 0, out.stderr
+    by_model = {item["model"]: item for item in json.loads(out.stdout)}
+    assert (by_model["CounterSlow"]["batch"], by_model["CounterSlow"]["batches"]) == (7, 3)
+    assert (by_model["CounterDeep"]["batch"], by_model["CounterDeep"]["batches"]) == (500, 1)
+    given = json.loads(deferdump(*args, "--batch", "10").stdout)
+    assert [(item["batch"], item["batches"]) for item in given] == [(10, 3), (10, 3)]
+    # shards simulated with different batch sizes ran different behaviours: they do not merge
+    files = []
+    for k, extra in ((1, ["--batch", "10"]), (2, [])):
+        files.append(tmp_path / f"part{k}.json")
+        files[-1].write_text(deferdump(*args, "CounterSlow", "--shard", f"{k}/2", *extra).stdout)
+    merged = deferdump("check", "--merge", *map(str, files), "--manifest", str(manifest))
+    assert merged.returncode == 2 and "different batch" in merged.stderr and "Traceback" not in merged.stderr

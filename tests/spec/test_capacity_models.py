@@ -7,6 +7,7 @@ they take is measured in docs/capacity.md, never asserted.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 from deferdump.tools.tlc.bridge import Status
 from deferdump.tools.tlc.manifest import load_manifest, simulate_model
 from deferdump.tools.tlc.scale import ScaleError, scaled_config
-from deferdump.tools.tlc.simulate import SimulationPlan
+from deferdump.tools.tlc.simulate import SimulationPlan, simulate
 
 pytestmark = pytest.mark.slow
 
@@ -47,13 +48,32 @@ def test_scaling_keeps_the_pool_as_tight_and_refuses_what_it_cannot_read() -> No
         scaled_config(text, 1)
 
 
-@pytest.mark.parametrize("name", ["AllFeatures", "AllFeaturesHybrid"])
-def test_the_all_features_models_simulate_clean(name: str) -> None:
+@pytest.mark.parametrize(("name", "behaviours"), [("AllFeatures", 200), ("AllFeaturesHybrid", 200),
+                                                   ("AllFeaturesAsyncLoads", 40)])
+def test_the_all_features_models_simulate_clean(name: str, behaviours: int) -> None:
     entry = MANIFEST.get(name)
     assert entry.tier == "sim" and entry.distinct_states is None
-    outcome = simulate_model(entry, SimulationPlan(depth=60, seed=1, num=200, batch=200))
+    batch = entry.sim_batch or behaviours
+    outcome = simulate_model(entry, SimulationPlan(depth=60, seed=1, num=behaviours, batch=batch))
     assert outcome.result.status is Status.PASS and outcome.expected_ok, outcome.summary
-    assert outcome.simulation is not None and outcome.simulation.behaviours == 200
+    assert outcome.simulation is not None and outcome.simulation.behaviours == behaviours
+
+
+def test_the_async_load_model_reaches_a_load_beside_a_dump_with_two_steps_in_flight(tmp_path: Path) -> None:
+    """AllFeaturesAsyncLoads is not vacuous: a request waits for remote KV while a rank holds both a load
+    task and a dump task and two scheduled steps are in flight (the crossing no other model has)."""
+    entry = MANIFEST.get("AllFeaturesAsyncLoads")
+    for source in entry.spec_dir.glob("*.tla"):
+        shutil.copyfile(source, tmp_path / source.name)
+    (tmp_path / "MCCrossing.tla").write_text(
+        "---- MODULE MCCrossing ----\nEXTENDS MCSlidingWindowFenced\n"
+        "NotCrossedInv == ~(Len(inflight) = 2 /\\ \\E r \\in Req : reqState[r] = \"remote\"\n"
+        "    /\\ \\E w \\in Rank : loadTasks[w] # {} /\\ pending[w] # {})\n====\n", encoding="utf-8")
+    cfg = entry.config_path.read_text(encoding="utf-8").replace("    TypeInv\n", "    TypeInv\n    NotCrossedInv\n", 1)
+    (tmp_path / "MCCrossing.cfg").write_text(cfg, encoding="utf-8")
+    result, _ = simulate(tmp_path / "MCCrossing.tla", tmp_path / "MCCrossing.cfg",
+                         SimulationPlan(depth=60, seed=1, num=200, batch=20))
+    assert result.status is Status.VIOLATION and result.property == "NotCrossedInv", result.message
 
 
 def test_a_lookup_answered_before_an_earlier_steps_dump_loads_under_it() -> None:

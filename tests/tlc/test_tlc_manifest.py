@@ -47,6 +47,8 @@ def test_loads_entries_and_selects_by_name_and_tier(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("change", "fragment"), [
     ({"tier": "nightly"}, "model 'A': 'tier' must be one of ci, deep, sim, not 'nightly'"),
     ({"tier": "sim", "distinct_states": 5}, "'distinct_states' must be null in tier sim"),
+    ({"sim_batch": 0}, "'sim_batch' must be a positive integer, not 0"),
+    ({"sim_batch": "20"}, "'sim_batch' must be a positive integer"),
     ({"variant": "Multi"}, "'variant' must be one of Direct, LayerWise, CP"),
     ({"expect": "fail"}, "'expect' must be \"pass\" or"),
     ({"expect": {"violation": ""}}, "'expect' must be"),

@@ -13,6 +13,8 @@ file, a malformed manifest, no Java, a corrupted jar). Bad input always gives on
 """
 from __future__ import annotations
 
+import dataclasses
+
 import enum
 import json
 import secrets
@@ -96,8 +98,9 @@ def simulation_tier(manifest: Manifest) -> list[ModelEntry]:
 def _plan(targets: list[str], config: Path | None, workers: int | None, timeout: float | None,
           tier: Tier | None, manifest: Path | None, simulation: SimulationPlan | None = None,
           shard: Shard | None = None, requests: int | None = None,
-          mutants: bool = False) -> list[tuple[str, Job]]:
-    """The checks to run, each a label and a function of (progress callback, cancel event)."""
+          mutants: bool = False, model_batches: bool = False) -> list[tuple[str, Job]]:
+    """The checks to run, each a label and a function of (progress callback, cancel event).
+    ``model_batches``: a simulated manifest model with a ``sim_batch`` runs batches of that size (no --batch)."""
     specs = [target for target in targets if _is_spec(target)]
     if specs and (requests is not None or mutants):
         raise CheckUsageError("--requests and --mutants select and grow manifest models, not a SPEC")
@@ -143,13 +146,22 @@ def _plan(targets: list[str], config: Path | None, workers: int | None, timeout:
                     scaled_config(entry.config_path.read_text(encoding="utf-8"), requests)
                 except UserError as error:
                     raise CheckUsageError(f"{entry.name}: cannot grow to {requests} requests: {error}") from None
-        return [(entry.name, _simulation_job(entry, simulation, requests)) for entry in entries]
+        return [(entry.name, _simulation_job(entry, _model_plan(entry, simulation, model_batches), requests))
+                for entry in entries]
     too_big = [entry.name for entry in entries if entry.tier == Tier.sim.value]
     if too_big:
         raise CheckUsageError(f"tier sim is simulated only (add --simulate): {', '.join(too_big)}")
     if shard is not None:
         entries = shard_models(entries, shard)
     return [(entry.name, model_job(entry, workers=workers, timeout=timeout)) for entry in entries]
+
+
+def _model_plan(entry: ModelEntry, plan: SimulationPlan, model_batches: bool) -> SimulationPlan:
+    """The plan for one model: its manifest batch size where --batch was not given (a model whose 500
+    behaviours outlast a minute gets fewer per TLC run, so a budget still ends batches, not the first one)."""
+    if model_batches and entry.sim_batch is not None:
+        return dataclasses.replace(plan, batch=entry.sim_batch)
+    return plan
 
 
 def _simulation_job(entry: ModelEntry, plan: SimulationPlan, requests: int | None = None) -> Job:
@@ -282,9 +294,10 @@ def check(
     requests: Optional[int] = typer.Option(None, "--requests", min=2,
                                            help="Simulation: grow each manifest model to this many requests "
                                                 "(each with its prompt blocks, the pool as tight) first."),
-    batch: int = typer.Option(BATCH_BEHAVIOURS, "--batch", min=1,
-                              help="Simulation: behaviours per TLC run (smaller: slow models finish a batch "
-                                   "within the budget)."),
+    batch: Optional[int] = typer.Option(None, "--batch", min=1,
+                                        help="Simulation: behaviours per TLC run (smaller: slow models finish "
+                                             f"a batch within the budget; default: the model's sim_batch in "
+                                             f"the manifest, else {BATCH_BEHAVIOURS})."),
     mutants: bool = typer.Option(False, "--mutants",
                                  help="Only the manifest's mutants (with --simulate: those whose cfg lists "
                                       "no PROPERTY)."),
@@ -312,12 +325,13 @@ def check(
         if simulate:
             plan = SimulationPlan(depth=depth, seed=secrets.randbits(31) if seed is None else seed, num=num,
                                   time_budget=time_budget if time_budget is not None or num is not None else 60.0,
-                                  batch=batch, shard=part or Shard(), ladder=not fixed_depth)
+                                  batch=batch or BATCH_BEHAVIOURS, shard=part or Shard(), ladder=not fixed_depth)
         elif (seed is not None or num is not None or time_budget is not None or depth != DEFAULT_DEPTH
-              or requests is not None or batch != BATCH_BEHAVIOURS or fixed_depth):
+              or requests is not None or batch is not None or fixed_depth):
             raise CheckUsageError("--depth, --fixed-depth, --seed, --num, --time-budget, --batch and --requests "
                                   "apply to --simulate")
-        checks = _plan(list(targets or []), config, workers, timeout, tier, manifest, plan, part, requests, mutants)
+        checks = _plan(list(targets or []), config, workers, timeout, tier, manifest, plan, part, requests, mutants,
+                       model_batches=batch is None)
         if checks:
             locate_tlc()  # fail on Java or the jar before any progress output
         outcomes = _run(checks, show_progress=not json_output, parallel=jobs or default_jobs())

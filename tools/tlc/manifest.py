@@ -34,7 +34,7 @@ DEADLOCK = "Deadlock"
 """``{"violation": "Deadlock"}`` expects TLC's deadlock check to fail (deadlocks have no property name)."""
 
 _REQUIRED = ("name", "module", "config", "tier", "variant", "expect", "distinct_states", "mutant", "conformance")
-_OPTIONAL = ("workers", "timeout", "description", "reproduces", "row")
+_OPTIONAL = ("workers", "timeout", "description", "reproduces", "row", "sim_batch")
 _REPRODUCES = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*#[1-9][0-9]*")
 """``"reproduces"``: the public thread of the field bug a model reproduces, ``owner/repo#number``."""
 _ROW = re.compile(r"[PN][1-9][0-9]*")
@@ -85,6 +85,7 @@ class ModelEntry:
     description: str | None = None
     reproduces: str | None = None  # the field bug's thread, owner/repo#number
     row: str | None = None  # its row id in docs/real-bugs.md, e.g. "P1"
+    sim_batch: int | None = None  # behaviours per simulation batch when ``--batch`` is not given (slow models)
 
     @property
     def module_path(self) -> Path:
@@ -176,6 +177,9 @@ def _entry(raw: Any, index: int, path: Path, root: Path) -> ModelEntry:
     timeout = raw.get("timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
         raise _problem(path, where, f"'timeout' must be a positive number of seconds, not {timeout!r}")
+    sim_batch = raw.get("sim_batch")
+    if sim_batch is not None and (type(sim_batch) is not int or sim_batch < 1):
+        raise _problem(path, where, f"'sim_batch' must be a positive integer, not {sim_batch!r}")
     description = raw.get("description")
     if description is not None and not isinstance(description, str):
         raise _problem(path, where, "'description' must be a string")
@@ -185,7 +189,7 @@ def _entry(raw: Any, index: int, path: Path, root: Path) -> ModelEntry:
         name=name, module=module, config=config, tier=raw["tier"], variant=raw["variant"], expect=expectation,
         distinct_states=distinct, mutant=raw["mutant"], conformance=raw["conformance"], spec_dir=root,
         workers=workers, timeout=None if timeout is None else float(timeout), description=description,
-        reproduces=reproduces, row=row,
+        reproduces=reproduces, row=row, sim_batch=sim_batch,
     )
     if not entry.module_path.is_file():
         raise _problem(path, where, f"module file {entry.module_path} does not exist")

@@ -64,7 +64,7 @@ def _fold_simulation(model: str, parts: list[tuple[str, dict[str, Any]]],
     """One simulation's shards -> one result."""
     first = parts[0][1]
     for where, item in parts[1:]:
-        for key in ("seed", "depth_bound", "ladder", "requests"):
+        for key in ("seed", "depth_bound", "ladder", "requests", "batch"):
             if item.get(key) != first.get(key):
                 raise MergeError(f"conflicting results for {model}: shards simulated with different {key} "
                                  f"({first.get(key)} and {item.get(key)}, {where})")

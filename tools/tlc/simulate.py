@@ -101,6 +101,7 @@ class SimulationStats:
     batch_index: int | None = None  # that batch's place in the simulation's sequence of batches
     ladder: bool = True  # batch depths climbed the ruler sequence (False: every batch at ``depth``)
     requests: int | None = None  # the model was grown to this many requests (``--requests``); None: its own cfg
+    batch: int = BATCH_BEHAVIOURS  # behaviours per batch (shards of one simulation must agree on it)
 
     @property
     def batch_depth(self) -> int | None:
@@ -111,7 +112,7 @@ class SimulationStats:
         return {"mode": "simulate", "seed": self.seed, "depth_bound": self.depth, "behaviours": self.behaviours,
                 "batches": self.batches, "shard": str(self.shard), "budget_spent": self.budget_spent,
                 "batch_seed": self.batch_seed, "batch_index": self.batch_index, "batch_depth": self.batch_depth,
-                "ladder": self.ladder, "requests": self.requests}
+                "ladder": self.ladder, "requests": self.requests, "batch": self.batch}
 
 
 def batch_seed(seed: int, index: int) -> int:
@@ -221,7 +222,7 @@ def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
                                      generated_states=None, seconds=seconds, message=message)
         return result, SimulationStats(seed=plan.seed, depth=plan.depth, behaviours=0, batches=0, shard=plan.shard,
                                        budget_spent=True, batch_seed=stopped_seed, batch_index=stopped_index,
-                                       ladder=plan.ladder)
+                                       ladder=plan.ladder, batch=plan.batch)
     message = last.message
     if last.status is Status.PASS:
         message = f"no violation in {behaviours:,} behaviours of depth <= {plan.depth} (seed {plan.seed})"
@@ -233,5 +234,5 @@ def simulate(spec: Path, config: Path | str | None, plan: SimulationPlan, *,
                                  message=message)
     stats = SimulationStats(seed=plan.seed, depth=plan.depth, behaviours=behaviours, batches=batches,
                             shard=plan.shard, budget_spent=budget_spent, batch_seed=last_seed,
-                            batch_index=last_index, ladder=plan.ladder)
+                            batch_index=last_index, ladder=plan.ladder, batch=plan.batch)
     return result, stats
