@@ -69,3 +69,43 @@ def test_a_class_that_hangs_or_raises_ends_the_run_cleanly_and_is_never_safe() -
     assert any("did not end within 10 s" in run.detail for run in hung)
     raised = [j.run for j in report.connectors["RaisingPlanner"].judgements if j.run is not None]
     assert raised and all("RuntimeError: the planner lost its table" in run.detail for run in raised)
+
+
+def test_classes_that_read_the_layout_run_on_the_stub_config_and_a_missing_field_stops_the_run() -> None:
+    """vLLM hands both roles a VllmConfig and the KV-cache layout; a class that sizes its plans by
+    cache_config.block_size and picks the groups to dump from kv_cache_config runs. Dumping the sliding-window
+    group too is caught on the hybrid model; dumping the full-attention groups alone is never called safe; a
+    config field the stubs lack stops the run, named, and changes no verdict."""
+    paths = [RUNNABLE / "layout_groups.py", COMMON]
+    report = run_report(judge_files(paths), paths, STORE)
+    every = report.connectors["EveryGroupConnector"]
+    cases = {j.context.key: j for j in every.judgements}
+    assert (every.verdict, cases["hybrid"].verdict, cases["hybrid"].source) == ("unsafe", "unsafe", "running")
+    assert "still reads it" in cases["hybrid"].run.detail
+    aware = report.connectors["GroupAwareConnector"]
+    assert all(j.verdict != "unsafe" for j in aware.judgements)
+    assert {j.context.key: j.run.status for j in aware.judgements}["hybrid"] == "diverged"
+    sized = report.connectors["PoolSizedConnector"]
+    for case in sized.judgements:
+        assert case.run.status == "not_runnable" and "CacheConfig.num_gpu_blocks" in case.run.detail
+        assert case.verdict != "unsafe" or case.source.startswith("reading")
+
+
+def test_an_independently_written_family_runs_and_its_unknowns_turn_into_the_truth() -> None:
+    """A corpus family written blind (one dump task shared by several requests, reference counts): reading
+    leaves all three unknown. Run, the class that frees the blocks when the last holder reports before the
+    shared task ends is unsafe in every one-rank case, the one that dumps every KV-cache group only on the
+    hybrid model (the answer key's cases exactly), and the correct one stays unknown."""
+    path = FIXTURES / "mro" / "corpus" / "blind_shared_task_refcount.py"
+    report = run_report(judge_files([path]), [path], STORE)
+    verdicts = {name: {j.context.key: (j.verdict, j.source) for j in judgement.judgements}
+                for name, judgement in report.connectors.items()}
+    assert all(v[0] == "unknown" for v in verdicts["SharedDumpConnector"].values())
+    last = verdicts["LastHolderSharedConnector"]
+    assert {key: last[key] for key in ("single", "multi", "hybrid")} == {
+        key: ("unsafe", "running") for key in ("single", "multi", "hybrid")}
+    groups = verdicts["AllGroupsSharedConnector"]
+    assert groups["hybrid"] == ("unsafe", "running")
+    assert all(groups[key][0] == "unknown" for key in groups if key != "hybrid")
+    for name in ("LastHolderSharedConnector", "AllGroupsSharedConnector"):
+        assert verdicts[name]["mla"] == ("unknown", "reading")  # two ranks: not run

@@ -36,3 +36,34 @@ def test_the_scheduler_output_fields_the_stub_fills_are_vllms() -> None:
         assert missing <= {"mm_features", "sampling_params", "pooling_params", "lora_request",
                            "scheduled_spec_decode_tokens", "scheduled_encoder_inputs", "free_encoder_mm_hashes",
                            "num_output_tokens"}, (name, sorted(missing))
+
+
+def test_the_config_and_layout_stubs_carry_only_what_vllm_has() -> None:
+    """The replay hands classes a VllmConfig and a KVCacheConfig (both roles, as vLLM 0.32 does): every attribute
+    the stubs give exists on vLLM's classes, and the spec classes keep vLLM's hierarchy (isinstance tests)."""
+    from vllm import config as real_config
+    from vllm.distributed import parallel_state
+    from vllm.v1 import kv_cache_interface as real_kv
+
+    pairs = {stubs.VllmConfig: real_config.VllmConfig, stubs.CacheConfig: real_config.CacheConfig,
+             stubs.ParallelConfig: real_config.ParallelConfig, stubs.ModelConfig: real_config.ModelConfig,
+             stubs.SchedulerConfig: real_config.SchedulerConfig}
+    for stub, real in pairs.items():
+        real_names = {f.name for f in dataclasses.fields(real)} | {name for name, _ in inspect.getmembers(real)}
+        stub_names = {f.name for f in dataclasses.fields(stub)}
+        assert stub_names <= real_names, (stub.__name__, sorted(stub_names - real_names))
+    for name in ("KVCacheConfig", "KVCacheGroupSpec", "KVCacheSpec", "AttentionSpec", "FullAttentionSpec",
+                 "SlidingWindowSpec"):
+        real = {f.name for f in dataclasses.fields(getattr(real_kv, name))}
+        stub = {f.name for f in dataclasses.fields(getattr(stubs, name))}
+        assert stub <= real, (name, sorted(stub - real))
+    for name in ("AttentionSpec", "FullAttentionSpec", "MLAAttentionSpec", "SlidingWindowSpec",
+                 "ChunkedLocalAttentionSpec", "MambaSpec"):
+        real_bases = [c.__name__ for c in getattr(real_kv, name).__mro__ if c.__module__ == real_kv.__name__]
+        stub_bases = [c.__name__ for c in getattr(stubs, name).__mro__ if c.__module__ == stubs.__name__]
+        assert stub_bases == real_bases, name
+    for function in ("get_tensor_model_parallel_rank", "get_tensor_model_parallel_world_size"):
+        assert callable(getattr(parallel_state, function))
+    layout = stubs.kv_cache_config(["full", "sliding"], 2, num_blocks=64)
+    assert [g.layer_names for g in layout.kv_cache_groups] == [["layer.0", "layer.1"], ["layer.2", "layer.3"]]
+    assert isinstance(layout.kv_cache_groups[1].kv_cache_spec, stubs.SlidingWindowSpec)

@@ -240,6 +240,22 @@ class EffectReader:
             for test, body, orelse in facts.branch_waits if waits(body) and waits(orelse)
         )
 
+    def _unconditional_helper_waits(self, cls: str, owner: str, facts: MethodFacts) -> tuple[str, ...]:
+        """A preemption handler or ``wait_for_save`` that always calls a helper which waits store tasks
+        (``self._drain_short()``, WindowFencedSaver and SplitGroupSaver of the sixth blind round): it waits more
+        than its label's tasks, which on a hybrid model may be the dumps of the sliding-window group (a fence),
+        and which tasks it is is not read."""
+        def drains(helper: str) -> bool:  # waits, and not only tasks a poll found done (UCM's _poll_pending_...)
+            target = self.hierarchy.lookup(cls, helper)
+            if target is None or self.hierarchy.classes[target].external:
+                return False
+            calls = self.effect(cls, target, helper).calls
+            return bool(calls & WAIT_CALLS) and not calls & CHECK_CALLS
+        helpers = sorted(c for c in facts.top_self_calls if drains(c))
+        return tuple(f"{owner}.{facts.name} always calls self.{h}(), which waits store tasks: on a hybrid model they "
+                     "may be the sliding-window group's dumps (a fence), which the reader does not establish"
+                     for h in helpers[:1])
+
     def rank_reasons(self, cls: str, owner: str, method: str) -> tuple[str, ...]:
         """Why ``owner``'s ``method`` (helpers included) behaves differently on different ranks in a way the
         model's ranks cannot follow: a test of the rank that guards a return, a loop exit, a store wait or
@@ -398,16 +414,71 @@ class EffectReader:
         )
         hybrid: tuple[str, ...] = ()
         if method == "handle_preemptions" and label in ("wait_preempted", AMBIGUOUS_PREEMPT):
-            hybrid = self._two_waiting_branches(cls, owner, facts)
+            hybrid = self._two_waiting_branches(cls, owner, facts) + self._unconditional_helper_waits(cls, owner, facts)
+            hybrid += tuple(
+                f"{owner}.handle_preemptions chooses what it waits by `{test}`, between state it holds and the "
+                "preempted requests it is given: on a hybrid model the first may be a fence over blocks freed while "
+                "the request runs, and the reader does not evaluate the test" for test in facts.switched_selections[:1])
+        if method == "wait_for_save" and label not in (UNKNOWN, "base", "sync_save"):
+            hybrid += self._unconditional_helper_waits(cls, owner, facts)
         submits = sum(f.submits for f in effect.flows)
         waited = sum(f.waited_here for f in effect.flows)
         if method in ("wait_for_save", "save_kv_layer") and 0 < waited < submits and effect.kept_in:
             hybrid = (f"{owner}.{method} waits some of the dumps it submits before returning and keeps others: "
                       "a fence on a hybrid model if the waited ones are the sliding-window group's, which reading "
                       "the code cannot establish",)
+        if method in ("request_finished", "request_finished_all_groups") and facts.false_when_member \
+                and label not in (UNKNOWN, "base", "forward", "never_delay"):
+            return DefinitionLabel(owner, method, UNKNOWN, (
+                f"{owner}.{method} answers False (free the blocks now) when `{facts.false_when_member[0]}`: a request "
+                "its set holds, whose dump may still run, is freed undelayed (BestEffortPersistConnector, sixth "
+                "blind round)",))
+        if method == "handle_preemptions" and label not in (UNKNOWN, "base", "pass"):
+            stale = self._set_after_preemptions(cls, owner)
+            if stale:
+                return DefinitionLabel(owner, method, UNKNOWN, stale)
         if replacing and label != UNKNOWN:
             return replace(self._replacing(owner, method, label, replacing), reasons=reasons, hybrid_reasons=hybrid)
         return DefinitionLabel(owner, method, label, reasons, hybrid_reasons=hybrid)
+
+    def _loads(self, cls: str, owner: str, method: str, seen: set[tuple[str, str]]) -> set[str]:
+        """``self`` attributes read by ``owner``'s ``method`` and the ``self`` helpers it calls."""
+        if (owner, method) in seen or owner not in self.hierarchy.classes or self.hierarchy.classes[owner].external:
+            return set()
+        seen.add((owner, method))
+        facts = self.hierarchy.method(owner, method)
+        found = set(facts.attr_loads)
+        for helper in facts.self_calls:
+            target = self.hierarchy.lookup(cls, helper)
+            if target is not None:
+                found |= self._loads(cls, target, helper, seen)
+        return found
+
+    def _set_after_preemptions(self, cls: str, owner: str) -> tuple[str, ...]:
+        """vLLM 0.32 calls ``handle_preemptions`` before it binds the step's metadata (gpu_model_runner.py
+        ~3968-3971; bind_connector_metadata comes with the forward): a preemption wait that selects its tasks
+        by state ``bind_connector_metadata`` sets acts on the previous step's (StepViewPersistConnector, sixth
+        blind round)."""
+        binder = self.hierarchy.lookup(cls, "bind_connector_metadata")
+        if binder is None or self.hierarchy.classes[binder].external:
+            return ()
+        stored: set[str] = set()
+        seen: set[tuple[str, str]] = set()
+        pending = [(binder, "bind_connector_metadata")]
+        while pending:
+            where, name = pending.pop()
+            if (where, name) in seen or self.hierarchy.classes[where].external:
+                continue
+            seen.add((where, name))
+            facts = self.hierarchy.method(where, name)
+            stored |= set(facts.attr_stores) | {attr for attr, ops in facts.attr_ops if ops & {"add", "assign"}}
+            pending += [(t, h) for h in facts.self_calls if (t := self.hierarchy.lookup(cls, h)) is not None]
+        stale = sorted((self._loads(cls, owner, "handle_preemptions", set()) & stored) - {"_connector_metadata"})
+        if not stale:
+            return ()
+        return (f"{owner}.handle_preemptions reads self.{stale[0]}, which bind_connector_metadata sets: vLLM 0.32 "
+                "calls handle_preemptions before it binds the step's metadata (gpu_model_runner.py ~3968-3971), so "
+                "it sees the previous step's",)
 
     @staticmethod
     def _replacing(owner: str, method: str, label: str, replacing: list[tuple[str, frozenset[str]]]) -> DefinitionLabel:
@@ -589,6 +660,9 @@ def classify(
         if effect.noop:
             return "base", ()
         return UNKNOWN, (f"{where} does not visibly wait on a store task",)
+    if method in ("save_kv_layer", "wait_for_save") and any(f.waited_if for f in effect.flows):
+        return UNKNOWN, (f"{where} waits the dumps it submits only under a condition (a configuration switch, a "
+                         "test of the task): a synchronous save on one branch, a deferred one on the other",)
     if method == "save_kv_layer":
         if submits and waits and not effect.submits_waited:
             # ResyncSlotStore: ``_persist`` submits and keeps the task under the request id, then ``_settle``
@@ -626,6 +700,12 @@ def classify(
             if waits and not reported_waits:
                 return UNKNOWN, (f"{where} waits store tasks, but none is selected by the requests it reports: "
                                  "a reported request's dump may still be running when vLLM frees its blocks",)
+            if not waits and effect.calls & CHECK_CALLS:
+                # ``if all(store.check(t) for t in tasks): done.add(r)`` reports completed dumps only; the model has
+                # no label for a report gated by polling (ChunkSaveConnector of the sixth blind round)
+                return UNKNOWN, (f"{where} polls store tasks ({', '.join(sorted(effect.calls & CHECK_CALLS))}()) and "
+                                 "reports requests without waiting: whether it reports only requests whose every "
+                                 "dump has ended is not modelled",)
             unfollowed = sorted(effect.calls - NEVER_WAIT - WAIT_CALLS)
             if not waits and unfollowed:
                 return UNKNOWN, (f"{where} reports requests and calls {', '.join(f'{c}()' for c in unfollowed[:3])}, "

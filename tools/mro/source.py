@@ -116,7 +116,16 @@ class MethodFacts:
     attr_values: tuple[tuple[str, str], ...] = ()  # self.<attr> = v as (attr, value_kind(v)); None values left out
     counted_waits: tuple[tuple[str, str], ...] = ()  # (why, "wait" or the self helper) run only when a count allows
     rank_guards: tuple[tuple[str, frozenset[str]], ...] = ()  # (test, what it guards) for tests reading a rank
-    branch_waits: tuple[tuple[str, frozenset[str], frozenset[str]], ...] = ()  # (test, if-side, else-side) waits
+    branch_waits: tuple[tuple[str, frozenset[str], frozenset[str]], ...] = ()
+    # ``if r in self.<x>: ... return False, ...``: a finish answering "free now" for a request a self set holds
+    # (the tests, as source text)
+    false_when_member: tuple[str, ...] = ()
+    # ``self.<m>()`` calls that always run (statements of the body, of ``with`` and ``try`` bodies, not under a
+    # test or loop): a preemption handler's unconditional extra work
+    top_self_calls: frozenset[str] = frozenset()
+    # ``targets = list(self._pending) if self._fence_all else meta.preempted`` (or the same in the two branches of
+    # an ``if``): a local chosen by a test between state ``self`` holds and what the call was given (the tests)
+    switched_selections: tuple[str, ...] = ()  # (test, if-side, else-side) waits
 
 
 #: Store calls that submit a dump (a task comes back) and that block on one.
@@ -216,6 +225,9 @@ class TaskFlow:
     # ``self.x[key] = task`` (one task per key) or ``self.x = task`` (one in all), for tasks not waited in the
     # call: a later submit replaces (loses) the earlier one; each entry is (attribute, the names the key reads).
     replaced: frozenset[tuple[str, frozenset[str]]] = frozenset()
+    # submits waited in the call only under a condition (``if self._sync: wait(t)``): neither a synchronous save
+    # nor a deferred one, depending on a value the reader does not evaluate
+    waited_if: int = 0
 
     @property
     def synchronous(self) -> bool:
@@ -414,6 +426,9 @@ class _MethodReader:
             forwards=tuple(dict.fromkeys(self.forwards)),
             constant_return=self._constant_return(),
             delay_answer=self._delay_answer(),
+            false_when_member=self._false_when_member(),
+            top_self_calls=frozenset(_top_self_calls(self.func.body, _param_derived(self.func))),
+            switched_selections=self._switched_selections(),
             calls=frozenset(self.calls),
             finally_calls=self._finally_calls(),
             opaque=tuple(dict.fromkeys(self.opaque)),
@@ -738,6 +753,51 @@ class _MethodReader:
             answers.add(first.value)
         return answers.pop() if len(answers) == 1 else None
 
+    def _switched_selections(self) -> tuple[str, ...]:
+        """Tests choosing a local between a ``self`` attribute and a parameter's value (see the field)."""
+        params = {a.arg for a in self.func.args.args[1:]}
+
+        def side(expr: ast.AST) -> str | None:
+            if any(_self_attr(n) for n in ast.walk(expr) if isinstance(n, (ast.Attribute, ast.Subscript))):
+                return "self"
+            return "param" if _names_in(expr) & params else None
+
+        found: list[str] = []
+        for node in _own_nodes(self.func):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.IfExp):
+                sides = {side(node.value.body), side(node.value.orelse)}
+                if sides == {"self", "param"}:
+                    found.append(ast.unparse(node.value.test))
+            elif isinstance(node, ast.If) and node.orelse:
+                def bound(stmts: list[ast.stmt]) -> dict[str, ast.AST]:
+                    return {t.id: s.value for stmt in stmts for s in ast.walk(stmt) if isinstance(s, ast.Assign)
+                            for t in s.targets if isinstance(t, ast.Name)}
+                here, there = bound(node.body), bound(node.orelse)
+                for name in here.keys() & there.keys():
+                    if {side(here[name]), side(there[name])} == {"self", "param"}:
+                        found.append(ast.unparse(node.test))
+                        break
+        return tuple(found)
+
+    def _false_when_member(self) -> tuple[str, ...]:
+        """Tests ``x in self.<attr>`` (not ``not in``) that an ``if`` opens whose branch returns ``(False, ...)``."""
+        found: list[str] = []
+        for node in _own_nodes(self.func):
+            if not isinstance(node, ast.If):
+                continue
+            members = [c for c in ast.walk(node.test) if isinstance(c, ast.Compare)
+                       and any(isinstance(op, ast.In) for op in c.ops)
+                       and any(_self_attr(r) in self.tracking_attrs for r in c.comparators)]
+            if not members or any(isinstance(u, ast.UnaryOp) and isinstance(u.op, ast.Not)
+                                  for u in ast.walk(node.test)):
+                continue
+            false_returns = [r for stmt in node.body for r in ast.walk(stmt) if isinstance(r, ast.Return)
+                             and isinstance(r.value, ast.Tuple) and r.value.elts
+                             and isinstance(r.value.elts[0], ast.Constant) and r.value.elts[0].value is False]
+            if false_returns:
+                found.append(ast.unparse(node.test))
+        return tuple(found)
+
     def _every_return(self) -> list[ast.Return] | None:
         """The body's returns, when it cannot end without one (its last statement returns); else None."""
         returns = [n for n in _own_nodes(self.func) if isinstance(n, ast.Return)]
@@ -818,6 +878,78 @@ def _self_attr(node: ast.AST) -> str | None:
     return None
 
 
+def _param_derived(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """The parameters (``self`` left out) and every local bound, on some path, from one of them."""
+    derived = {a.arg for a in (*func.args.args[1:], *func.args.kwonlyargs)}
+    assigns = [n for n in _own_nodes(func) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.For))]
+    changed = True
+    while changed:
+        changed = False
+        for node in assigns:
+            value = node.iter if isinstance(node, ast.For) else node.value
+            if value is None or not _names_in(value) & derived:
+                continue
+            targets = [node.target] if isinstance(node, (ast.For, ast.AnnAssign)) else node.targets
+            new = set().union(*(_names_in(t) for t in targets)) - derived
+            if new:
+                derived |= new
+                changed = True
+    return derived
+
+
+def _top_self_calls(body: list[ast.stmt], params: set[str]) -> set[str]:
+    """``self.<m>(...)`` statements in ``body`` that run whenever the body does (through ``with``/``try``) and are
+    given nothing of the call's own arguments ``params`` (``self._drain()``, not ``self._flush(meta.preempted)``)."""
+    found: set[str] = set()
+    for stmt in body:
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
+                and isinstance(stmt.value.func, ast.Attribute) and _is_self(stmt.value.func.value):
+            given = set().union(*(_names_in(a) for a in (*stmt.value.args, *stmt.value.keywords)))
+            if not given & params:
+                found.add(stmt.value.func.attr)
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            found |= _top_self_calls(stmt.body, params)
+        elif isinstance(stmt, ast.Try):
+            found |= _top_self_calls(stmt.body, params) | _top_self_calls(stmt.finalbody, params)
+    return found
+
+
+def _self_aliases(nodes: list[ast.AST]) -> dict[str, str]:
+    """Locals bound to an object ``self`` holds: ``state = self.x.get(k)`` / ``self.x[k]`` / ``self.x.setdefault(k,
+    ...)``, or ``state = self.x[k] = Obj()``. A task put into such an object (``state.tasks[key] = task``) is
+    kept in ``self.x``; local -> ``x``."""
+    aliases: dict[str, str] = {}
+    for node in nodes:
+        if not isinstance(node, ast.Assign):
+            continue
+        names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        if not names:
+            continue
+        held = next((a for t in node.targets if isinstance(t, ast.Subscript) and (a := _self_attr(t))), None)
+        value = node.value
+        if held is None and isinstance(value, ast.Subscript):
+            held = _self_attr(value)
+        if held is None and isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+                and value.func.attr in ("get", "setdefault") and isinstance(value.func.value, ast.Attribute) \
+                and _is_self(value.func.value.value):
+            held = value.func.value.attr
+        if held is not None:
+            for name in names:
+                aliases[name] = held
+    return aliases
+
+
+def _kept_attr(node: ast.AST, aliases: Mapping[str, str]) -> str | None:
+    """The ``self`` attribute an lvalue or a container expression lives in: ``self.x[...]`` -> ``x``, and through
+    an alias (:func:`_self_aliases`) ``state.tasks[...]`` / ``state.tasks`` -> what ``state`` aliases."""
+    direct = _self_attr(node)
+    if direct:
+        return direct
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        node = node.value
+    return aliases.get(node.id) if isinstance(node, ast.Name) else None
+
+
 def _note_replacing(target: ast.AST, value: ast.AST, fresh: set[str]) -> tuple[str, frozenset[str]] | None:
     """``self.x[key] = <task>`` keeps one task per key, ``self.x = <task>`` one in all: a later submit replaces
     the earlier task. The attribute and the names the key reads (none for a plain attribute); None when the
@@ -836,6 +968,48 @@ def _note_replacing(target: ast.AST, value: ast.AST, fresh: set[str]) -> tuple[s
     if isinstance(target.slice, ast.Name) and target.slice.id in fresh:
         return None
     return target.value.attr, frozenset(_names_in(target.slice))
+
+
+def _note_aliased_replacing(target: ast.AST, aliases: Mapping[str, str],
+                            fresh: set[str]) -> tuple[str, frozenset[str]] | None:
+    """``state.tasks[key] = <task>``, ``state`` an object ``self.x`` holds: one task per key of that object's
+    table, lost when the key comes again (the attribute is ``x``)."""
+    if not isinstance(target, ast.Subscript) or _self_attr(target):
+        return None
+    attr = _kept_attr(target, aliases)
+    if attr is None:
+        return None
+    if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next"
+           for n in ast.walk(target.slice)):
+        return None
+    if isinstance(target.slice, ast.Name) and target.slice.id in fresh:
+        return None
+    return attr, frozenset(_names_in(target.slice))
+
+
+def _ancestors(node: ast.AST, parents: Mapping[ast.AST, ast.AST]) -> set[ast.AST]:
+    found, up = set(), parents.get(node)
+    while up is not None:
+        found.add(up)
+        up = parents.get(up)
+    return found
+
+
+def _under_condition(node: ast.AST, parents: Mapping[ast.AST, ast.AST], shared: set[ast.AST] = frozenset()) -> bool:  # type: ignore[assignment]
+    """Is ``node`` inside an ``if``/``while``/conditional expression's branch of its function, other than those in
+    ``shared`` (the conditions the submit it waits is under too: ``if is_save: t = dump(...); wait(t)``)?
+    A test that only checks the wait's own result (``if store.wait(t) != 0``) does not count: the wait runs."""
+    child, up = node, parents.get(node)
+    while up is not None:
+        if up in shared:
+            child, up = up, parents.get(up)
+            continue
+        if isinstance(up, (ast.If, ast.While, ast.IfExp)) and child is not up.test:
+            return True
+        if isinstance(up, (ast.BoolOp,)) and child is not up.values[0]:
+            return True  # ``a and wait(t)``: short-circuited
+        child, up = up, parents.get(up)
+    return False
 
 
 def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
@@ -859,6 +1033,7 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
                     bindings.setdefault(target.id, []).append(node.value)
     fresh = {name for name, values in bindings.items() if all(
         isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "next" for v in values)}
+    aliases = _self_aliases(nodes)
     for call in submits:
         names: set[str] = set()
         node: ast.AST = call
@@ -881,17 +1056,22 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
                     note = _note_replacing(target, parent.value, fresh)  # type: ignore[arg-type]
                     if note:
                         replacing_of.setdefault(call, set()).add(note)
+                elif _kept_attr(target, aliases):
+                    kept.add(_kept_attr(target, aliases))  # type: ignore[arg-type]
+                    note = _note_aliased_replacing(target, aliases, fresh)
+                    if note:
+                        replacing_of.setdefault(call, set()).add(note)
         elif isinstance(parent, ast.Call) and _call_name(parent) in {"append", "extend", "add"}:
             holder = parent.func.value  # type: ignore[attr-defined]
-            if isinstance(holder, ast.Name):
+            if isinstance(holder, ast.Name) and holder.id not in aliases:
                 names.add(holder.id)
-            elif _self_attr(holder):
-                kept.add(_self_attr(holder))  # type: ignore[arg-type]
+            elif _kept_attr(holder, aliases):
+                kept.add(_kept_attr(holder, aliases))  # type: ignore[arg-type]
         holders[call] = names
     # a local holding a task, appended or assigned to ``self``: kept beyond the call
     for node in nodes:
         if isinstance(node, ast.Call) and _call_name(node) in {"append", "extend", "add", "__setitem__"}:
-            holder = _self_attr(node.func.value)  # type: ignore[attr-defined]
+            holder = _kept_attr(node.func.value, aliases)  # type: ignore[attr-defined]
             used = set().union(*(_names_in(a) for a in node.args)) if node.args else set()
             if holder and any(used & names for names in holders.values()):
                 kept.add(holder)
@@ -899,10 +1079,11 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
                 for names in holders.values():  # a local list collecting the task: it holds it too
                     if used & names:
                         names.add(node.func.value.id)  # type: ignore[attr-defined]
-        elif isinstance(node, ast.Assign) and any(_self_attr(t) for t in node.targets):
+        elif isinstance(node, ast.Assign) and any(_kept_attr(t, aliases) for t in node.targets):
             if any(_names_in(node.value) & names for names in holders.values()):
-                kept.update(a for a in (_self_attr(t) for t in node.targets) if a)
-                notes = {n for n in (_note_replacing(t, node.value, fresh) for t in node.targets) if n}
+                kept.update(a for a in (_kept_attr(t, aliases) for t in node.targets) if a)
+                notes = {n for n in (_note_replacing(t, node.value, fresh) or _note_aliased_replacing(t, aliases, fresh)
+                                     for t in node.targets) if n}
                 for call, names in holders.items():
                     if notes and _names_in(node.value) & names:
                         replacing_of.setdefault(call, set()).update(notes)
@@ -912,16 +1093,25 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
             for call, names in holders.items():
                 if _names_in(node.iter) & names:
                     names.add(node.target.id)
-    waits = [n for n in nodes if _call_name(n) in STORE_WAITS]
-    waited_args = [set().union(*(_names_in(a) for a in w.args)) if w.args else set() for w in waits]  # type: ignore[attr-defined]
-    waited = 0
+    # a wait under a condition (``if self._sync: wait(t)``) may not run: the task it names is not waited here
+    all_waits = [n for n in nodes if _call_name(n) in STORE_WAITS]
+
+    def wait_args(wait: ast.AST) -> set[str]:
+        return set().union(*(_names_in(a) for a in wait.args)) if wait.args else set()  # type: ignore[attr-defined]
+    waited = waited_if = 0
     replaced: set[tuple[str, frozenset[str]]] = set()
     for call, names in holders.items():
+        shared = _ancestors(call, parents)
+        waits = [w for w in all_waits if not _under_condition(w, parents, shared)]
+        waited_args = [wait_args(w) for w in waits]
+        maybe_args = [wait_args(w) for w in all_waits if w not in waits]
         direct = isinstance(parents.get(call), ast.Call) and _call_name(parents.get(call)) in STORE_WAITS
         if direct or any(names & args for args in waited_args):
             waited += 1
         else:  # a task waited in the same call is not lost when a later one takes its place
             replaced |= replacing_of.get(call, set())
+            if any(names & args for args in maybe_args):
+                waited_if += 1
     waits_each: set[str] = set()
     stops_early: set[str] = set()
     drains: set[str] = set()
@@ -976,7 +1166,7 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
         elif isinstance(node, ast.Delete):
             clears.update(a for a in (_self_attr(t) for t in node.targets) if a)
     return TaskFlow(len(submits), waited, frozenset(kept), frozenset(waits_each), frozenset(stops_early),
-                    frozenset(clears), frozenset(drains), frozenset(replaced))
+                    frozenset(clears), frozenset(drains), frozenset(replaced), waited_if)
 
 
 @dataclass

@@ -28,6 +28,7 @@ from deferdump.tools.mro.run.stubs import StubMissing, stub_modules
 __all__ = ["ReplayOutcome", "replay_counterexample"]
 
 _MAX_CALLS_SHOWN = 60
+_NUM_BLOCKS = 64  # the layout's block count: more than any model's pool (block ids are the model's b1, b2, ...)
 
 
 @dataclass
@@ -125,7 +126,7 @@ def forget_modules(paths: Sequence[str]) -> None:
 
 
 class _Replay:
-    def __init__(self, cls: type, path: str, case: str, store: RecordingStore, stubs: Any) -> None:
+    def __init__(self, cls: type, path: str, case: str, store: RecordingStore, stubs: Any, layers: int = 1) -> None:
         self.cls = cls
         self.path = path  # "hma", "non_hma" or "multi"
         self.hybrid = case == "hybrid"
@@ -140,9 +141,17 @@ class _Replay:
         self.meta: Any = None
         self.step = 0
         config = stubs.VllmConfig()
+        # The case's KV-cache layout, given to both roles as vLLM 0.32 does (scheduler.py ~176-180,
+        # kv_transfer_state.py ~88-92): one full-attention group; on a hybrid model a full and a sliding-window
+        # group on the HMA path, the sliding-window group alone off it (every layer sliding-window)
+        groups = ["full"] if not self.hybrid else (["full", "sliding"] if path == "hma" else ["sliding"])
+        self.layout = stubs.kv_cache_config(groups, layers, num_blocks=_NUM_BLOCKS)
+        self.layer_names = [name for group in self.layout.kv_cache_groups for name in group.layer_names]
+        layout = self.layout
         try:  # vLLM builds one instance per role (factory.py); a class that cannot be built is not run
-            self.sched = self._call("scheduler", "__init__", lambda: cls(config, stubs.KVConnectorRole.SCHEDULER, None))
-            self.worker = self._call("worker", "__init__", lambda: cls(config, stubs.KVConnectorRole.WORKER, None))
+            self.sched = self._call("scheduler", "__init__",
+                                    lambda: cls(config, stubs.KVConnectorRole.SCHEDULER, layout))
+            self.worker = self._call("worker", "__init__", lambda: cls(config, stubs.KVConnectorRole.WORKER, layout))
         except _Stop as stop:
             stop.outcome.status = "not_runnable"
             raise
@@ -279,12 +288,13 @@ class _Replay:
                     self._write(_block(write[0]), str(write[1]))
                 if self._overrides("save_kv_layer") and not any(
                         r.get("name") == "save_kv_layer" for r in next(iter(ranks.values()))):
-                    self._call("worker", "save_kv_layer", lambda: self.worker.save_kv_layer("layer.0", None, None),
-                               "layer.0")
+                    for layer_name in self.layer_names:  # the forward saves every attention layer in order
+                        self._call("worker", "save_kv_layer",
+                                   lambda n=layer_name: self.worker.save_kv_layer(n, None, None), layer_name)
             elif name == "save_kv_layer":
-                layer = record.get("layer", 0)
+                layer_name = f"layer.{max(0, int(record.get('layer', 1)) - 1)}"  # the model counts layers from 1
                 self._call("worker", "save_kv_layer",
-                           lambda layer=layer: self.worker.save_kv_layer(f"layer.{layer}", None, None), f"layer.{layer}")
+                           lambda n=layer_name: self.worker.save_kv_layer(n, None, None), layer_name)
             elif name == "wait_for_save":
                 self._call("worker", "wait_for_save", lambda: self.worker.wait_for_save())
             elif name == "get_finished":
@@ -394,6 +404,22 @@ class _Replay:
         getattr(self, str(phase.get("name")))(phase)
 
 
+def _layers(trace: Sequence[Mapping[str, Any]]) -> int:
+    """Attention layers per KV-cache group: the most a trace's ``save_kv_layer`` records name (1 if none)."""
+    found = 1
+    for entry in trace:
+        action = plain(entry.get("state", {}).get("action") or entry.get("action") or {})
+        phases = action.get("phases", ()) if action.get("name") == "engine_step" else (action,)
+        for phase in phases:
+            if phase.get("name") != "execute_model" or not isinstance(phase.get("ranks"), Mapping):
+                continue
+            for records in phase["ranks"].values():
+                for record in records:
+                    if record.get("name") == "save_kv_layer":
+                        found = max(found, int(record.get("layer", 1)))
+    return found
+
+
 def replay_counterexample(paths: Sequence[str], cls_name: str, path: str, case: str,
                           trace: Sequence[Mapping[str, Any]], store_modules: Sequence[str]) -> ReplayOutcome:
     """Import the class under stub vLLM (and the named store modules) and replay ``trace`` against it."""
@@ -412,7 +438,7 @@ def replay_counterexample(paths: Sequence[str], cls_name: str, path: str, case: 
             except Exception as error:
                 raise _Stop(ReplayOutcome("not_runnable", f"importing {cls_name}: {type(error).__name__}: "
                                           f"{error}")) from None
-            replay = _Replay(cls, path, case, store, stubs)
+            replay = _Replay(cls, path, case, store, stubs, layers=_layers(trace))
             outcome = replay.run(trace)
         except _Stop as stop:
             outcome = stop.outcome

@@ -232,9 +232,127 @@ class KVTransferConfig:
         return self.kv_connector_extra_config.get(key, default)
 
 
+class _Config:
+    """A vLLM config object as far as the stubs know it. Real vLLM's have many more attributes: reading one the
+    stub lacks stops the run (:class:`StubMissing`) rather than driving the class on a guessed value."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise StubMissing(f"the connector read {type(self).__name__}.{name}, which the stub vLLM does not provide")
+
+
+BLOCK_SIZE = 16
+"""Tokens per KV-cache block in every replay: the replay schedules one block (16 tokens) per request a step."""
+
+
 @dataclass
-class VllmConfig:
+class CacheConfig(_Config):
+    block_size: int = BLOCK_SIZE
+    enable_prefix_caching: bool = True
+
+
+@dataclass
+class ParallelConfig(_Config):
+    """One worker: the replay drives one rank (an MLA case's two ranks are not replayed)."""
+
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    data_parallel_size: int = 1
+    rank: int = 0
+    world_size: int = 1
+
+
+@dataclass
+class ModelConfig(_Config):
+    model: str = "replayed"
+    max_model_len: int = 4096
+    use_mla: bool = False  # a property of vLLM's ModelConfig
+
+
+@dataclass
+class SchedulerConfig(_Config):
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 16
+
+
+@dataclass
+class VllmConfig(_Config):
     kv_transfer_config: KVTransferConfig = field(default_factory=KVTransferConfig)
+    cache_config: CacheConfig = field(default_factory=CacheConfig)
+    parallel_config: ParallelConfig = field(default_factory=ParallelConfig)
+    model_config: ModelConfig = field(default_factory=ModelConfig)
+    scheduler_config: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+
+# ---- the KV-cache layout (vLLM 0.32's v1/kv_cache_interface.py), handed to both roles' constructors ----------
+@dataclass
+class KVCacheSpec:
+    block_size: int
+
+
+@dataclass
+class AttentionSpec(KVCacheSpec):
+    num_kv_heads: int = 1
+    head_size: int = 8
+
+
+@dataclass
+class FullAttentionSpec(AttentionSpec):
+    sliding_window: int | None = None
+    attention_chunk_size: int | None = None
+
+
+class MLAAttentionSpec(FullAttentionSpec):
+    """Never handed out (the replay drives no MLA case); here so that ``isinstance`` tests work."""
+
+
+@dataclass
+class SlidingWindowSpec(AttentionSpec):
+    sliding_window: int = BLOCK_SIZE
+
+
+class ChunkedLocalAttentionSpec(AttentionSpec):
+    """Never handed out; for ``isinstance`` tests."""
+
+
+class MambaSpec(KVCacheSpec):
+    """Never handed out; for ``isinstance`` tests."""
+
+
+@dataclass
+class KVCacheGroupSpec:
+    layer_names: list[str]
+    kv_cache_spec: KVCacheSpec
+
+
+@dataclass
+class KVCacheConfig:
+    num_blocks: int
+    kv_cache_tensors: list[Any]
+    kv_cache_groups: list[KVCacheGroupSpec]
+
+
+def kv_cache_config(groups: Sequence[str], layers: int, num_blocks: int) -> KVCacheConfig:
+    """The layout of a replayed case: ``groups`` lists each KV-cache group's kind (``"full"`` or ``"sliding"``);
+    each group has ``layers`` layers, named ``layer.<i>`` in order over the groups, as the replay's forward
+    calls ``save_kv_layer``."""
+    specs = {"full": lambda: FullAttentionSpec(block_size=BLOCK_SIZE),
+             "sliding": lambda: SlidingWindowSpec(block_size=BLOCK_SIZE)}
+    built, index = [], 0
+    for kind in groups:
+        names = [f"layer.{index + i}" for i in range(layers)]
+        index += layers
+        built.append(KVCacheGroupSpec(layer_names=names, kv_cache_spec=specs[kind]()))
+    return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=built)
+
+
+def get_tensor_model_parallel_rank() -> int:
+    return 0
+
+
+def get_tensor_model_parallel_world_size() -> int:
+    return 1
 
 
 @dataclass
@@ -305,7 +423,18 @@ _CONTENTS: dict[str, dict[str, Any]] = {
         "KVConnectorTransferResults": KVConnectorTransferResults,
     },
     "vllm.logger": {"init_logger": logging.getLogger},
-    "vllm.config": {"VllmConfig": VllmConfig, "KVTransferConfig": KVTransferConfig},
+    "vllm.config": {"VllmConfig": VllmConfig, "KVTransferConfig": KVTransferConfig, "CacheConfig": CacheConfig,
+                    "ParallelConfig": ParallelConfig, "ModelConfig": ModelConfig, "SchedulerConfig": SchedulerConfig},
+    "vllm.v1.kv_cache_interface": {
+        "KVCacheConfig": KVCacheConfig, "KVCacheGroupSpec": KVCacheGroupSpec, "KVCacheSpec": KVCacheSpec,
+        "AttentionSpec": AttentionSpec, "FullAttentionSpec": FullAttentionSpec, "MLAAttentionSpec": MLAAttentionSpec,
+        "SlidingWindowSpec": SlidingWindowSpec, "ChunkedLocalAttentionSpec": ChunkedLocalAttentionSpec,
+        "MambaSpec": MambaSpec,
+    },
+    "vllm.distributed.parallel_state": {"get_tensor_model_parallel_rank": get_tensor_model_parallel_rank,
+                                        "get_tensor_model_parallel_world_size": get_tensor_model_parallel_world_size},
+    "vllm.distributed": {"get_tensor_model_parallel_rank": get_tensor_model_parallel_rank,
+                         "get_tensor_model_parallel_world_size": get_tensor_model_parallel_world_size},
     "vllm.v1.core.sched.output": {
         "SchedulerOutput": SchedulerOutput, "NewRequestData": NewRequestData,
         "CachedRequestData": CachedRequestData, "KVConnectorBlockState": KVConnectorBlockState,
