@@ -960,14 +960,16 @@ def _note_replacing(target: ast.AST, value: ast.AST, fresh: set[str]) -> tuple[s
             return None
         return target.attr, frozenset()
     if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute)
-            and _is_self(target.value.value)):
-        return None
-    if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next"
-           for n in ast.walk(target.slice)):
-        return None
-    if isinstance(target.slice, ast.Name) and target.slice.id in fresh:
+            and _is_self(target.value.value)) or _fresh_key(target.slice, fresh):
         return None
     return target.value.attr, frozenset(_names_in(target.slice))
+
+
+def _fresh_key(key: ast.AST, fresh: set[str]) -> bool:
+    """A key new each time: ``next(counter)`` in it, or a local bound only to one (``fresh``)."""
+    if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next" for n in ast.walk(key)):
+        return True
+    return isinstance(key, ast.Name) and key.id in fresh
 
 
 def _note_aliased_replacing(target: ast.AST, aliases: Mapping[str, str],
@@ -977,12 +979,7 @@ def _note_aliased_replacing(target: ast.AST, aliases: Mapping[str, str],
     if not isinstance(target, ast.Subscript) or _self_attr(target):
         return None
     attr = _kept_attr(target, aliases)
-    if attr is None:
-        return None
-    if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next"
-           for n in ast.walk(target.slice)):
-        return None
-    if isinstance(target.slice, ast.Name) and target.slice.id in fresh:
+    if attr is None or _fresh_key(target.slice, fresh):
         return None
     return attr, frozenset(_names_in(target.slice))
 
