@@ -8,6 +8,8 @@ so the model itself does the dispatch. What the syntax cannot settle is ``unknow
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from dataclasses import dataclass, replace
 
 from deferdump.tools.mro.helpers import DATA_METHODS, HelperObjects
@@ -428,7 +430,7 @@ class EffectReader:
                       "a fence on a hybrid model if the waited ones are the sliding-window group's, which reading "
                       "the code cannot establish",)
         if method in ("request_finished", "request_finished_all_groups") and facts.false_when_member \
-                and label not in (UNKNOWN, "base", "forward", "never_delay"):
+                and label not in (UNKNOWN, "base", "forward"):
             return DefinitionLabel(owner, method, UNKNOWN, (
                 f"{owner}.{method} answers False (free the blocks now) when `{facts.false_when_member[0]}`: a request "
                 "its set holds, whose dump may still run, is freed undelayed (BestEffortPersistConnector, sixth "
@@ -441,18 +443,18 @@ class EffectReader:
             return replace(self._replacing(owner, method, label, replacing), reasons=reasons, hybrid_reasons=hybrid)
         return DefinitionLabel(owner, method, label, reasons, hybrid_reasons=hybrid)
 
-    def _loads(self, cls: str, owner: str, method: str, seen: set[tuple[str, str]]) -> set[str]:
-        """``self`` attributes read by ``owner``'s ``method`` and the ``self`` helpers it calls."""
-        if (owner, method) in seen or owner not in self.hierarchy.classes or self.hierarchy.classes[owner].external:
-            return set()
-        seen.add((owner, method))
-        facts = self.hierarchy.method(owner, method)
-        found = set(facts.attr_loads)
-        for helper in facts.self_calls:
-            target = self.hierarchy.lookup(cls, helper)
-            if target is not None:
-                found |= self._loads(cls, target, helper, seen)
-        return found
+    def _reached(self, cls: str, owner: str, method: str) -> Iterator[MethodFacts]:
+        """The facts of ``owner``'s ``method`` and of every analysed ``self`` helper it reaches, each once."""
+        seen: set[tuple[str, str]] = set()
+        pending = [(owner, method)]
+        while pending:
+            where, name = pending.pop()
+            if (where, name) in seen or where not in self.hierarchy.classes or self.hierarchy.classes[where].external:
+                continue
+            seen.add((where, name))
+            facts = self.hierarchy.method(where, name)
+            yield facts
+            pending += [(t, h) for h in facts.self_calls if (t := self.hierarchy.lookup(cls, h)) is not None]
 
     def _set_after_preemptions(self, cls: str, owner: str) -> tuple[str, ...]:
         """vLLM 0.32 calls ``handle_preemptions`` before it binds the step's metadata (gpu_model_runner.py
@@ -462,18 +464,10 @@ class EffectReader:
         binder = self.hierarchy.lookup(cls, "bind_connector_metadata")
         if binder is None or self.hierarchy.classes[binder].external:
             return ()
-        stored: set[str] = set()
-        seen: set[tuple[str, str]] = set()
-        pending = [(binder, "bind_connector_metadata")]
-        while pending:
-            where, name = pending.pop()
-            if (where, name) in seen or self.hierarchy.classes[where].external:
-                continue
-            seen.add((where, name))
-            facts = self.hierarchy.method(where, name)
-            stored |= set(facts.attr_stores) | {attr for attr, ops in facts.attr_ops if ops & {"add", "assign"}}
-            pending += [(t, h) for h in facts.self_calls if (t := self.hierarchy.lookup(cls, h)) is not None]
-        stale = sorted((self._loads(cls, owner, "handle_preemptions", set()) & stored) - {"_connector_metadata"})
+        stored = {attr for facts in self._reached(cls, binder, "bind_connector_metadata")
+                  for attr in (*facts.attr_stores, *(a for a, ops in facts.attr_ops if ops & {"add", "assign"}))}
+        loaded = {attr for facts in self._reached(cls, owner, "handle_preemptions") for attr in facts.attr_loads}
+        stale = sorted((loaded & stored) - {"_connector_metadata"})
         if not stale:
             return ()
         return (f"{owner}.handle_preemptions reads self.{stale[0]}, which bind_connector_metadata sets: vLLM 0.32 "

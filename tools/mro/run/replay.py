@@ -147,11 +147,10 @@ class _Replay:
         groups = ["full"] if not self.hybrid else (["full", "sliding"] if path == "hma" else ["sliding"])
         self.layout = stubs.kv_cache_config(groups, layers, num_blocks=_NUM_BLOCKS)
         self.layer_names = [name for group in self.layout.kv_cache_groups for name in group.layer_names]
-        layout = self.layout
         try:  # vLLM builds one instance per role (factory.py); a class that cannot be built is not run
             self.sched = self._call("scheduler", "__init__",
-                                    lambda: cls(config, stubs.KVConnectorRole.SCHEDULER, layout))
-            self.worker = self._call("worker", "__init__", lambda: cls(config, stubs.KVConnectorRole.WORKER, layout))
+                                    lambda: cls(config, stubs.KVConnectorRole.SCHEDULER, self.layout))
+            self.worker = self._call("worker", "__init__", lambda: cls(config, stubs.KVConnectorRole.WORKER, self.layout))
         except _Stop as stop:
             stop.outcome.status = "not_runnable"
             raise
