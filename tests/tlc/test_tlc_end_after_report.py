@@ -1,8 +1,9 @@
-"""Ending a TLC JVM once it has reported a clean finish, instead of waiting out its ~0.3 s shutdown.
+"""Ending a TLC JVM once its report is complete, instead of waiting out its ~0.3 s shutdown.
 
 Real TLC on the fixture specs: the ended run must report exactly what the run left to exit by itself
-reports, and runs that may still write something at exit (dumps, kept run directories, JVM recordings,
-violations, whose exit status is the verdict) must be left to exit by themselves.
+reports (a clean finish, and invariant, deadlock and liveness violations, whose exit status the bridge
+then records as TLC gives it), and runs that may still write something at exit (dumps, kept run
+directories, JVM recordings) or whose exit status is not one value must be left to exit by themselves.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from deferdump.tools.tlc.bridge import Kind, Status, ends_after_report, run_tlc
-from deferdump.tools.tlc.output import Code, MessageStream, TlcMessage, finished_cleanly
+from deferdump.tools.tlc.output import Code, MessageStream, TlcMessage, finished_cleanly, reported_exit_status
 from support import FIXTURES as ALL_FIXTURES
 
 FIXTURES = ALL_FIXTURES / "tla"
@@ -33,12 +34,18 @@ def test_a_clean_finish_ends_the_jvm_and_reports_what_a_full_exit_reports() -> N
     assert ended.messages[-1].code == Code.FINISHED
 
 
-@pytest.mark.parametrize(("spec", "kind"), [("Queue.tla", Kind.INVARIANT), ("Deadlock.tla", Kind.DEADLOCK),
-                                            ("Lasso.tla", Kind.LIVENESS)])
-def test_a_violation_is_left_to_exit_with_its_status(spec: str, kind: Kind) -> None:
-    result = run_tlc(FIXTURES / spec)
-    assert (result.status, result.kind) == (Status.VIOLATION, kind)
-    assert not result.ended_after_report and result.exit_code not in (None, 0)
+@pytest.mark.parametrize(("spec", "kind", "exit_code"), [("Queue.tla", Kind.INVARIANT, 12),
+                                                         ("Deadlock.tla", Kind.DEADLOCK, 11),
+                                                         ("Lasso.tla", Kind.LIVENESS, 13)])
+def test_a_violation_ends_the_jvm_once_reported_and_reports_what_a_full_exit_reports(
+        spec: str, kind: Kind, exit_code: int) -> None:
+    ended = run_tlc(FIXTURES / spec)
+    waited = run_tlc(FIXTURES / spec, end_after_report=False)
+    assert ended.ended_after_report and not waited.ended_after_report
+    assert (ended.status, ended.kind) == (Status.VIOLATION, kind)
+    assert ended.exit_code == waited.exit_code == exit_code  # the status TLC itself gave the full run
+    _same_report(ended, waited)
+    assert ended.trace == waited.trace and ended.loop_index == waited.loop_index
 
 
 def test_a_run_that_dumps_its_state_graph_is_left_to_exit(tmp_path: Path) -> None:
@@ -89,3 +96,30 @@ def _stream(*messages: tuple[int, int]) -> MessageStream:
 def test_a_clean_finish_is_success_then_finished_with_no_error_or_violation(
         messages: tuple[tuple[int, int], ...], clean: bool) -> None:
     assert finished_cleanly(_stream(*messages)) is clean
+
+
+@pytest.mark.parametrize(
+    ("messages", "status"),
+    [
+        (((Code.SUCCESS, 0), (Code.STATS, 0), (Code.FINISHED, 0)), 0),
+        (((Code.INVARIANT_VIOLATED_BEHAVIOR, 1), (Code.BEHAVIOR_UP_TO_THIS_POINT, 1), (Code.STATE, 4),
+          (Code.STATS, 0), (Code.FINISHED, 0)), 12),
+        (((Code.INVARIANT_VIOLATED_INITIAL, 1), (Code.STATE, 4), (Code.FINISHED, 0)), 12),
+        (((Code.DEADLOCK_REACHED, 1), (Code.BEHAVIOR_UP_TO_THIS_POINT, 1), (Code.STATE, 4), (Code.FINISHED, 0)),
+         11),
+        (((Code.TEMPORAL_PROPERTY_VIOLATED, 1), (Code.COUNTER_EXAMPLE, 1), (Code.STATE, 4), (Code.BACK_TO_STATE, 4),
+          (Code.FINISHED, 0)), 13),
+        (((Code.INVARIANT_VIOLATED_BEHAVIOR, 1), (Code.STATE, 4)), None),  # the trace may not be over
+        (((Code.INVARIANT_VIOLATED_BEHAVIOR, 1), (Code.GENERAL, 1), (Code.FINISHED, 0)), None),  # and an error
+        (((Code.INVARIANT_VIOLATED_BEHAVIOR, 1), (2998, 2), (Code.FINISHED, 0)), None),  # and a TLC bug report
+        (((Code.INVARIANT_VIOLATED_BEHAVIOR, 1), (Code.DEADLOCK_REACHED, 1), (Code.FINISHED, 0)), None),  # two
+        (((Code.ACTION_PROPERTY_VIOLATED, 1), (Code.FINISHED, 0)), None),  # exits 12 or 13
+        (((Code.ASSERT_FAILED, 1), (Code.FINISHED, 0)), None),  # exits 75 in TLC 2.15, not 14
+        (((Code.ASSUMPTION_FALSE, 1), (Code.FINISHED, 0)), None),
+        (((Code.STATS, 0), (Code.FINISHED, 0)), None),  # finished, but neither a success nor a violation
+        ((), None),
+    ],
+)
+def test_the_reported_exit_status_is_known_only_for_a_complete_report_of_one_known_kind(
+        messages: tuple[tuple[int, int], ...], status: int | None) -> None:
+    assert reported_exit_status(_stream(*messages)) == status

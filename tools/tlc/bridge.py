@@ -33,9 +33,9 @@ from deferdump.tools.tlc.output import (
     TlcOutputError,
     TlcResult,
     TraceState,
-    finished_cleanly,
     interpret,
     parse_progress,
+    reported_exit_status,
 )
 
 __all__ = [
@@ -183,12 +183,13 @@ def run_tlc(
     :class:`~deferdump.tools.tlc.java.JavaError` when Java or the jar is unusable.
     ``expected_states`` (the model's known distinct-state count, if any) picks the JIT flags
     (:func:`~deferdump.tools.tlc.java.jit_args`): a small model starts faster on the C1 compiler alone.
-    ``end_after_report``: once a run has reported a clean finish (no error found, "Finished in", nothing
-    else), the bridge ends the JVM instead of waiting out its shutdown (about 0.3 s: TLC's fingerprint set
-    is an RMI object whose accept thread HotSpot waits for at exit) and records exit status 0, the only
-    one TLC gives such a run. It applies only where nothing is written at exit: no ``extra_args`` (which
-    may ask for dumps or simulation files), no ``keep_dir``, ``jvm_args`` limited to JIT, GC and heap
-    flags (:func:`ends_after_report`), and not while the run writes the class-data-sharing archive.
+    ``end_after_report``: once a run has printed its whole report (a clean finish, or one invariant, deadlock
+    or temporal-property violation with its trace, then "Finished in": :func:`reported_exit_status`), the
+    bridge ends the JVM instead of waiting out its shutdown (about 0.3 s: TLC's fingerprint set is an RMI
+    object whose accept thread HotSpot waits for at exit) and records the exit status TLC gives such a run.
+    It applies only where nothing is written at exit: no ``extra_args`` (which may ask for dumps or
+    simulation files), no ``keep_dir``, ``jvm_args`` limited to JIT, GC and heap flags
+    (:func:`ends_after_report`), and not while the run writes the class-data-sharing archive.
     """
     spec = Path(spec)
     _check_arguments(spec, workers, heap, timeout, extra_modules)
@@ -256,11 +257,11 @@ _QUIET_AT_EXIT = re.compile(
 """JVM flags that make a JVM write nothing at exit (JIT, GC and heap settings)."""
 
 EXIT_GRACE_S = 0.05
-"""How long a JVM that reported a clean finish may take to exit by itself before the bridge ends it."""
+"""How long a JVM whose report is complete may take to exit by itself before the bridge ends it."""
 
 
 def ends_after_report(extra_args: Sequence[str], jvm_args: Sequence[str], keep_dir: Path | None) -> bool:
-    """May a run with these arguments be ended once it reports a clean finish? Only if nothing the caller
+    """May a run with these arguments be ended once its report is complete? Only if nothing the caller
     may read is still written at exit: TLC's own outputs (``extra_args``: ``-dump``, ``-simulate`` files),
     a kept run directory, or JVM outputs (a flight recording, logs, a CDS archive from ``jvm_args``)."""
     return not extra_args and keep_dir is None and all(_QUIET_AT_EXIT.fullmatch(arg) for arg in jvm_args)
@@ -301,17 +302,21 @@ def _execute(command: list[str], run_dir: Path, timeout: float | None, cancel: t
     watchdog = _Watchdog(process, None if timeout is None else started + timeout, cancel)
     watchdog.start()
     ended = False
+    reported: int | None = None
     try:
         assert process.stdout is not None
         for line in process.stdout:
             output.append(line)
             stream.feed(line)
-            if end_after_report and not ended and finished_cleanly(stream):
-                ended = _end_after_report(process)  # the loop then reads whatever is left, up to EOF
+            if end_after_report and reported is None:
+                reported = reported_exit_status(stream)
+                if reported is not None:
+                    ended = _end_after_report(process)  # the loop then reads whatever is left, up to EOF
         exit_code = process.wait()
         if ended:
-            log.debug("TLC reported a clean finish: JVM ended without waiting for its shutdown")
-            exit_code = 0
+            log.debug("TLC's report is complete (exit status %s): JVM ended without waiting for its shutdown",
+                      reported)
+            exit_code = reported
     finally:
         watchdog.done.set()
         if process.poll() is None:

@@ -143,7 +143,7 @@ class TlcResult:
     messages: list[TlcMessage] = field(default_factory=list)
     command: list[str] = field(default_factory=list)
     run_dir: Path | None = None  # the kept run directory (``keep_dir``), else None
-    ended_after_report: bool = False  # the bridge ended the JVM after a clean finish (``run_tlc``'s end_after_report)
+    ended_after_report: bool = False  # the bridge ended the JVM once its report was complete (``run_tlc``)
 
     @property
     def passed(self) -> bool:
@@ -425,6 +425,40 @@ class Interpretation:
 
 
 _SEARCH_END = (Code.STATS, Code.SUCCESS, Code.SEARCH_DEPTH, Code.FINISHED)
+
+
+_REPORTED_EXIT = {
+    Code.INVARIANT_VIOLATED_INITIAL: 12, Code.INVARIANT_VIOLATED_BEHAVIOR: 12,
+    Code.DEADLOCK_REACHED: 11, Code.TEMPORAL_PROPERTY_VIOLATED: 13,
+}
+"""Violation message -> the exit status TLC 2.15 gives once it has printed that violation's whole report
+(``EC.ExitStatus``: VIOLATION_SAFETY, VIOLATION_DEADLOCK, VIOLATION_LIVENESS). Action properties, assumptions
+and failed ``Assert``s are left out: their status is not one value (``_EXIT_VERDICTS``)."""
+
+
+_TRACE_HEADERS = (Code.BEHAVIOR_UP_TO_THIS_POINT, Code.COUNTER_EXAMPLE, Code.BACK_TO_STATE)
+"""Headers of a counterexample's trace, some printed as errors (severity 1): part of the violation's report."""
+
+
+def reported_exit_status(stream: MessageStream) -> int | None:
+    """The exit status of a run that has printed everything it will print, else None.
+
+    0 after a clean finish (:func:`finished_cleanly`); after "Finished in" that follows exactly one invariant,
+    deadlock or temporal-property violation, its trace, and no other error or TLC bug message, its status
+    (``_REPORTED_EXIT``). What is left of such a JVM is its shutdown (see ``run_tlc``'s ``end_after_report``).
+    """
+    if finished_cleanly(stream):
+        return 0
+    messages = stream.messages
+    if not messages or messages[-1].code != Code.FINISHED:
+        return None
+    violations = [m for m in messages if m.code in _VIOLATION_CODES]
+    if len(violations) != 1 or violations[0].code not in _REPORTED_EXIT:
+        return None
+    if any(m.severity in (1, 2) and m is not violations[0] and m.code not in _TRACE_HEADERS
+           for m in messages):  # 1 error, 2 TLC bug
+        return None
+    return _REPORTED_EXIT[violations[0].code]
 
 
 def finished_cleanly(stream: MessageStream) -> bool:
