@@ -68,9 +68,10 @@ class Proto(KVConnectorBase_V1):
 """
 
 
-def _labels(hooks: str, case: str = "single") -> dict[str, object]:
+def _labels(hooks: str, case: str = "single", prelude: str = "") -> dict[str, object]:
+    """Labels of ``Proto`` with ``hooks`` added; ``prelude``: module-level code before it (helper classes)."""
     source = PROTOCOL.format(hooks=textwrap.indent(textwrap.dedent(hooks), "    "))
-    hierarchy = build_hierarchy(read_source(HEADER + textwrap.dedent(source), "<t>"))
+    hierarchy = build_hierarchy(read_source(HEADER + prelude + textwrap.dedent(source), "<t>"))
     judge = Judge(hierarchy, ModelRunner(ModelBounds(), 60))
     return {f"{l.owner}.{l.method}": l for l in judge._labels("Proto", None, [], case)}  # noqa: SLF001
 

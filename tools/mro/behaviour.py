@@ -299,7 +299,7 @@ class EffectReader:
         facts = self.hierarchy.method(owner, method)
         inner = stack + ((owner, method),)
         reasons = [f"{owner}.{method}: {r}" for r in facts.opaque]
-        for why, callee in facts.counted_waits:
+        for why, callee in (*facts.counted_waits, *facts.partial_waits):
             target = None if callee == "wait" else self.hierarchy.lookup(cls, callee)
             if callee == "wait" or (target is not None and not self.hierarchy.classes[target].external
                                     and self._effect(cls, target, callee, True, inner).calls & WAIT_CALLS):
@@ -421,8 +421,18 @@ class EffectReader:
                 f"{owner}.handle_preemptions chooses what it waits by `{test}`, between state it holds and the "
                 "preempted requests it is given: on a hybrid model the first may be a fence over blocks freed while "
                 "the request runs, and the reader does not evaluate the test" for test in facts.switched_selections[:1])
+        if method == "handle_preemptions" and label == "wait_preempted":
+            unselected = self._unselected_waits(cls, owner, method, ())
+            if unselected:
+                hybrid += (f"{owner}.handle_preemptions waits store tasks not selected by the preempted requests "
+                           f"({unselected[0]}): on a hybrid model that may be a fence over blocks freed while the "
+                           "request runs, which the reader does not establish",)
         if method == "wait_for_save" and label not in (UNKNOWN, "base", "sync_save"):
             hybrid += self._unconditional_helper_waits(cls, owner, facts)
+        if method == "get_finished" and label == "report_before_wait":
+            gate = self._report_gate(cls, owner)
+            if gate:
+                return DefinitionLabel(owner, method, UNKNOWN, gate)
         submits = sum(f.submits for f in effect.flows)
         waited = sum(f.waited_here for f in effect.flows)
         if method in ("wait_for_save", "save_kv_layer") and 0 < waited < submits and effect.kept_in:
@@ -439,6 +449,10 @@ class EffectReader:
             stale = self._set_after_preemptions(cls, owner)
             if stale:
                 return DefinitionLabel(owner, method, UNKNOWN, stale)
+        lost = [why for f in self._reached(cls, owner, method) for why in f.lost_tasks] if method in SAVE_METHODS else []
+        if lost and label != UNKNOWN:
+            return DefinitionLabel(owner, method, label, reasons, hybrid_reasons=hybrid, beyond_model=(
+                f"{owner}.{method}: {lost[0]}; the model keeps every task",))
         if replacing and label != UNKNOWN:
             return replace(self._replacing(owner, method, label, replacing), reasons=reasons, hybrid_reasons=hybrid)
         return DefinitionLabel(owner, method, label, reasons, hybrid_reasons=hybrid)
@@ -455,12 +469,21 @@ class EffectReader:
             facts = self.hierarchy.method(where, name)
             yield facts
             pending += [(t, h) for h in facts.self_calls if (t := self.hierarchy.lookup(cls, h)) is not None]
+            pending += [(t, a) for a in facts.attr_loads if (t := self.hierarchy.lookup(cls, a)) is not None
+                        and not self.hierarchy.classes[t].external and self.hierarchy.method(t, a).is_property]
 
     def _set_after_preemptions(self, cls: str, owner: str) -> tuple[str, ...]:
         """vLLM 0.32 calls ``handle_preemptions`` before it binds the step's metadata (gpu_model_runner.py
         ~3968-3971; bind_connector_metadata comes with the forward): a preemption wait that selects its tasks
         by state ``bind_connector_metadata`` sets acts on the previous step's (StepViewPersistConnector, sixth
         blind round)."""
+        for facts in self._reached(cls, owner, "handle_preemptions"):
+            bound = sorted(facts.self_calls & {"_get_connector_metadata", "has_connector_metadata"})
+            if bound:
+                return (f"{facts.owner}.{facts.name} (run by {owner}.handle_preemptions) reads the bound metadata "
+                        f"(self.{bound[0]}()): vLLM 0.32 calls handle_preemptions before it binds the step's "
+                        "metadata (gpu_model_runner.py ~3971, kv_connector_model_runner_mixin.py ~77), so it sees "
+                        "the previous step's, or none (BoundMetaPropertyConnector, seventh blind round)",)
         binder = self.hierarchy.lookup(cls, "bind_connector_metadata")
         if binder is None or self.hierarchy.classes[binder].external:
             return ()
@@ -473,6 +496,48 @@ class EffectReader:
         return (f"{owner}.handle_preemptions reads self.{stale[0]}, which bind_connector_metadata sets: vLLM 0.32 "
                 "calls handle_preemptions before it binds the step's metadata (gpu_model_runner.py ~3968-3971), so "
                 "it sees the previous step's",)
+
+    def _unselected_waits(self, cls: str, owner: str, method: str, stack: tuple[tuple[str, str], ...]) -> list[str]:
+        """Where ``owner``'s ``method`` (and the waiting helpers it calls without naming the preempted
+        requests) waits store tasks chosen by nothing named for preemption."""
+        if (owner, method) in stack or self.hierarchy.classes[owner].external:
+            return []
+        found: list[str] = []
+        for line, callee in self.hierarchy.method(owner, method).unselected_waits:
+            if callee == "wait":
+                found.append(f"{owner}.{method} {line}")
+                continue
+            target = self.hierarchy.lookup(cls, callee)
+            if target is None or self.hierarchy.classes[target].external:
+                continue
+            if self._effect(cls, target, callee, True, ()).calls & WAIT_CALLS:
+                found += self._unselected_waits(cls, target, callee, (*stack, (owner, method)))
+        return found
+
+    def _report_gate(self, cls: str, owner: str) -> tuple[str, ...]:
+        """A ``get_finished`` that waits nothing but reports only requests a ``self`` table no longer holds
+        (``rid not in self._open``), where the method that removes them waits store tasks or calls what the
+        reader does not follow (a batch's ``close()``, run on a timer thread): the report may come after the
+        dumps ended (TimerGraceConnector, seventh blind round), which no label says."""
+        tested = {a for facts in self._reached(cls, owner, "get_finished") for a, ops in facts.attr_ops if "test" in ops}
+        for other in self.hierarchy.mro[cls]:
+            facts_of = self.hierarchy.classes[other]
+            if facts_of.external:
+                continue
+            for name, facts in facts_of.methods.items():
+                if name == "get_finished" or self.hierarchy.lookup(cls, name) != other:
+                    continue
+                removed = {a for a, ops in facts.attr_ops if "remove" in ops} & tested
+                if not removed:
+                    continue
+                calls = self._effect(cls, other, name, True, ()).calls
+                unfollowed = sorted(calls - NEVER_WAIT - WAIT_CALLS)
+                if calls & WAIT_CALLS or unfollowed:
+                    does = "waits store tasks" if calls & WAIT_CALLS else f"calls {unfollowed[0]}(), not followed"
+                    return (f"{owner}.get_finished reports only requests self.{sorted(removed)[0]} no longer holds, "
+                            f"and {other}.{name}, which removes them, {does}: whether a reported request's dumps "
+                            "have ended is not read",)
+        return ()
 
     @staticmethod
     def _replacing(owner: str, method: str, label: str, replacing: list[tuple[str, frozenset[str]]]) -> DefinitionLabel:
@@ -513,9 +578,11 @@ class EffectReader:
         save = self.effect(cls, save_owner, "save_kv_layer")
         wait = self.effect(cls, wait_owner, "wait_for_save")
         kept = save.kept_in
-        if not kept or save.reasons or wait.reasons or save.submits_waited or _pending_hints(save):
+        if not kept or save.reasons or save.submits_waited or _pending_hints(save):
             return None
         if not kept <= wait.waits_each:
+            return None
+        if wait.reasons and not kept & wait.stops_early:
             return None
         if kept & wait.stops_early:
             attr = sorted(kept & wait.stops_early)[0]

@@ -101,6 +101,7 @@ class MethodFacts:
     calls: frozenset[str] = frozenset()  # methods called on objects other than self (``store.wait`` -> "wait")
     finally_calls: frozenset[str] = frozenset()  # every method called inside a ``finally:`` block
     opaque: tuple[str, ...] = ()  # constructs the analysis could not follow, each as a short reason
+    lost_tasks: tuple[str, ...] = ()  # where a kept store task can be dropped unwaited (beyond the model)
     attr_stores: frozenset[str] = frozenset()  # ``self.<x> = ...``: runs a property setter if one exists
     attr_loads: frozenset[str] = frozenset()  # ``self.<x>`` read (not called): runs a property getter
     is_property: bool = False  # a ``@property`` getter (stored under its name; setters as ``<x>.setter``)
@@ -115,6 +116,12 @@ class MethodFacts:
     attr_calls: tuple[tuple[str, str, int], ...] = ()  # self.<attr>[.<x>].<m>(...) as (attr, "x.m", line)
     attr_values: tuple[tuple[str, str], ...] = ()  # self.<attr> = v as (attr, value_kind(v)); None values left out
     counted_waits: tuple[tuple[str, str], ...] = ()  # (why, "wait" or the self helper) run only when a count allows
+    # (why, "wait" or the self helper) in a place that may stop before every entry is waited (a loop's early
+    # exit, ``all``/``any`` short-circuits, ``zip``, lazy ``map``): which tasks a call leaves running is not read
+    partial_waits: tuple[tuple[str, str], ...] = ()
+    # (line, "wait" or the self helper) of waits whose selection reads nothing named for preemption (a
+    # handle_preemptions that waits these may be a fence over running requests' blocks, not a preemption wait)
+    unselected_waits: tuple[tuple[str, str], ...] = ()
     rank_guards: tuple[tuple[str, frozenset[str]], ...] = ()  # (test, what it guards) for tests reading a rank
     branch_waits: tuple[tuple[str, frozenset[str], frozenset[str]], ...] = ()
     # ``if r in self.<x>: ... return False, ...``: a finish answering "free now" for a request a self set holds
@@ -365,10 +372,11 @@ class _MethodReader:
     """Walks one method body and collects its facts."""
 
     def __init__(self, func: ast.FunctionDef | ast.AsyncFunctionDef, owner: str, tracking_attr: TrackingAttrs,
-                 transparent: frozenset[str] = frozenset()) -> None:
+                 transparent: frozenset[str] = frozenset(), value_equal: frozenset[str] = frozenset()) -> None:
         self.func = func
         self.owner = owner
         self.transparent = transparent  # the module's decorators that call the body once, as it is
+        self.value_equal = value_equal  # the module's classes whose instances compare equal without being the same
         self.tracking_attrs = _attr_set(tracking_attr)
         self.parents: dict[ast.AST, ast.AST] = {}
         for node in _own_nodes(func):
@@ -382,6 +390,7 @@ class _MethodReader:
         self.forwards: list[Forward] = []
         self.calls: set[str] = set()
         self.opaque: list[str] = []
+        self.lost_tasks: list[str] = []  # places where a kept store task can be dropped unwaited
         self.attr_stores: set[str] = set()
         self.attr_loads: set[str] = set()
         self.async_hints: list[str] = []
@@ -396,6 +405,7 @@ class _MethodReader:
             if name not in BENIGN_DECORATORS and name not in self.transparent:
                 self.opaque.append(f"line {decorator.lineno}: @{ast.unparse(decorator)} wraps the body, and its "
                                    "wrapper is not read (it may run the body later, again, or not at all)")
+        self._value_equal_sets()
         for node in _own_nodes(self.func):
             if isinstance(node, ast.Call):
                 self._read_call(node)
@@ -432,6 +442,7 @@ class _MethodReader:
             calls=frozenset(self.calls),
             finally_calls=self._finally_calls(),
             opaque=tuple(dict.fromkeys(self.opaque)),
+            lost_tasks=tuple(dict.fromkeys(self.lost_tasks)),
             attr_stores=frozenset(self.attr_stores),
             attr_loads=frozenset(self.attr_loads),
             is_property=any(_simple(_dotted(d) or "") == "property" for d in self.func.decorator_list),
@@ -449,6 +460,8 @@ class _MethodReader:
             attr_calls=tuple(dict.fromkeys(self.attr_calls)),
             attr_values=_attr_values(self.func),
             counted_waits=self._counted_waits(),
+            partial_waits=self._partial_waits(),
+            unselected_waits=self._unselected_waits(),
             rank_guards=self._rank_guards(),
             branch_waits=self._branch_waits(),
         )
@@ -522,6 +535,133 @@ class _MethodReader:
                 child, parent = parent, self.parents.get(parent)
         return tuple(dict.fromkeys(found))
 
+    def _value_equal_sets(self) -> None:
+        """``self.x.add(Hook(req, layer, task))`` where ``Hook`` instances compare equal without being the same
+        (a dataclass whose task field is ``compare=False``): a set already holding an equal entry keeps it and
+        drops the new task, which nothing then waits (LayerHookSetConnector, seventh blind round)."""
+        nodes = list(_own_nodes(self.func))
+        submitted = {t.id for n in nodes if isinstance(n, ast.Assign) and _call_name(n.value) in STORE_SUBMITS
+                     for t in n.targets if isinstance(t, ast.Name)}
+        for call in nodes:
+            if not (_call_name(call) == "add" and call.args and isinstance(call.args[0], ast.Call)  # type: ignore[attr-defined]
+                    and _func_name(call.args[0]) in self.value_equal):  # type: ignore[attr-defined]
+                continue
+            made = call.args[0]  # type: ignore[attr-defined]
+            if any(_call_name(n) in STORE_SUBMITS for n in ast.walk(made)) or _names_in(made) & submitted:
+                self.lost_tasks.append(
+                    f"line {call.lineno}: {ast.unparse(call.func)}({_func_name(made)}(...)) keeps a store task in a set "
+                    f"of {_func_name(made)} objects that compare equal without being the same: an equal entry "
+                    "already there stays, and the new task is dropped unwaited")
+
+    def _partial_waits(self) -> tuple[tuple[str, str], ...]:
+        """Store waits and ``self`` helper calls placed where they may stop before the last entry of what
+        they wait (round 7 of the blind connectors): a ``while`` whose test is more than "the container is not
+        empty" (``while heap and heap[0].step < now`` stops at the first newer entry), a ``for`` loop the body
+        can leave (``break``, ``return``, also in a ``finally``), a loop over ``zip(...)`` (stops at the
+        shortest), ``islice`` or a slice, a generator consumed by ``all``/``any``/``next`` (short-circuits) or
+        not visibly consumed, the right side of ``and``/``or``, and ``map``/``filter`` over a wait (lazy).
+        Each as (why, ``"wait"`` or the helper's name); the reader keeps the helpers that wait."""
+        found: list[tuple[str, str]] = []
+        for call in _own_nodes(self.func):
+            if isinstance(call, ast.Call) and _func_name(call) in ("map", "filter", "reduce") and any(
+                    isinstance(a, ast.Attribute) and (a.attr in STORE_WAITS or _is_self(a.value)) for a in call.args):
+                target = next(a for a in call.args if isinstance(a, ast.Attribute))
+                found.append((f"line {call.lineno}: {ast.unparse(call)} applies {ast.unparse(target)} lazily: how far "
+                              "its result is consumed, so which tasks are waited, is not followed",
+                              "wait" if target.attr in STORE_WAITS else target.attr))
+                continue
+            if not isinstance(call, ast.Call):
+                continue
+            if _call_name(call) in STORE_WAITS:
+                callee = "wait"
+            elif isinstance(call.func, ast.Attribute) and _is_self(call.func.value):
+                callee = call.func.attr
+            else:
+                continue
+            why = self._partial_place(call)
+            if why:
+                found.append((f"line {call.lineno}: {ast.unparse(call.func)}() {why}: which of the tasks it "
+                              "should wait are left running is not read", callee))
+        return tuple(dict.fromkeys(found))
+
+    def _unselected_waits(self) -> tuple[tuple[str, str], ...]:
+        """Store waits and ``self`` helper calls whose selection (arguments, enclosing ``if`` tests and ``for``
+        iterables, closed backwards over local assignments) reads no name or attribute containing ``preempt``."""
+        nodes = list(_own_nodes(self.func))
+        assigned: dict[str, set[str]] = {}
+        for node in nodes:
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    for name in _names_in(target):
+                        assigned.setdefault(name, set()).update(_words_in(node.value))
+            elif isinstance(node, (ast.For, ast.comprehension)):
+                for name in _names_in(node.target):
+                    assigned.setdefault(name, set()).update(_words_in(node.iter))
+
+        def closed(words: set[str]) -> set[str]:
+            pending, seen = list(words), set(words)
+            while pending:
+                for word in assigned.get(pending.pop(), ()):
+                    if word not in seen:
+                        seen.add(word)
+                        pending.append(word)
+            return seen
+        found: list[tuple[str, str]] = []
+        for call in nodes:
+            if not isinstance(call, ast.Call):
+                continue
+            if _call_name(call) in STORE_WAITS:
+                callee = "wait"
+            elif isinstance(call.func, ast.Attribute) and _is_self(call.func.value):
+                callee = call.func.attr
+            else:
+                continue
+            deps = set().union(*(_words_in(a) for a in [*call.args, *(k.value for k in call.keywords)]))
+            child, parent = call, self.parents.get(call)
+            polled = False
+            while parent is not None:
+                if isinstance(parent, (ast.If, ast.While, ast.IfExp)) and child is not parent.test:
+                    deps |= _words_in(parent.test)
+                    polled |= any(_call_name(n) in ("check", "done") for n in ast.walk(parent.test))
+                if isinstance(parent, ast.For) and child is not parent.iter:
+                    deps |= _words_in(parent.iter) | _names_in(parent.target)
+                if isinstance(parent, (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
+                    deps |= set().union(*(_words_in(g) for g in parent.generators))
+                child, parent = parent, self.parents.get(parent)
+            if not polled and not any("preempt" in w.lower() for w in closed(deps)):
+                found.append((f"line {call.lineno}", callee))  # a wait under a poll (UCM's) waits ended tasks only
+        return tuple(dict.fromkeys(found))
+
+    def _partial_place(self, call: ast.Call) -> str | None:
+        """Why the place of ``call`` may skip entries of what it waits, or None."""
+        child, parent = call, self.parents.get(call)
+        while parent is not None:
+            if isinstance(parent, ast.While) and child is not parent.test and not _drains_while(parent):
+                return f"runs in `while {ast.unparse(parent.test)}`, which may end with entries left"
+            if isinstance(parent, ast.For) and child is not parent.iter:
+                mutated = _removed_attrs(parent)
+                if mutated and _live_iterable(parent.iter, mutated):
+                    return (f"runs in a loop over `{ast.unparse(parent.iter)}` while the body removes entries from "
+                            f"self.{sorted(mutated)[0]} (a live view skips the entry after each removal)")
+                if _leaves_loop(parent):
+                    return "runs in a loop its body can leave early (break/return)"
+                if _stops_short(parent.iter):
+                    return f"runs in a loop over `{ast.unparse(parent.iter)}`, which can stop before the longest input ends"
+            if isinstance(parent, ast.BoolOp) and child is not parent.values[0]:
+                return "runs only when the other side of `and`/`or` lets it (short-circuit)"
+            if isinstance(parent, ast.GeneratorExp):
+                consumer = self.parents.get(parent)
+                if not (isinstance(consumer, ast.Call) and _func_name(consumer) in CONSUMING_CALLS
+                        and parent in consumer.args):
+                    name = _func_name(consumer) if isinstance(consumer, ast.Call) else None
+                    return (f"runs in a generator passed to {name}(), which can stop early" if name else
+                            "runs in a generator the method does not visibly consume to its end")
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                break
+            child, parent = parent, self.parents.get(parent)
+        return None
+
     def _reported_waits(self) -> bool | None:
         """Is some store wait (or a ``self`` helper call) of this body selected by the value it returns?
         The returned names are closed backwards over local assignments; a wait depends on a name through its
@@ -555,6 +695,8 @@ class _MethodReader:
                     deps |= _names_in(parent.test)
                 if isinstance(parent, ast.For) and child is not parent.iter:
                     deps |= _names_in(parent.iter) | _names_in(parent.target)
+                if isinstance(parent, (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
+                    deps |= set().union(*(_names_in(g) for g in parent.generators))
                 child, parent = parent, self.parents.get(parent)
             if deps & returned:
                 return True
@@ -859,6 +1001,13 @@ def _reads_rank(test: ast.expr) -> bool:
     return False
 
 
+def _func_name(node: ast.AST) -> str | None:
+    """The called name: ``f(...)`` -> ``f``, ``x.f(...)`` -> ``f``."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return node.func.id
+    return _call_name(node)
+
+
 def _call_name(node: ast.AST) -> str | None:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         return node.func.attr
@@ -867,6 +1016,11 @@ def _call_name(node: ast.AST) -> str | None:
 
 def _names_in(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _words_in(node: ast.AST) -> set[str]:
+    """Every name and attribute name in ``node``."""
+    return {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute))}
 
 
 def _self_attr(node: ast.AST) -> str | None:
@@ -982,6 +1136,146 @@ def _note_aliased_replacing(target: ast.AST, aliases: Mapping[str, str],
     if attr is None or _fresh_key(target.slice, fresh):
         return None
     return attr, frozenset(_names_in(target.slice))
+
+
+#: Builtins that iterate a generator argument to its end.
+CONSUMING_CALLS = frozenset({"sum", "min", "max", "list", "set", "tuple", "sorted", "dict", "frozenset", "deque"})
+
+
+def _emptiness_test(test: ast.expr) -> bool:
+    """Is ``test`` only "the container is (not) empty": ``x``, ``self.x``, ``not x``, ``len(x)``, ``len(x) > 0``,
+    ``x.empty()``, ``x.qsize()``?"""
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    if isinstance(test, (ast.Name, ast.Attribute, ast.Subscript)):
+        return True
+    if isinstance(test, ast.Call) and _func_name(test) in ("len", "empty", "qsize") and len(test.args) <= 1:
+        return True
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.comparators[0], ast.Constant) \
+            and test.comparators[0].value in (0, 1):
+        return _emptiness_test(test.left)
+    return False
+
+
+def _loop_exits(loop: ast.For | ast.While) -> list[ast.stmt]:
+    """The ``break``s of this loop and the ``return``s anywhere in its body (nested loops' breaks excluded)."""
+    found: list[ast.stmt] = []
+    pending: list[ast.AST] = [*loop.body]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.Return) or isinstance(node, ast.Break):
+            found.append(node)
+        if isinstance(node, (ast.For, ast.While)):
+            pending += [r for stmt in [*node.body, *node.orelse] for r in ast.walk(stmt) if isinstance(r, ast.Return)]
+            pending += node.orelse
+            continue
+        pending += list(ast.iter_child_nodes(node))
+    return found
+
+
+def _leaves_loop(loop: ast.For | ast.While) -> bool:
+    return bool(_loop_exits(loop))
+
+
+def _drains_while(loop: ast.While) -> bool:
+    """A ``while`` that runs until its container is empty: ``while x:`` (any exit only on emptiness), or
+    ``while True:`` whose every exit sits under an emptiness test or in an ``except`` (``queue.Empty``)."""
+    if isinstance(loop.test, ast.Constant) and loop.test.value is True:
+        parents = {c: n for n in ast.walk(loop) for c in ast.iter_child_nodes(n)}
+        for exit_ in _loop_exits(loop):
+            up, ok = parents.get(exit_), False
+            while up is not None and up is not loop:
+                if isinstance(up, ast.ExceptHandler) or (isinstance(up, ast.If) and _emptiness_test(up.test)):
+                    ok = True
+                    break
+                up = parents.get(up)
+            if not ok:
+                return False
+        return True
+    if _until_done_test(loop.test):
+        return not _loop_exits(loop)  # ``while not fut.done(): wait(...)``: runs until the task has ended
+    if not _emptiness_test(loop.test):
+        return False
+    container = _tested_container(loop.test)
+    parents = {c: n for n in ast.walk(loop) for c in ast.iter_child_nodes(n)}
+    return all(_after_full_pass(exit_, parents, container) for exit_ in _loop_exits(loop))
+
+
+def _until_done_test(test: ast.expr) -> bool:
+    """``not x.done()``, ``not x.is_set()``, ``not store.check(t)``: a loop on it runs until the task has ended."""
+    return isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Call) \
+        and _call_name(test.operand) in ("done", "is_set", "check")
+
+
+def _tested_container(test: ast.expr) -> str:
+    while isinstance(test, ast.UnaryOp):
+        test = test.operand
+    if isinstance(test, ast.Compare):
+        test = test.left
+    if isinstance(test, ast.Call):
+        test = test.args[0] if test.args else test.func.value if isinstance(test.func, ast.Attribute) else test
+    return ast.unparse(test)
+
+
+def _after_full_pass(exit_: ast.stmt, parents: Mapping[ast.AST, ast.AST], container: str) -> bool:
+    """Does ``exit_`` follow, in its own block, a ``for`` loop over the whole ``container`` the ``while``
+    tests (``while pending: ... for t in pending: wait(t); break``): every entry was waited before it leaves?"""
+    block_owner = parents.get(exit_)
+    if block_owner is None:
+        return False
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(block_owner, field, None)
+        if isinstance(block, list) and exit_ in block:
+            earlier = block[:block.index(exit_)]
+            return any(isinstance(stmt, ast.For) and ast.unparse(stmt.iter) == container and not _loop_exits(stmt)
+                       for stmt in earlier)
+    return False
+
+
+_REMOVING_CALLS = frozenset({"remove", "pop", "discard", "popleft", "popitem"})
+_SNAPSHOT_CALLS = frozenset({"list", "tuple", "sorted", "set", "frozenset", "dict", "copy", "deepcopy"})
+
+
+def _removed_attrs(loop: ast.For) -> set[str]:
+    """``self`` attributes the loop's body removes entries from (``self.x.remove(e)``, ``del self.x[k]``)."""
+    found: set[str] = set()
+    for stmt in loop.body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call) and _call_name(node) in _REMOVING_CALLS:
+                attr = _self_attr(node.func.value)  # type: ignore[attr-defined]
+                if attr:
+                    found.add(attr)
+            elif isinstance(node, ast.Delete):
+                found.update(a for a in (_self_attr(t) for t in node.targets if isinstance(t, ast.Subscript)) if a)
+    return found
+
+
+def _live_iterable(iterable: ast.expr, mutated: set[str]) -> bool:
+    """May ``iterable`` walk one of the ``mutated`` containers itself (not a copy): ``self.x``, its ``items()``
+    / ``values()`` / ``keys()``, a generator over it, or a ``self`` helper's result (which may be either)?"""
+    if isinstance(iterable, (ast.ListComp, ast.SetComp, ast.DictComp, ast.List, ast.Tuple, ast.Set)):
+        return False
+    if isinstance(iterable, ast.Call) and _func_name(iterable) in _SNAPSHOT_CALLS:
+        return False
+    if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute) and _is_self(iterable.func.value):
+        return True  # ``for e in self._pick(meta)``: a list, or a generator over the table being emptied
+    if isinstance(iterable, ast.Call) and _call_name(iterable) in ("items", "values", "keys"):
+        iterable = iterable.func.value  # type: ignore[attr-defined]
+    if isinstance(iterable, ast.GeneratorExp):
+        return any(_self_attr(g.iter) in mutated for g in iterable.generators)
+    return _self_attr(iterable) in mutated
+
+
+def _stops_short(iterable: ast.expr) -> bool:
+    """An iterable that may end before the collection it walks: ``zip`` (not ``strict=True``), ``islice``, a slice."""
+    if isinstance(iterable, ast.Call) and _func_name(iterable) == "zip":
+        return not any(k.arg == "strict" and isinstance(k.value, ast.Constant) and k.value.value is True
+                       for k in iterable.keywords) and len(iterable.args) > 1
+    if isinstance(iterable, ast.Call) and _func_name(iterable) in ("islice", "takewhile"):
+        return True
+    return isinstance(iterable, ast.Subscript) and isinstance(iterable.slice, ast.Slice)
 
 
 def _ancestors(node: ast.AST, parents: Mapping[ast.AST, ast.AST]) -> set[ast.AST]:
@@ -1345,6 +1639,7 @@ def _attr_values(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[st
 def _read_class(
     node: ast.ClassDef, file: str, tracking_attr: TrackingAttrs, registries: dict[str, tuple[str, ...]],
     transparent: frozenset[str] = frozenset(), functions: dict[str, ast.FunctionDef] | None = None,
+    value_equal: frozenset[str] = frozenset(),
 ) -> ClassFacts:
     bases: list[str] = []
     base_exprs: list[str] = []
@@ -1370,7 +1665,7 @@ def _read_class(
                 None,
             )
             key = f"{setter}.setter" if setter else stmt.name
-            methods[key] = _MethodReader(stmt, node.name, tracking_attr, transparent).read()
+            methods[key] = _MethodReader(stmt, node.name, tracking_attr, transparent, value_equal).read()
             if stmt.name == "__init__":
                 factories = {
                     f.name: f for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -1388,7 +1683,7 @@ def _read_class(
                     # ``request_finished = _finish_common`` binds the function object this class body defined
                     # above: a subclass overriding ``_finish_common`` does not change it (no virtual lookup)
                     methods[target.id] = dataclasses.replace(
-                        _MethodReader(defined[source], node.name, tracking_attr, transparent).read(),
+                        _MethodReader(defined[source], node.name, tracking_attr, transparent, value_equal).read(),
                         name=target.id)
                 else:
                     methods[target.id] = MethodFacts(
@@ -1402,7 +1697,7 @@ def _read_class(
             defined.pop(name, None)  # rebound: no longer the plain function defined above
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and not stmt.decorator_list:
             defined[stmt.name] = stmt
-    _apply_class_decorators(node, methods, functions or {}, tracking_attr, transparent)
+    _apply_class_decorators(node, methods, functions or {}, tracking_attr, transparent, value_equal)
     return ClassFacts(
         name=node.name,
         file=file,
@@ -1452,7 +1747,7 @@ def _injected_methods(func: ast.FunctionDef) -> dict[str, ast.FunctionDef] | Non
 
 def _apply_class_decorators(
     node: ast.ClassDef, methods: dict[str, MethodFacts], functions: dict[str, ast.FunctionDef],
-    tracking_attr: TrackingAttrs, transparent: frozenset[str],
+    tracking_attr: TrackingAttrs, transparent: frozenset[str], value_equal: frozenset[str] = frozenset(),
 ) -> None:
     """Class decorators run after the class body and may add or replace methods. A module-level decorator
     whose whole work is ``cls.m = f`` is read: its functions become the class's methods (the innermost
@@ -1467,7 +1762,7 @@ def _apply_class_decorators(
         if injected is not None:
             for method, func in injected.items():
                 methods[method] = dataclasses.replace(
-                    _MethodReader(func, node.name, tracking_attr, transparent).read(), name=method)
+                    _MethodReader(func, node.name, tracking_attr, transparent, value_equal).read(), name=method)
             continue
         reason = (f"line {decorator.lineno}: the class decorator @{ast.unparse(decorator)} may add or replace "
                   "methods after the class body, and its work is not read")
@@ -1475,6 +1770,20 @@ def _apply_class_decorators(
             existing = methods.get(method)
             methods[method] = dataclasses.replace(existing, opaque=(*existing.opaque, reason)) if existing else \
                 MethodFacts(name=method, owner=node.name, lineno=node.lineno, body="code", opaque=(reason,))
+
+
+def _value_equal(node: ast.ClassDef) -> bool:
+    """Do two different instances of this class compare equal (so a set keeps only the first)? A class that
+    defines ``__eq__``, or a ``dataclass`` with a field left out of the comparison (``field(compare=False)``)."""
+    if any(isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == "__eq__" for s in node.body):
+        return True
+    dataclass = any(_simple(_dotted(d.func if isinstance(d, ast.Call) else d) or "") == "dataclass"
+                    for d in node.decorator_list)
+    return dataclass and any(
+        isinstance(s, ast.AnnAssign) and isinstance(s.value, ast.Call) and _func_name(s.value) == "field"
+        and any(k.arg == "compare" and isinstance(k.value, ast.Constant) and k.value.value is False
+                for k in s.value.keywords)
+        for s in node.body)
 
 
 def read_source(
@@ -1493,8 +1802,9 @@ def read_source(
     transparent = frozenset(stmt.name for stmt in tree.body
                             if isinstance(stmt, ast.FunctionDef) and _transparent_decorator(stmt))
     functions = {stmt.name: stmt for stmt in tree.body if isinstance(stmt, ast.FunctionDef)}
+    value_equal = frozenset(node.name for node in _module_classes(tree.body) if _value_equal(node))
     for node in _module_classes(tree.body):
-        classes[node.name] = _read_class(node, file, tracking_attr, registries, transparent, functions)
+        classes[node.name] = _read_class(node, file, tracking_attr, registries, transparent, functions, value_equal)
     log.debug("%s: %d classes", file, len(classes))
     return classes
 
