@@ -514,13 +514,8 @@ class _MethodReader:
             return ()
         found: list[tuple[str, str]] = []
         for call in nodes:
-            if not isinstance(call, ast.Call):
-                continue
-            if _call_name(call) in STORE_WAITS:
-                callee = "wait"
-            elif isinstance(call.func, ast.Attribute) and _is_self(call.func.value):
-                callee = call.func.attr
-            else:
+            callee = _wait_callee(call) if isinstance(call, ast.Call) else None
+            if callee is None:
                 continue
             child, parent = call, self.parents.get(call)
             while parent is not None:
@@ -570,13 +565,8 @@ class _MethodReader:
                               "its result is consumed, so which tasks are waited, is not followed",
                               "wait" if target.attr in STORE_WAITS else target.attr))
                 continue
-            if not isinstance(call, ast.Call):
-                continue
-            if _call_name(call) in STORE_WAITS:
-                callee = "wait"
-            elif isinstance(call.func, ast.Attribute) and _is_self(call.func.value):
-                callee = call.func.attr
-            else:
+            callee = _wait_callee(call) if isinstance(call, ast.Call) else None
+            if callee is None:
                 continue
             why = self._partial_place(call)
             if why:
@@ -609,13 +599,8 @@ class _MethodReader:
             return seen
         found: list[tuple[str, str]] = []
         for call in nodes:
-            if not isinstance(call, ast.Call):
-                continue
-            if _call_name(call) in STORE_WAITS:
-                callee = "wait"
-            elif isinstance(call.func, ast.Attribute) and _is_self(call.func.value):
-                callee = call.func.attr
-            else:
+            callee = _wait_callee(call) if isinstance(call, ast.Call) else None
+            if callee is None:
                 continue
             deps = set().union(*(_words_in(a) for a in [*call.args, *(k.value for k in call.keywords)]))
             child, parent = call, self.parents.get(call)
@@ -999,6 +984,15 @@ def _reads_rank(test: ast.expr) -> bool:
         if word is not None and any(w in word.lower() for w in _RANK_WORDS):
             return True
     return False
+
+
+def _wait_callee(call: ast.Call) -> str | None:
+    """``"wait"`` for a store wait, the helper's name for a ``self.<helper>()`` call (which may wait), else None."""
+    if _call_name(call) in STORE_WAITS:
+        return "wait"
+    if isinstance(call.func, ast.Attribute) and _is_self(call.func.value):
+        return call.func.attr
+    return None
 
 
 def _func_name(node: ast.AST) -> str | None:
