@@ -145,6 +145,20 @@ def test_the_replay_asks_get_transfer_results_as_vllm_does(tmp_path: Path) -> No
         single.verdict, single.reasons, single.run)
 
 
+def test_a_schedule_handing_a_finished_id_twice_is_not_a_run_vllm_makes() -> None:
+    """vLLM 0.32 hands each finished id to the connector once (Scheduler.schedule clears finished_req_ids).
+    Sampled schedules handed one twice in a row, and a class that reports every id it is handed once its dumps
+    end (the seventh round's CoroutineLifecycleConnector, safe by its answer key) reported it twice: a wrong
+    NoUnexpectedReportInv from running. Such a replay now diverges, and the reading verdict stands."""
+    paths = [FIXTURES / "mro" / "corpus" / "blind_coroutine_lifecycle_connectors.py"]
+    report = run_report(judge_files(paths, only=["CoroutineLifecycleConnector"]), paths, STORE)
+    judgement = report.connectors["CoroutineLifecycleConnector"]
+    assert judgement.verdict != "unsafe", judgement.reasons
+    single = next(j for j in judgement.judgements if j.context.key == "single")
+    assert single.verdict == "unknown" and single.run is not None, (single.verdict, single.run)
+    assert single.run.status == "diverged", single.run  # before the guard: "reproduced", NoUnexpectedReportInv
+
+
 def test_a_class_that_cannot_run_keeps_the_reading_verdict() -> None:
     """The corpus's connectors are excerpts (vLLM's abstract methods and their store helpers are not defined,
     so vLLM could not build them either): the reading verdict stands, and the outcome says why."""

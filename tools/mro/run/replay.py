@@ -138,6 +138,7 @@ class _Replay:
         self.seen: set[str] = set()
         self.resumed: set[str] = set()
         self.delayed: set[str] = set()  # requests the class delayed and has not reported yet
+        self.handed_finished: set[str] = set()  # ids build_connector_meta was told finished, since last scheduled new
         self.meta: Any = None
         self.step = 0
         config = stubs.VllmConfig()
@@ -242,6 +243,14 @@ class _Replay:
                 req_ids=set(new + cached), resolve_block_ids=self._ids),
         )
         self.resumed -= set(cached)
+        # vLLM 0.32 hands a finished id to the connector once (Scheduler.schedule moves finished_req_ids into the
+        # output and clears it); a schedule repeating one, with no new request of that id between, is not a run
+        # vLLM makes, and a class reporting what it is handed would report it twice (seventh-round third helper)
+        repeated = sorted(output.finished_req_ids & self.handed_finished)
+        if repeated:
+            raise self._diverged(f"the schedule hands {repeated} to build_connector_meta as finished a second time, "
+                                 "which vLLM never does")
+        self.handed_finished = (self.handed_finished - set(new)) | output.finished_req_ids
         self.meta = self._call("scheduler", "build_connector_meta", lambda: self.sched.build_connector_meta(output),
                                f"new={new}, cached={cached}, finished={sorted(output.finished_req_ids)}")
         output.kv_connector_metadata = self.meta
