@@ -558,9 +558,9 @@ class _MethodReader:
         Each as (why, ``"wait"`` or the helper's name); the reader keeps the helpers that wait."""
         found: list[tuple[str, str]] = []
         for call in _own_nodes(self.func):
-            if isinstance(call, ast.Call) and _func_name(call) in ("map", "filter", "reduce") and any(
-                    isinstance(a, ast.Attribute) and (a.attr in STORE_WAITS or _is_self(a.value)) for a in call.args):
-                target = next(a for a in call.args if isinstance(a, ast.Attribute))
+            target = call.args[0] if isinstance(call, ast.Call) and call.args else None  # the function mapped
+            if _func_name(call) in ("map", "filter", "reduce") and isinstance(target, ast.Attribute) \
+                    and (target.attr in STORE_WAITS or _is_self(target.value)):
                 found.append((f"line {call.lineno}: {ast.unparse(call)} applies {ast.unparse(target)} lazily: how far "
                               "its result is consumed, so which tasks are waited, is not followed",
                               "wait" if target.attr in STORE_WAITS else target.attr))
