@@ -602,18 +602,10 @@ class _MethodReader:
             callee = _wait_callee(call) if isinstance(call, ast.Call) else None
             if callee is None:
                 continue
-            deps = set().union(*(_words_in(a) for a in [*call.args, *(k.value for k in call.keywords)]))
-            child, parent = call, self.parents.get(call)
-            polled = False
-            while parent is not None:
-                if isinstance(parent, (ast.If, ast.While, ast.IfExp)) and child is not parent.test:
-                    deps |= _words_in(parent.test)
-                    polled |= any(_call_name(n) in ("check", "done") for n in ast.walk(parent.test))
-                if isinstance(parent, ast.For) and child is not parent.iter:
-                    deps |= _words_in(parent.iter) | _names_in(parent.target)
-                if isinstance(parent, (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
-                    deps |= set().union(*(_words_in(g) for g in parent.generators))
-                child, parent = parent, self.parents.get(parent)
+            selectors = self._selectors(call)
+            deps = set().union(*(_words_in(e) for e in selectors))
+            polled = any(_call_name(n) in ("check", "done")
+                         for test in self._enclosing_tests(call) for n in ast.walk(test))
             if not polled and not any("preempt" in w.lower() for w in closed(deps)):
                 found.append((f"line {call.lineno}", callee))  # a wait under a poll (UCM's) waits ended tasks only
         return tuple(dict.fromkeys(found))
@@ -668,24 +660,33 @@ class _MethodReader:
                         if new:
                             returned |= new
                             changed = True
-        waits = [n for n in nodes if isinstance(n, ast.Call) and (
-            _call_name(n) in STORE_WAITS or (isinstance(n.func, ast.Attribute) and _is_self(n.func.value)))]
+        waits = [n for n in nodes if isinstance(n, ast.Call) and _wait_callee(n) is not None]
         if not waits:
             return None
-        for call in waits:
-            deps = set().union(*(_names_in(a) for a in call.args)) if call.args else set()
-            child, parent = call, self.parents.get(call)
-            while parent is not None:
-                if isinstance(parent, (ast.If, ast.While)) and child is not parent.test:
-                    deps |= _names_in(parent.test)
-                if isinstance(parent, ast.For) and child is not parent.iter:
-                    deps |= _names_in(parent.iter) | _names_in(parent.target)
-                if isinstance(parent, (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
-                    deps |= set().union(*(_names_in(g) for g in parent.generators))
-                child, parent = parent, self.parents.get(parent)
-            if deps & returned:
-                return True
-        return False
+        return any(set().union(*(_names_in(e) for e in self._selectors(call))) & returned for call in waits)
+
+    def _enclosing_tests(self, call: ast.Call) -> list[ast.expr]:
+        """The tests of the ``if``/``while``/conditional expressions ``call`` runs under."""
+        found: list[ast.expr] = []
+        child, parent = call, self.parents.get(call)
+        while parent is not None:
+            if isinstance(parent, (ast.If, ast.While, ast.IfExp)) and child is not parent.test:
+                found.append(parent.test)
+            child, parent = parent, self.parents.get(parent)
+        return found
+
+    def _selectors(self, call: ast.Call) -> list[ast.AST]:
+        """What decides which task a wait ``call`` waits: its arguments, the tests of the ``if``/``while``/
+        conditional expressions it sits in, the iterables and targets of its loops and comprehensions."""
+        found: list[ast.AST] = [*call.args, *(k.value for k in call.keywords), *self._enclosing_tests(call)]
+        child, parent = call, self.parents.get(call)
+        while parent is not None:
+            if isinstance(parent, ast.For) and child is not parent.iter:
+                found += [parent.iter, parent.target]
+            if isinstance(parent, (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
+                found += parent.generators
+            child, parent = parent, self.parents.get(parent)
+        return found
 
     def _collect_aliases(self) -> None:
         for node in _own_nodes(self.func):
