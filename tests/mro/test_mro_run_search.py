@@ -109,3 +109,31 @@ def test_an_independently_written_family_runs_and_its_unknowns_turn_into_the_tru
     assert all(groups[key][0] == "unknown" for key in groups if key != "hybrid")
     for name in ("LastHolderSharedConnector", "AllGroupsSharedConnector"):
         assert verdicts[name]["mla"] == ("unknown", "reading")  # two ranks: not run
+
+
+def test_sampled_schedules_leave_out_the_idle_stutter_so_no_finished_id_is_handed_twice() -> None:
+    """A behaviour that runs out of work stutters in the spec's ``Idle`` up to the sampling depth, and TLC
+    writes each stutter as a copy of the last state, its ``action`` record included. Read as schedules, the
+    copies were further engine steps handing the last finished ids to ``build_connector_meta`` again (and
+    ``get_finished`` reporting them again): vLLM 0.32 never does that (``Scheduler.schedule`` clears
+    ``finished_req_ids``), and a class that reports what it is handed was called unsafe for it."""
+    from deferdump.tools.mro.run.replay import plain
+    from deferdump.tools.mro.run.search import SEARCH_DEPTH, schedule_traces
+
+    judgement = judge_files([RUNNABLE / "flush_on_reuse.py"], only=["FlushOnReuse"]).connectors["FlushOnReuse"]
+    single = next(j for j in judgement.judgements if j.context.key == "single")
+    traces = schedule_traces(single.model or "", single.model_files, num=60)
+    assert any(len(trace) < SEARCH_DEPTH for trace in traces)  # some behaviours reached Idle: cut there
+    handed_twice = []
+    for trace in traces:
+        actions = [plain(entry["state"]["action"]) for entry in trace]
+        handed: set[str] = set()
+        for action in actions:
+            for phase in action.get("phases", ()):
+                if phase.get("name") != "schedule":
+                    continue
+                meta = next(c for c in phase["calls"] if c["name"] == "build_connector_meta")
+                finished = set(meta["finished_req_ids"])
+                handed_twice += sorted(finished & handed)
+                handed = (handed - {str(a["req"]) for a in phase["allocated"]}) | finished
+    assert handed_twice == []

@@ -245,7 +245,8 @@ class _Replay:
         self.resumed -= set(cached)
         # vLLM 0.32 hands a finished id to the connector once (Scheduler.schedule moves finished_req_ids into the
         # output and clears it); a schedule repeating one, with no new request of that id between, is not a run
-        # vLLM makes, and a class reporting what it is handed would report it twice (seventh-round third helper)
+        # vLLM makes, and a class reporting what it is handed would report it twice. The model never does; sampled
+        # behaviours did through Idle's stutter copies, which search.py now drops; this stays as the boundary check
         repeated = sorted(output.finished_req_ids & self.handed_finished)
         if repeated:
             raise self._diverged(f"the schedule hands {repeated} to build_connector_meta as finished a second time, "

@@ -8,6 +8,11 @@ labels' its replay stops (``diverged``), so a behaviour that runs to a hazard is
 Sampling, not the whole state graph: an edge cover of even the one-group model is 12,389 states and 14,044
 paths (64 s of TLC, about 100 s of replays), and the hybrid model's did not finish in a minute. A search
 that finds nothing proves nothing (the verdict stays as read).
+
+A behaviour that reaches the spec's ``Idle`` (nothing left to do) stutters there up to the depth, and TLC
+writes each stuttering step as a copy of the state before it, ``action`` included. Those copies are no call
+vLLM makes: replayed, each would be one more engine step with the last step's records (the same finished
+ids handed to ``build_connector_meta`` and reported by ``get_finished`` again), so they are dropped.
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from deferdump.tools.tlc.values import to_itf
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SEARCH_BEHAVIOURS", "SEARCH_DEPTH", "SearchUnavailable", "schedule_traces"]
+__all__ = ["SEARCH_BEHAVIOURS", "SEARCH_DEPTH", "SearchUnavailable", "schedule_traces", "without_stuttering"]
 
 SEARCH_BEHAVIOURS = 300
 SEARCH_DEPTH = 24
@@ -33,6 +38,11 @@ _DROPPED = {"INVARIANT", "INVARIANTS", "PROPERTY", "PROPERTIES", "SYMMETRY", "VI
 
 class SearchUnavailable(DeferDumpError):
     """The case's model could not be sampled (TLC failed or ran out of time)."""
+
+
+def without_stuttering(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``states`` without the stuttering steps: a state equal to the one before it (no variable changed)."""
+    return [state for index, state in enumerate(states) if index == 0 or state != states[index - 1]]
 
 
 def schedule_traces(model: str, files: dict[str, str], *, num: int = SEARCH_BEHAVIOURS, depth: int = SEARCH_DEPTH,
@@ -59,7 +69,7 @@ def schedule_traces(model: str, files: dict[str, str], *, num: int = SEARCH_BEHA
                 states = parse_simulation_trace(path.read_text(encoding="utf-8"))
             except TlcOutputError as error:
                 raise SearchUnavailable(f"{path.name}: {error}") from None
-            traces.append([{"state": {"action": to_itf(state["action"])}} for state in states])
+            traces.append([{"state": {"action": to_itf(state["action"])}} for state in without_stuttering(states)])
     if not traces:
         raise SearchUnavailable(f"TLC wrote no behaviours of {model}")
     logger.info("%s: %d behaviours sampled", model, len(traces))
