@@ -416,17 +416,30 @@ class EffectReader:
         )
         hybrid: tuple[str, ...] = ()
         if method == "handle_preemptions" and label in ("wait_preempted", AMBIGUOUS_PREEMPT):
+            if facts.switched_selections:
+                # Either side may be the one that runs, in any case: waiting every task it holds before the forward
+                # is a flush that can make even an undelayed finish safe (and a fence on a hybrid model), waiting
+                # the preempted ones is not (LeaderLayoutConnector, eighth blind round: the side is chosen by the
+                # KV-cache layout)
+                return DefinitionLabel(owner, method, UNKNOWN, (
+                    f"{owner}.handle_preemptions chooses what it waits by `{facts.switched_selections[0]}`, between "
+                    "state it holds and the preempted requests it is given: where the first is chosen it waits more "
+                    "than the preempted requests' tasks before the forward (a flush; on a hybrid model a fence), and "
+                    "the reader does not evaluate the test",))
             hybrid = self._two_waiting_branches(cls, owner, facts) + self._unconditional_helper_waits(cls, owner, facts)
-            hybrid += tuple(
-                f"{owner}.handle_preemptions chooses what it waits by `{test}`, between state it holds and the "
-                "preempted requests it is given: on a hybrid model the first may be a fence over blocks freed while "
-                "the request runs, and the reader does not evaluate the test" for test in facts.switched_selections[:1])
         if method == "handle_preemptions" and label == "wait_preempted":
             unselected = self._unselected_waits(cls, owner, method, ())
             if unselected:
                 hybrid += (f"{owner}.handle_preemptions waits store tasks not selected by the preempted requests "
                            f"({unselected[0]}): on a hybrid model that may be a fence over blocks freed while the "
                            "request runs, which the reader does not establish",)
+        if method in ("wait_for_save", "save_kv_layer") and label in ("blocking", "sync_save"):
+            switch = self._only_switched_waits(cls, owner, facts)
+            if switch:
+                return DefinitionLabel(owner, method, UNKNOWN, (
+                    f"{owner}.{method} waits store tasks only when `{switch}`: a synchronous save where the switch "
+                    "is on, a deferred one where it is off, and the reader does not evaluate it (DeadlinePhaseConnector, "
+                    "eighth blind round)",))
         if method == "wait_for_save" and label not in (UNKNOWN, "base", "sync_save"):
             hybrid += self._unconditional_helper_waits(cls, owner, facts)
         if method == "get_finished" and label == "report_before_wait":
@@ -496,6 +509,25 @@ class EffectReader:
         return (f"{owner}.handle_preemptions reads self.{stale[0]}, which bind_connector_metadata sets: vLLM 0.32 "
                 "calls handle_preemptions before it binds the step's metadata (gpu_model_runner.py ~3968-3971), so "
                 "it sees the previous step's",)
+
+    def _only_switched_waits(self, cls: str, owner: str, facts: MethodFacts,
+                             stack: tuple[str, ...] = ()) -> str | None:
+        """The switch (a test of ``self``'s state alone) under which every wait ``facts`` reaches runs, when
+        there is one: no store wait, nor a call of a ``self`` helper that waits, runs outside such a switch (a
+        helper whose own waits all run under a switch counts as switched)."""
+        tests: list[str] = []
+        for test, callee in facts.switched_waits:
+            if callee != "wait":
+                target = self.hierarchy.lookup(cls, callee)
+                if target is None or self.hierarchy.classes[target].external or callee in stack \
+                        or not self._effect(cls, target, callee, True, ()).calls & WAIT_CALLS:
+                    continue
+                test = test or self._only_switched_waits(cls, target, self.hierarchy.method(target, callee),
+                                                         (*stack, callee)) or ""
+            if not test:
+                return None
+            tests.append(test)
+        return tests[0] if tests else None
 
     def _unselected_waits(self, cls: str, owner: str, method: str, stack: tuple[tuple[str, str], ...]) -> list[str]:
         """Where ``owner``'s ``method`` (and the waiting helpers it calls without naming the preempted

@@ -422,6 +422,11 @@ class Judge:
                             beyond_model=(*previous.beyond_model, *label.beyond_model),
                         )
                     labels[(owner, method)] = label
+            counted = self._finished_count_override(concrete) if case == "mla" else None
+            if counted is not None:
+                owner = self.hierarchy.lookup(concrete, "get_finished") or "KVConnectorBase_V1"
+                if owner in self.hierarchy.classes:
+                    labels[(owner, "get_finished")] = DefinitionLabel(owner, "get_finished", UNKNOWN, (counted,))
             reporter = self._reported_elsewhere(concrete)
             if reporter is not None:
                 owner = self.hierarchy.lookup(concrete, "get_finished")
@@ -506,13 +511,16 @@ class Judge:
         benign = OPTIMISTIC_HYBRID if context.case == "hybrid" else OPTIMISTIC
         # Every benign reading of the unknown definitions must fail before the class is called unsafe: the
         # PR's labels; a save that completes before it returns; a wait_for_save that waits every pending task
-        # (a drain the reader cannot follow); a finish that delays every request (the answer (True, ...)
+        # (a drain the reader cannot follow); a handle_preemptions that waits every pending task before the
+        # forward (a flush, which covers every block freed since); a finish that delays every request (the answer (True, ...)
         # computed in a way the reader cannot follow, whose worker reports them all).
         readings = [benign]
         if any(l.method in ("save_kv_layer", "wait_for_save") for l in unknowns):
             readings.append({**OPTIMISTIC_SYNC, "handle_preemptions": benign["handle_preemptions"]})
         if any(l.method == "wait_for_save" for l in unknowns):  # it may wait every pending task (a drain)
             readings.append({**benign, "wait_for_save": "wait_all"})
+        if any(l.method == "handle_preemptions" for l in unknowns):  # it may wait every pending task before the forward
+            readings.append({**benign, "handle_preemptions": "wait_all_on_free"})
         if any(l.method in ("request_finished", "request_finished_all_groups") for l in unknowns):
             readings += [{**reading, **DELAY_ALL} for reading in list(readings)]
         best = None
@@ -542,6 +550,20 @@ class Judge:
                     why += [f"{r} (vLLM calls {method} in every step: no run reaches a reused block)"
                             for r in label.reasons if ABSTRACT_REASON in r]
         return tuple(dict.fromkeys(why))
+
+    def _finished_count_override(self, concrete: str) -> str | None:
+        """Why the MLA model's count of reports does not hold for ``concrete``: vLLM frees a delayed request once
+        ``connector.get_finished_count() or world_size`` ranks reported it (KVOutputAggregator.from_connector,
+        kv_connector/utils.py ~76-77), and a class defining ``get_finished_count`` (other than ``return None``)
+        may free it after fewer ranks' reports than the model's every rank. None otherwise."""
+        owner = self.hierarchy.lookup(concrete, "get_finished_count")
+        if owner is None or self.hierarchy.classes[owner].external:
+            return None
+        facts = self.hierarchy.method(owner, "get_finished_count")
+        if facts.constant_return == "None" or facts.body == "noop":
+            return None
+        return (f"{owner}.get_finished_count sets how many ranks' reports free a request (vLLM's KVOutputAggregator "
+                "uses it instead of the world size): the MLA model frees a request only once every rank reported it")
 
     def _reported_elsewhere(self, concrete: str) -> str | None:
         """Why ``get_finished``'s label does not say what vLLM sees: vLLM 0.32's runners call

@@ -133,6 +133,10 @@ class MethodFacts:
     # ``targets = list(self._pending) if self._fence_all else meta.preempted`` (or the same in the two branches of
     # an ``if``): a local chosen by a test between state ``self`` holds and what the call was given (the tests)
     switched_selections: tuple[str, ...] = ()  # (test, if-side, else-side) waits
+    # (test, "wait" or the self helper) for waits that run only under an ``if`` testing nothing but ``self``'s
+    # state (``if self._sync:``, ``if self._layout.windowed:``): a switch, not a test of the task; and the same
+    # for waits under no such switch, with an empty test
+    switched_waits: tuple[tuple[str, str], ...] = ()
 
 
 #: Store calls that submit a dump (a task comes back) and that block on one.
@@ -439,6 +443,7 @@ class _MethodReader:
             false_when_member=self._false_when_member(),
             top_self_calls=frozenset(_top_self_calls(self.func.body, _param_derived(self.func))),
             switched_selections=self._switched_selections(),
+            switched_waits=self._switched_waits(),
             calls=frozenset(self.calls),
             finally_calls=self._finally_calls(),
             opaque=tuple(dict.fromkeys(self.opaque)),
@@ -881,14 +886,29 @@ class _MethodReader:
             answers.add(first.value)
         return answers.pop() if len(answers) == 1 else None
 
+    def _switched_waits(self) -> tuple[tuple[str, str], ...]:
+        """Each wait (store wait or ``self`` helper call) with the first switch it runs under (see the field)."""
+        found: list[tuple[str, str]] = []
+        for call in _own_nodes(self.func):
+            callee = _wait_callee(call) if isinstance(call, ast.Call) else None
+            if callee is None:
+                continue
+            switches = [t for t in self._enclosing_tests(call)
+                        if _names_in(t) == {"self"} and not isinstance(self.parents.get(t), ast.While)]
+            found.append((ast.unparse(switches[0]) if switches else "", callee))
+        return tuple(dict.fromkeys(found))
+
     def _switched_selections(self) -> tuple[str, ...]:
         """Tests choosing a local between a ``self`` attribute and a parameter's value (see the field)."""
         params = {a.arg for a in self.func.args.args[1:]}
 
         def side(expr: ast.AST) -> str | None:
+            # the call's own values first: the preempted requests filtered by what self holds are still those
+            if _names_in(expr) & params:
+                return "param"
             if any(_self_attr(n) for n in ast.walk(expr) if isinstance(n, (ast.Attribute, ast.Subscript))):
                 return "self"
-            return "param" if _names_in(expr) & params else None
+            return None
 
         found: list[str] = []
         for node in _own_nodes(self.func):
