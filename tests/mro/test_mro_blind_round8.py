@@ -1,6 +1,6 @@
 """The reading rules the eighth blind round called for (two helpers wrote 10 files, 26 classes, with answer keys;
 tests/fixtures/mro/corpus/blind_{permit_gate,dispatch_meta,cached_layout,iter_drain,split_sync,split_plan_frozen,
-hma_group_hooks,phase_table,backoff_fence,rank_budget}.py are judged with TLC by the corpus test). Each test names
+hma_group_hooks,phase_table_r8,backoff_fence,rank_budget}.py are judged with TLC by the corpus test). Each test names
 the blind class the judge got wrong without the rule, and checks the rule leaves its opposite alone:
 
 * a preemption handler that chooses between every task it holds and the preempted requests' tasks, where the
