@@ -35,6 +35,8 @@ SAVE_METHODS = ("save_kv_layer", "wait_for_save")
 
 #: Not a model label: a preemption wait selecting tasks by their blocks (the judge resolves it per case).
 AMBIGUOUS_PREEMPT = "wait_preempted_or_freed"
+#: The reason of a ``get_finished`` whose waits are chosen by nothing it reports (it may drain every task).
+UNSELECTED_REPORT_WAITS = "waits store tasks, but none is selected by the requests it reports"
 
 #: Calls on other objects that mean "blocks on a store task", "polls one", "submits a dump".
 WAIT_CALLS = frozenset({"wait", "wait_dump"})
@@ -791,7 +793,7 @@ def classify(
     if method == "get_finished":
         if _reads(effect) and effect.constant is None:
             if waits and not reported_waits:
-                return UNKNOWN, (f"{where} waits store tasks, but none is selected by the requests it reports: "
+                return UNKNOWN, (f"{where} {UNSELECTED_REPORT_WAITS}: "
                                  "a reported request's dump may still be running when vLLM frees its blocks",)
             if not waits and effect.calls & CHECK_CALLS:
                 # ``if all(store.check(t) for t in tasks): done.add(r)`` reports completed dumps only; the model has

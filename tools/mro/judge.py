@@ -23,6 +23,8 @@ from deferdump.tools.mro.behaviour import (
     FORWARD_ALIASES,
     AMBIGUOUS_PREEMPT,
     DELAY_ALL,
+    UNSELECTED_REPORT_WAITS,
+    WAIT_CALLS,
     OPTIMISTIC,
     OPTIMISTIC_HYBRID,
     OPTIMISTIC_SYNC,
@@ -492,7 +494,10 @@ class Judge:
         worst = check(table, rename)
         # definitions that do worse than their label (tasks lost): a pass proves nothing, an overwrite stands
         beyond = tuple(dict.fromkeys(r for l in labels for r in l.beyond_model))
+        undecided = self._reading_cannot_decide(cls, context.inner, labels)
         if worst.passed:
+            if beyond or undecided:
+                return ContextJudgement(context, "unknown", None, (*beyond, *undecided), shown)
             if beyond:
                 return ContextJudgement(context, "unknown", None, beyond, shown)
             outside = self._transfers_outside_the_model(cls, context.inner)
@@ -505,6 +510,9 @@ class Judge:
         if beyond and worst.violated != "NoOverwriteWhileDumpingInv":
             # losing a task removes waits, which removes no overwrite but may remove other violations
             return ContextJudgement(context, "unknown", worst.violated, (*reasons, *beyond), shown, worst.result,
+                                    worst.model, worst.files)
+        if undecided:  # neither way: the model's dumps or waits are not the class's (the counterexample stays)
+            return ContextJudgement(context, "unknown", worst.violated, (*reasons, *undecided), shown, worst.result,
                                     worst.model, worst.files)
         if not unknowns:
             return self._unsafe_unless_unreachable(cls, context, worst, shown)
@@ -550,6 +558,47 @@ class Judge:
                     why += [f"{r} (vLLM calls {method} in every step: no run reaches a reused block)"
                             for r in label.reasons if ABSTRACT_REASON in r]
         return tuple(dict.fromkeys(why))
+
+    def _reading_cannot_decide(self, cls: str, inner: str | None, labels: Sequence[DefinitionLabel]) -> tuple[str, ...]:
+        """Why a counterexample of the model is not a run of the class, nor a pass a proof (ninth blind round):
+
+        * a finish that keeps its block ids in ``self`` state dumps the finished request's blocks later (while the
+          delay holds them), where the model dumps blocks as the steps compute them: the model's running dumps,
+          preempted or slid out of the window, are not the class's (``BlockListDumpConnector``,
+          ``PriorityTierConnector``);
+        * a ``get_finished`` that waits store tasks not chosen by the requests it reports may wait every task it
+          holds, each step: then no dump outlives its step, which no label says (``WriteThroughDrainConnector``).
+        """
+        why: list[str] = []
+        for concrete in [cls] + ([inner] if inner else []):
+            for method in ("request_finished", "request_finished_all_groups"):
+                owner = self.hierarchy.lookup(concrete, method)
+                if owner is None or self.hierarchy.classes[owner].external:
+                    continue
+                facts = self.hierarchy.method(owner, method)
+                blocks = facts.param_names[1] if len(facts.param_names) > 1 else None
+                if blocks is not None and blocks in facts.kept_params:
+                    why.append(f"{owner}.{method} keeps the finished request's `{blocks}` for a later dump: the class "
+                               "dumps blocks at the finish, which its delay holds, while the model dumps them as each "
+                               "step computes them")
+        why += [f"{l.reasons[0]}; it drains every task it holds each step, so that no dump outlives its step"
+                for l in labels if l.method == "get_finished" and l.label == UNKNOWN and l.reasons
+                and UNSELECTED_REPORT_WAITS in l.reasons[0]
+                and self._sweeps_every_task(cls, l.owner)]
+        return tuple(dict.fromkeys(why))
+
+    def _sweeps_every_task(self, cls: str, owner: str) -> bool:
+        """Does ``owner``'s ``get_finished`` (or a helper it reaches) wait, in an unconditional loop over a whole
+        ``self`` table, each entry (directly, or through a helper that waits)?"""
+        for facts in self.reader._reached(cls, owner, "get_finished"):  # noqa: SLF001
+            for callee in facts.full_sweeps:
+                if callee == "wait":
+                    return True
+                target = self.hierarchy.lookup(cls, callee)
+                if target is not None and not self.hierarchy.classes[target].external \
+                        and self.reader.effect(cls, target, callee).calls & WAIT_CALLS:
+                    return True
+        return False
 
     def _finished_count_override(self, concrete: str) -> str | None:
         """Why the MLA model's count of reports does not hold for ``concrete``: vLLM frees a delayed request once

@@ -137,6 +137,13 @@ class MethodFacts:
     # state (``if self._sync:``, ``if self._layout.windowed:``): a switch, not a test of the task; and the same
     # for waits under no such switch, with an empty test
     switched_waits: tuple[tuple[str, str], ...] = ()
+    # parameters whose values the body keeps in ``self`` state (``self.x[r] = list(block_ids)``,
+    # ``self.x.append(block_ids)``, through locals): a finish that keeps its block ids dumps them later
+    kept_params: frozenset[str] = frozenset()
+    param_names: tuple[str, ...] = ()  # the positional parameters after ``self``, in order
+    # ``self`` helpers (or ``"wait"``) called with the loop variable of an unconditional loop over every entry of a
+    # ``self`` attribute (``for r in list(self._tasks): self._wait_req(r)``): a sweep of the whole table
+    full_sweeps: frozenset[str] = frozenset()
 
 
 #: Store calls that submit a dump (a task comes back) and that block on one.
@@ -444,6 +451,9 @@ class _MethodReader:
             top_self_calls=frozenset(_top_self_calls(self.func.body, _param_derived(self.func))),
             switched_selections=self._switched_selections(),
             switched_waits=self._switched_waits(),
+            kept_params=self._kept_params(),
+            param_names=tuple(a.arg for a in self.func.args.args[1:]),
+            full_sweeps=self._full_sweeps(),
             calls=frozenset(self.calls),
             finally_calls=self._finally_calls(),
             opaque=tuple(dict.fromkeys(self.opaque)),
@@ -885,6 +895,59 @@ class _MethodReader:
                 return None
             answers.add(first.value)
         return answers.pop() if len(answers) == 1 else None
+
+    def _full_sweeps(self) -> frozenset[str]:
+        """See the field: loops not under any ``if``/``while``/``try``, left by no ``break``/``return``."""
+        found: set[str] = set()
+        for loop in _own_nodes(self.func):
+            if not isinstance(loop, ast.For) or _iterated_attr(loop.iter) is None:
+                continue
+            up, guarded = self.parents.get(loop), False
+            while up is not None and not guarded:
+                guarded = isinstance(up, (ast.If, ast.While, ast.Try, ast.For, ast.IfExp))
+                up = self.parents.get(up)
+            body = [n for stmt in loop.body for n in ast.walk(stmt)]
+            if guarded or any(isinstance(n, (ast.Break, ast.Return, ast.If, ast.Try)) for n in body):
+                continue
+            names = _names_in(loop.target)
+            for call in body:
+                callee = _wait_callee(call) if isinstance(call, ast.Call) else None
+                if callee and any(_names_in(a) & names for a in call.args):
+                    found.add(callee)
+        return frozenset(found)
+
+    def _kept_params(self) -> frozenset[str]:
+        """Parameters whose values reach a store into ``self`` state (see the field), followed through locals."""
+        params = {a.arg for a in self.func.args.args[1:]} | {a.arg for a in self.func.args.kwonlyargs}
+        nodes = list(_own_nodes(self.func))
+        derived: dict[str, set[str]] = {p: {p} for p in params}
+        for _ in range(3):  # locals of locals
+            for node in nodes:
+                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and node.value is not None:
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    sources = set().union(*(derived.get(n, set()) for n in _names_in(node.value)))
+                    for target in targets:
+                        if isinstance(target, ast.Name):
+                            derived.setdefault(target.id, set()).update(sources)
+                elif isinstance(node, (ast.For, ast.comprehension)):
+                    sources = set().union(*(derived.get(n, set()) for n in _names_in(node.iter)))
+                    for name in _names_in(node.target):
+                        derived.setdefault(name, set()).update(sources)
+        kept: set[str] = set()
+
+        def reached(expr: ast.AST) -> set[str]:
+            return set().union(*(derived.get(n, set()) for n in _names_in(expr))) & params
+        for node in nodes:
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(_self_attr(t if not isinstance(t, ast.Subscript) else t.value) for t in targets
+                       if isinstance(t, (ast.Attribute, ast.Subscript))):
+                    kept |= reached(node.value)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("append", "add", "update", "extend", "setdefault", "insert", "appendleft") \
+                    and _self_attr(node.func.value if not isinstance(node.func.value, ast.Subscript) else node.func.value.value):
+                kept |= set().union(set(), *(reached(a) for a in [*node.args, *(k.value for k in node.keywords)]))
+        return frozenset(kept)
 
     def _switched_waits(self) -> tuple[tuple[str, str], ...]:
         """Each wait (store wait or ``self`` helper call) with the first switch it runs under (see the field)."""
