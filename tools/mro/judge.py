@@ -572,15 +572,15 @@ class Judge:
         why: list[str] = []
         for concrete in [cls] + ([inner] if inner else []):
             for method in ("request_finished", "request_finished_all_groups"):
-                owner = self.hierarchy.lookup(concrete, method)
-                if owner is None or self.hierarchy.classes[owner].external:
-                    continue
-                facts = self.hierarchy.method(owner, method)
-                blocks = facts.param_names[1] if len(facts.param_names) > 1 else None
-                if blocks is not None and blocks in facts.kept_params:
-                    why.append(f"{owner}.{method} keeps the finished request's `{blocks}` for a later dump: the class "
-                               "dumps blocks at the finish, which its delay holds, while the model dumps them as each "
-                               "step computes them")
+                for owner in self.hierarchy.mro[concrete]:  # every definition: an override may call super()'s
+                    if method not in self.hierarchy.classes[owner].methods or self.hierarchy.classes[owner].external:
+                        continue
+                    facts = self.hierarchy.method(owner, method)
+                    blocks = facts.param_names[1] if len(facts.param_names) > 1 else None
+                    if blocks is not None and blocks in facts.kept_params:
+                        why.append(f"{owner}.{method} keeps the finished request's `{blocks}` for a later dump: the "
+                                   "class dumps blocks at the finish, which its delay holds, while the model dumps "
+                                   "them as each step computes them")
         why += [f"{l.reasons[0]}; it drains every task it holds each step, so that no dump outlives its step"
                 for l in labels if l.method == "get_finished" and l.label == UNKNOWN and l.reasons
                 and UNSELECTED_REPORT_WAITS in l.reasons[0]
