@@ -496,8 +496,6 @@ class Judge:
         beyond = tuple(dict.fromkeys(r for l in labels for r in l.beyond_model))
         undecided = self._reading_cannot_decide(cls, context.inner, labels)
         if worst.passed:
-            if beyond or undecided:
-                return ContextJudgement(context, "unknown", None, (*beyond, *undecided), shown)
             if beyond:
                 return ContextJudgement(context, "unknown", None, beyond, shown)
             outside = self._transfers_outside_the_model(cls, context.inner)
@@ -506,6 +504,8 @@ class Judge:
             unseen = self._delay_without_transfers(cls, context.inner, labels)
             if unseen:
                 return ContextJudgement(context, "unknown", None, unseen, shown)
+            if undecided:  # the model's dumps or waits are not the class's: its pass proves nothing
+                return ContextJudgement(context, "unknown", None, undecided, shown)
             return ContextJudgement(context, "safe", None, (), shown)
         if beyond and worst.violated != "NoOverwriteWhileDumpingInv":
             # losing a task removes waits, which removes no overwrite but may remove other violations
