@@ -184,3 +184,11 @@ def test_simulation_traces_in_kept_dir(tmp_path: Path) -> None:
         assert states[0] == {"x": 0, "y": 0} and 2 <= len(states) <= 6
         for before, after in zip(states, states[1:]):
             assert sum(after[v] - before[v] for v in ("x", "y")) in (0, 1)
+
+
+def test_stuttering_copies_are_dropped_but_a_state_revisited_later_is_kept() -> None:
+    from deferdump.tools.tlc.output import without_stuttering
+
+    a, b = {"x": 0, "s": TlaSet([1])}, {"x": 1, "s": TlaSet([1])}
+    assert without_stuttering([a, dict(a), b, dict(b), dict(b), a]) == [a, b, a]
+    assert without_stuttering([]) == []

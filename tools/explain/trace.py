@@ -6,13 +6,12 @@ so the renderers never care where a trace came from.
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from deferdump.reference.errors import UserError
-from deferdump.tools.tlc.values import ItfTrace, Record, Value, value_key
-from deferdump.tools.tlc.output import TlcResult, parse_state_body
+from deferdump.tools.tlc.values import ItfTrace, Record, Value
+from deferdump.tools.tlc.output import TlcResult, parse_simulation_trace, without_stuttering
 
 ACTION_VARIABLE = "action"
 """The history variable every spec state carries: ``[name |-> method or event, …params]``."""
@@ -112,22 +111,7 @@ def _meta_text(meta: Mapping[str, object], key: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-_SIMULATION_STATE = re.compile(r"^STATE_\d+ ==[ \t]*$", re.MULTILINE)
-
-
 def parse_simulation_file(text: str) -> list[dict[str, Value]]:
-    """States of a TLC ``-simulate file=…`` module (``STATE_1 == /\\ x = 0 …``), repeated states dropped.
-
-    Simulation writes stuttering steps (the spec's ``Idle``) as copies of the previous state; a timeline
-    column for them would show nothing happening.
-    """
-    parts = _SIMULATION_STATE.split(text)[1:]
-    if parts:
-        parts[-1] = re.split(r"^====", parts[-1], flags=re.MULTILINE)[0]
-    states: list[dict[str, Value]] = []
-    for part in parts:
-        state = parse_state_body(part)
-        if states and value_key(Record(state)) == value_key(Record(states[-1])):
-            continue
-        states.append(state)
-    return states
+    """States of a TLC ``-simulate file=…`` module, repeated states dropped: a timeline column for a stutter
+    (the spec's ``Idle``) would show nothing happening."""
+    return without_stuttering(parse_simulation_trace(text))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from deferdump.reference.errors import UserError
 from deferdump.tools.tlc.cfg import SECTION_KEYWORDS, strip_comments
-from deferdump.tools.tlc.values import TlaParseError, Value, parse_value
+from deferdump.tools.tlc.values import Record, TlaParseError, Value, parse_value, value_key
 
 log = logging.getLogger(__name__)
 
@@ -285,6 +285,16 @@ def parse_simulation_trace(text: str) -> list[dict[str, Value]]:
     if parts:
         parts[-1] = re.split(r"^====", parts[-1], flags=re.MULTILINE)[0]
     return [parse_state_body(part) for part in parts]
+
+
+def without_stuttering(states: list[dict[str, Value]]) -> list[dict[str, Value]]:
+    """``states`` without stuttering steps. A behaviour that reaches the spec's ``Idle`` (nothing left to do)
+    stutters up to the simulation depth, and TLC writes each stutter as a copy of the state before it."""
+    kept: list[dict[str, Value]] = []
+    for state in states:
+        if not kept or value_key(Record(state)) != value_key(Record(kept[-1])):
+            kept.append(state)
+    return kept
 
 
 def parse_trace_state(message: TlcMessage, index: int) -> TraceState:

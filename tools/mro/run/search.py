@@ -24,12 +24,12 @@ from typing import Any
 from deferdump.reference.errors import DeferDumpError
 from deferdump.tools.tlc.bridge import Status, run_tlc
 from deferdump.tools.tlc.cfg import without_sections
-from deferdump.tools.tlc.output import TlcOutputError, parse_simulation_trace
+from deferdump.tools.tlc.output import TlcOutputError, parse_simulation_trace, without_stuttering
 from deferdump.tools.tlc.values import to_itf
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SEARCH_BEHAVIOURS", "SEARCH_DEPTH", "SearchUnavailable", "schedule_traces", "without_stuttering"]
+__all__ = ["SEARCH_BEHAVIOURS", "SEARCH_DEPTH", "SearchUnavailable", "schedule_traces"]
 
 SEARCH_BEHAVIOURS = 300
 SEARCH_DEPTH = 24
@@ -38,11 +38,6 @@ _DROPPED = {"INVARIANT", "INVARIANTS", "PROPERTY", "PROPERTIES", "SYMMETRY", "VI
 
 class SearchUnavailable(DeferDumpError):
     """The case's model could not be sampled (TLC failed or ran out of time)."""
-
-
-def without_stuttering(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``states`` without the stuttering steps: a state equal to the one before it (no variable changed)."""
-    return [state for index, state in enumerate(states) if index == 0 or state != states[index - 1]]
 
 
 def schedule_traces(model: str, files: dict[str, str], *, num: int = SEARCH_BEHAVIOURS, depth: int = SEARCH_DEPTH,
