@@ -425,10 +425,9 @@ class Judge:
                         )
                     labels[(owner, method)] = label
             counted = self._finished_count_override(concrete) if case == "mla" else None
-            if counted is not None:
-                owner = self.hierarchy.lookup(concrete, "get_finished") or "KVConnectorBase_V1"
-                if owner in self.hierarchy.classes:
-                    labels[(owner, "get_finished")] = DefinitionLabel(owner, "get_finished", UNKNOWN, (counted,))
+            owner = self.hierarchy.lookup(concrete, "get_finished")
+            if counted is not None and owner is not None:
+                labels[(owner, "get_finished")] = DefinitionLabel(owner, "get_finished", UNKNOWN, (counted,))
             reporter = self._reported_elsewhere(concrete)
             if reporter is not None:
                 owner = self.hierarchy.lookup(concrete, "get_finished")
