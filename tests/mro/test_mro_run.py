@@ -2,7 +2,8 @@
 recording store (tools/mro/run/). The runnable connectors (tests/fixtures/mro/runnable/) are written in
 full against vLLM's API and import their store client from `blockstore_client`, which exists nowhere but
 as the recording store. Running confirms a hazard with the class's own calls, withdraws a reading's claim
-that the class does not reach, and never makes a class safe."""
+that the class does not reach, overrules a reading's `safe` where the class runs into a hazard, and never
+makes a class safe."""
 from __future__ import annotations
 
 import json
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from deferdump.tools.mro.behaviour import DefinitionLabel, EffectReader
 from deferdump.tools.mro.judge import Context, ContextJudgement, MroReport, judge_files
 from deferdump.tools.mro.run.replay import ReplayOutcome
 from deferdump.tools.mro.run.runner import fold, run_report
@@ -64,6 +66,21 @@ def test_the_recording_store_tracks_what_each_task_reads_until_it_is_waited() ->
         store.dump(["b1"])
 
 
+def test_the_stub_request_answers_what_vllms_does_and_stops_on_anything_else() -> None:
+    """A finishing request as vLLM hands it (tests/vllm/test_vllm_mro_stubs.py checks the names against vLLM's
+    Request); a name the stub lacks stops the run as not runnable instead of reading as the class's own crash."""
+    from deferdump.tools.mro.run import stubs
+
+    request = stubs.Request(request_id="r1", prompt_token_ids=list(range(40)))
+    assert (request.num_prompt_tokens, request.num_output_tokens, request.num_tokens) == (40, 0, 40)
+    assert len(request.block_hashes) == 2 and request.block_hashes != stubs.Request("r2", list(range(40))).block_hashes
+    assert request.status == stubs.RequestStatus.RUNNING and not request.is_finished()
+    request.status = stubs.RequestStatus.FINISHED_ABORTED
+    assert request.is_finished() and str(request.status) == "FINISHED_ABORTED"
+    with pytest.raises(StubMissing, match="Request.sampling_params"):
+        _ = request.sampling_params
+
+
 def test_stub_vllm_imports_a_connector_module_and_leaves_sys_modules_as_it_was(tmp_path: Path) -> None:
     module = tmp_path / "stubbed_mod.py"
     module.write_text(textwrap.dedent("""
@@ -105,7 +122,11 @@ def test_a_reading_unsafe_is_replayed_with_the_class_own_calls(pr_style: MroRepo
     # the calls the class really made, scheduler and worker, in vLLM's order
     assert any("worker.wait_for_save" in call for call in hybrid.run.calls)
     assert any("scheduler.build_connector_meta" in call for call in hybrid.run.calls)
-    assert all(cases[key].verdict == "safe" and cases[key].run is None for key in ("single", "multi", "mla"))
+    # the safe cases were run through sampled schedules of their models too, and stay safe
+    assert all(cases[key].verdict == "safe" and cases[key].source == "reading" for key in ("single", "multi", "mla"))
+    assert all(cases[key].run.status == "diverged" and "no hazard in" in cases[key].run.detail
+               for key in ("single", "multi")), [cases[key].run for key in ("single", "multi")]
+    assert cases["mla"].run.status == "not_runnable"  # two ranks: the replay drives one worker
 
 
 def test_an_unknown_the_class_reproduces_becomes_unsafe_from_running(unwaited: MroReport) -> None:
@@ -118,6 +139,50 @@ def test_an_unknown_the_class_reproduces_becomes_unsafe_from_running(unwaited: M
     assert judgement.deciding is single and judgement.to_json()["source"] == "running"
     mla = next(j for j in judgement.judgements if j.context.key == "mla")  # two ranks: not run, stays read
     assert (mla.verdict, mla.source, mla.run.status) == ("unknown", "reading", "not_runnable")
+
+
+def test_a_reading_safe_the_class_runs_into_a_hazard_is_overruled_by_running(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reading that says more than the code does (here: a deferred dump read as a synchronous save) passes
+    the model, so reading alone calls the class safe. --run also runs a safe case's class through sampled
+    schedules of its passed model; the class's own dump, still running when its finished request's blocks
+    are reused, makes the case unsafe from running."""
+    forgetful = tmp_path / "forgetful.py"
+    forgetful.write_text(textwrap.dedent('''
+        from pr_style_unfenced import PRStyleHybridConnector
+
+
+        class NeverDelayingConnector(PRStyleHybridConnector):
+            """Defers its dumps like its base but never delays a finish or waits: the blocks go back while it reads."""
+
+            def request_finished(self, request, block_ids):
+                self._async_dump_req_ids.discard(request.request_id)
+                return False, None
+
+            def get_finished(self, finished_req_ids):
+                return None, None  # nothing delayed, nothing to report (and nothing ever waited)
+    '''))
+    for name in ("pr_style_unfenced.py", COMMON.name):
+        (tmp_path / name).write_text((RUNNABLE / name).read_text())
+    paths = [forgetful, tmp_path / "pr_style_unfenced.py", tmp_path / COMMON.name]
+    only = ["NeverDelayingConnector"]
+    assert judge_files(paths, only=only).connectors["NeverDelayingConnector"].verdict == "unsafe"  # read right
+
+    read_label = EffectReader.label
+
+    def misread(self: EffectReader, cls: str, owner: str, method: str) -> DefinitionLabel:
+        label = read_label(self, cls, owner, method)
+        return DefinitionLabel(owner, method, "sync_save") if method == "wait_for_save" else label
+
+    monkeypatch.setattr(EffectReader, "label", misread)
+    misjudged = judge_files(paths, only=only)
+    single = next(j for j in misjudged.connectors["NeverDelayingConnector"].judgements if j.context.key == "single")
+    assert (single.verdict, single.counterexample) == ("safe", None) and single.model_files
+    run = run_report(misjudged, paths, STORE).connectors["NeverDelayingConnector"]
+    single = next(j for j in run.judgements if j.context.key == "single")
+    assert (single.verdict, single.source, single.run.status) == ("unsafe", "running", "reproduced"), single.run
+    assert single.violated == "NoOverwriteWhileDumpingInv" and "still reads it" in single.run.detail
+    assert run.verdict == "unsafe"
 
 
 def test_the_replay_asks_get_transfer_results_as_vllm_does(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import dataclasses
 import inspect
 
 from vllm.distributed.kv_transfer.kv_connector.v1 import base as real_base
+from vllm.v1 import request as real_request
 from vllm.v1.core.sched import output as real_output
 
 from deferdump.tools.mro.run import stubs
@@ -22,6 +23,24 @@ def test_the_base_class_has_vllms_abstract_methods_and_defaults() -> None:
         real = inspect.signature(getattr(real_base.KVConnectorBase_V1, method))
         stub = inspect.signature(getattr(stubs.KVConnectorBase_V1, method))
         assert list(stub.parameters) == list(real.parameters), method
+
+
+def test_the_request_states_are_vllms_in_its_order() -> None:
+    """A connector may compare states (`status == FINISHED_ABORTED`, `is_finished`): names, values, order."""
+    assert [(s.name, s.value) for s in stubs.RequestStatus] == [(s.name, s.value) for s in real_request.RequestStatus]
+    for status in stubs.RequestStatus:
+        assert stubs.RequestStatus.is_finished(status) == real_request.RequestStatus.is_finished(
+            real_request.RequestStatus[status.name])
+
+
+def test_the_request_stub_has_only_attributes_vllms_request_has() -> None:
+    """The stub Request answers a connector only with names real vLLM's Request has (set in __init__ or defined
+    on the class); any other name stops the run as not runnable."""
+    source = inspect.getsource(real_request.Request)
+    names = {f.name for f in dataclasses.fields(stubs.Request)} | {
+        n for n, v in vars(stubs.Request).items() if isinstance(v, property) or (callable(v) and not n.startswith("_"))}
+    for name in sorted(names):
+        assert f"self.{name} =" in source or f"self.{name}: " in source or f"def {name}(" in source, name
 
 
 def test_the_scheduler_output_fields_the_stub_fills_are_vllms() -> None:

@@ -124,7 +124,7 @@ class ContextJudgement:
     labels: dict[str, str] = field(default_factory=dict)  # "Class.method" -> label, as injected
     counterexample: "TlcResult | None" = None  # TLC's trace of the violation (unknown: under the worst labels)
     model: str | None = None  # the generated module the counterexample comes from
-    model_files: dict[str, str] = field(default_factory=dict)  # the counterexample's generated module and cfg
+    model_files: dict[str, str] = field(default_factory=dict)  # the generated module and cfg (a pass keeps its too)
     run: Any = None  # the replay of the counterexample against the class (``run.replay.ReplayOutcome``), if run
     source: str = "reading"  # where the verdict comes from: "reading", "reading, replayed" or "running"
 
@@ -218,7 +218,7 @@ class _Outcome:
     violated: str | None
     result: "TlcResult | None" = None  # kept for a violation: its counterexample
     model: str | None = None
-    files: dict[str, str] = field(default_factory=dict)  # the generated module and cfg, by file name
+    files: dict[str, str] = field(default_factory=dict)  # the generated module and cfg, by file name (pass or not)
 
 
 class ModelRunner:
@@ -297,7 +297,7 @@ class ModelRunner:
             violated=None if passed else result.property,
             result=None if passed else result,
             model=name,
-            files={} if passed else files,
+            files=files,
         )
         log.info("TLC %s %s wrapper=%s %s %s: %s in %.1fs", name, inner, wrapper, path, case, status, result.seconds)
         self._cache[key] = outcome
@@ -494,18 +494,21 @@ class Judge:
         # definitions that do worse than their label (tasks lost): a pass proves nothing, an overwrite stands
         beyond = tuple(dict.fromkeys(r for l in labels for r in l.beyond_model))
         undecided = self._reading_cannot_decide(cls, context.inner, labels)
-        if worst.passed:
+        if worst.passed:  # the passed model is kept: --run samples its schedules and runs the class through them
+            def passed(verdict: Verdict, why: tuple[str, ...]) -> ContextJudgement:
+                return ContextJudgement(context, verdict, None, why, shown, None, worst.model, worst.files)
+
             if beyond:
-                return ContextJudgement(context, "unknown", None, beyond, shown)
+                return passed("unknown", beyond)
             outside = self._transfers_outside_the_model(cls, context.inner)
             if outside:  # more transfers can only add hazards: an unsafe verdict stands, a safe one cannot
-                return ContextJudgement(context, "unknown", None, outside, shown)
+                return passed("unknown", outside)
             unseen = self._delay_without_transfers(cls, context.inner, labels)
             if unseen:
-                return ContextJudgement(context, "unknown", None, unseen, shown)
+                return passed("unknown", unseen)
             if undecided:  # the model's dumps or waits are not the class's: its pass proves nothing
-                return ContextJudgement(context, "unknown", None, undecided, shown)
-            return ContextJudgement(context, "safe", None, (), shown)
+                return passed("unknown", undecided)
+            return passed("safe", ())
         if beyond and worst.violated != "NoOverwriteWhileDumpingInv":
             # losing a task removes waits, which removes no overwrite but may remove other violations
             return ContextJudgement(context, "unknown", worst.violated, (*reasons, *beyond), shown, worst.result,

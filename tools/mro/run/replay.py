@@ -343,8 +343,8 @@ class _Replay:
 
     def update_from_output(self, phase: Mapping[str, Any]) -> None:
         for record in phase.get("calls", ()):
-            if record.get("name") == "request_finished":
-                self._request_finished(record)
+            if record.get("name") == "request_finished":  # requests that ended by themselves this step
+                self._request_finished(record, self.stubs.RequestStatus.FINISHED_STOPPED)
             elif record.get("name") == "_update_from_kv_xfer_finished" and self._overrides("update_connector_output"):
                 # vLLM hands the step's aggregated output to the scheduler-side connector first (scheduler.py
                 # ~3209-3219, _update_from_kv_xfer_finished)
@@ -353,11 +353,12 @@ class _Replay:
                 self._call("scheduler", "update_connector_output", lambda: self.sched.update_connector_output(output),
                            f"finished_sending={sorted(sent)}")
 
-    def _request_finished(self, record: Mapping[str, Any]) -> None:
+    def _request_finished(self, record: Mapping[str, Any], status: Any) -> None:
         expected_delayed = set(record.get("ucm_delayed", record.get("delayed", ())))
         for req in sorted(record.get("reqs", ())):
             ids = self._ids(req)
             request = self._request(req)
+            request.status = status
             if self.path == "hma":
                 answer = self._call("scheduler", "request_finished_all_groups",
                                     lambda: self.sched.request_finished_all_groups(request, ids), f"{req}, {ids}")
@@ -397,8 +398,8 @@ class _Replay:
                 self.task_complete(action)
             elif name == "finish_requests":
                 for record in action.get("calls", ()):
-                    if record.get("name") == "request_finished":
-                        self._request_finished(record)
+                    if record.get("name") == "request_finished":  # an abort (Scheduler.finish_requests)
+                        self._request_finished(record, self.stubs.RequestStatus.FINISHED_ABORTED)
                 self.fa.pop(str(action.get("req")), None)
                 self.sw.pop(str(action.get("req")), None)
             elif name == "shutdown":

@@ -1,6 +1,8 @@
 """Run the judged classes: replay each case's counterexample in a child process and fold the outcome into
-the verdict. Running only ever confirms a hazard or withdraws a reading's claim of one; it never makes a
-class safe (a replay covers one schedule, not every way vLLM can drive the class)."""
+the verdict; a case with no counterexample (safe, or unknown although its model passed) is run through
+sampled schedules of its model instead. Running only ever confirms a hazard, withdraws a reading's claim of
+one, or overrules a reading's `safe` with a hazard the class itself reaches; it never makes a class safe (a
+run covers some schedules, not every way vLLM can drive the class)."""
 from __future__ import annotations
 
 import dataclasses
@@ -52,6 +54,8 @@ def search_in_child(paths: Sequence[Path | str], cls: str, judgement: ContextJud
     none was found."""
     from deferdump.tools.mro.run.search import SearchUnavailable, schedule_traces
 
+    if judgement.context.case == "mla":  # every schedule of it runs two ranks (replay.py drives one worker)
+        return ReplayOutcome("not_runnable", "2 ranks: the replay drives one worker (the MLA model)")
     try:
         traces = schedule_traces(judgement.model or "", judgement.model_files, timeout=max(timeout, SEARCH_TLC_TIMEOUT))
     except SearchUnavailable as error:
@@ -66,10 +70,11 @@ def search_in_child(paths: Sequence[Path | str], cls: str, judgement: ContextJud
 
 
 def fold(judgement: ContextJudgement, outcome: ReplayOutcome) -> ContextJudgement:
-    """The case's verdict after running: an unknown whose hazard the class reproduces is unsafe; an unsafe
-    the class does not reproduce although it ran is unknown; everything else keeps the reading's verdict."""
+    """The case's verdict after running: an unknown or safe case whose class reaches a hazard when run is
+    unsafe (a safe one: the reading was wrong); an unsafe the class does not reproduce although it ran is
+    unknown; everything else keeps the reading's verdict."""
     verdict, reasons, source = judgement.verdict, judgement.reasons, "reading"
-    if outcome.status == "reproduced" and judgement.verdict == "unknown":
+    if outcome.status == "reproduced" and judgement.verdict in ("unknown", "safe"):
         verdict, source = "unsafe", "running"
         reasons = ()
     elif outcome.status == "reproduced":
@@ -83,32 +88,47 @@ def fold(judgement: ContextJudgement, outcome: ReplayOutcome) -> ContextJudgemen
                                source=source)
 
 
+def _cannot_build(outcome: ReplayOutcome) -> bool:
+    """The class could not be imported or built: no other case of it can run either."""
+    return outcome.status == "not_runnable" and (outcome.detail.startswith("importing ")
+                                                 or ".__init__" in outcome.detail)
+
+
 def run_report(report: MroReport, paths: Sequence[Path | str], store_modules: Sequence[str] = (),
                timeout: float = DEFAULT_REPLAY_TIMEOUT,
                on_replay: Callable[[str, str], None] | None = None) -> MroReport:
-    """``report`` with every case that has a counterexample replayed against its class."""
+    """``report`` with each case run: its counterexample replayed against its class, or (none, or the class
+    answered otherwise) the class run through sampled schedules of the case's model."""
     connectors: dict[str, ConnectorJudgement] = {}
     for name, connector in report.connectors.items():
         cases = []
         unbuildable: ReplayOutcome | None = None  # the class cannot be imported or built: no case can run
         for judgement in connector.judgements:
-            if judgement.counterexample is None or judgement.verdict == "safe":
+            if judgement.counterexample is None and not judgement.model_files:  # no model to run (a timeout)
                 cases.append(judgement)
                 continue
             if unbuildable is not None:
                 cases.append(fold(judgement, dataclasses.replace(unbuildable)))
                 continue
-            if on_replay is not None:
-                on_replay(name, judgement.context.key)
-            outcome, _ = replay_in_child(paths, name, judgement, store_modules, timeout)
-            if outcome.status == "not_runnable" and (outcome.detail.startswith("importing ")
-                                                     or ".__init__" in outcome.detail):
-                unbuildable = outcome
-            if judgement.verdict == "unknown" and outcome.status == "diverged" and judgement.model_files:
+            if judgement.counterexample is not None:
+                if on_replay is not None:
+                    on_replay(name, judgement.context.key)
+                outcome, _ = replay_in_child(paths, name, judgement, store_modules, timeout)
+                searched = (judgement.verdict == "unknown" and outcome.status == "diverged"
+                            and bool(judgement.model_files))
+            else:  # the model passed (safe, or unknown for what it leaves out): the class runs its schedules
+                searched = True
+            if searched:
                 if on_replay is not None:
                     on_replay(name, f"{judgement.context.key}, every schedule")
                 outcome = search_in_child(paths, name, judgement, store_modules, timeout)
-            logger.info("%s %s: replay %s: %s", name, judgement.context.key, outcome.status, outcome.detail)
+            if _cannot_build(outcome):
+                unbuildable = outcome
+            logger.info("%s %s: %s %s: %s", name, judgement.context.key, "schedules" if searched else "replay",
+                        outcome.status, outcome.detail)
             cases.append(fold(judgement, outcome))
+            if judgement.verdict == "safe" and cases[-1].verdict == "unsafe":  # a reader bug worth reporting
+                logger.warning("%s %s: read as safe, but the class run reaches %s: %s", name, judgement.context.key,
+                               outcome.hazard, outcome.detail)
         connectors[name] = connector.rejudged(tuple(cases))
     return dataclasses.replace(report, connectors=connectors)

@@ -195,14 +195,75 @@ class SchedulerOutput:
     free_encoder_mm_hashes: list[str] = field(default_factory=list)
 
 
+class _Partial:
+    """A vLLM object (a config, the request) as far as the stubs know it. Real vLLM's have many more attributes:
+    reading one the stub lacks stops the run (:class:`StubMissing`) rather than driving the class on a guessed
+    value, or reading as the class's own crash."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise StubMissing(f"the connector read {type(self).__name__}.{name}, which the stub vLLM does not provide")
+
+
+class RequestStatus(enum.IntEnum):
+    """vLLM 0.32's request states (v1/request.py ~370-393), in its order: after ``PREEMPTED`` is finished."""
+
+    WAITING = enum.auto()
+    WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR = enum.auto()
+    WAITING_FOR_REMOTE_KVS = enum.auto()
+    WAITING_FOR_STREAMING_REQ = enum.auto()
+    RUNNING = enum.auto()
+    PREEMPTED = enum.auto()
+    FINISHED_STOPPED = enum.auto()
+    FINISHED_LENGTH_CAPPED = enum.auto()
+    FINISHED_ABORTED = enum.auto()
+    FINISHED_IGNORED = enum.auto()
+    FINISHED_ERROR = enum.auto()
+    FINISHED_REPETITION = enum.auto()
+
+    def __str__(self) -> str:
+        return self.name
+
+    @staticmethod
+    def is_finished(status: "RequestStatus") -> bool:
+        return status > RequestStatus.PREEMPTED
+
+
 @dataclass
-class Request:
-    """The fields of vLLM's ``Request`` a connector reads when a request finishes."""
+class Request(_Partial):
+    """The fields of vLLM's ``Request`` a connector reads when a request finishes. ``status`` is what vLLM has
+    set by then: ``FINISHED_ABORTED`` for an abort (``Scheduler.finish_requests``), ``FINISHED_STOPPED`` for a
+    request that ended by itself (``update_from_output``)."""
 
     request_id: str
     prompt_token_ids: list[int]
     num_computed_tokens: int = 0
     kv_transfer_params: dict[str, Any] | None = None
+    status: RequestStatus = RequestStatus.RUNNING
+    priority: int = 0
+    output_token_ids: list[int] = field(default_factory=list)  # the replay's steps compute prompt blocks only
+
+    def is_finished(self) -> bool:
+        return RequestStatus.is_finished(self.status)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def num_tokens_with_spec(self) -> int:
+        return self.num_tokens
+
+    @property
+    def block_hashes(self) -> list[bytes]:
+        """One hash per full block of the prompt (vLLM's prefix-cache keys; distinct per request here)."""
+        full = len(self.prompt_token_ids) // BLOCK_SIZE
+        return [f"{self.request_id}:{i}".encode() for i in range(full)]
 
     @property
     def all_token_ids(self) -> list[int]:
@@ -232,28 +293,18 @@ class KVTransferConfig:
         return self.kv_connector_extra_config.get(key, default)
 
 
-class _Config:
-    """A vLLM config object as far as the stubs know it. Real vLLM's have many more attributes: reading one the
-    stub lacks stops the run (:class:`StubMissing`) rather than driving the class on a guessed value."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise StubMissing(f"the connector read {type(self).__name__}.{name}, which the stub vLLM does not provide")
-
-
 BLOCK_SIZE = 16
 """Tokens per KV-cache block in every replay: the replay schedules one block (16 tokens) per request a step."""
 
 
 @dataclass
-class CacheConfig(_Config):
+class CacheConfig(_Partial):
     block_size: int = BLOCK_SIZE
     enable_prefix_caching: bool = True
 
 
 @dataclass
-class ParallelConfig(_Config):
+class ParallelConfig(_Partial):
     """One worker: the replay drives one rank (an MLA case's two ranks are not replayed)."""
 
     tensor_parallel_size: int = 1
@@ -264,20 +315,20 @@ class ParallelConfig(_Config):
 
 
 @dataclass
-class ModelConfig(_Config):
+class ModelConfig(_Partial):
     model: str = "replayed"
     max_model_len: int = 4096
     use_mla: bool = False  # a property of vLLM's ModelConfig
 
 
 @dataclass
-class SchedulerConfig(_Config):
+class SchedulerConfig(_Partial):
     max_num_batched_tokens: int = 2048
     max_num_seqs: int = 16
 
 
 @dataclass
-class VllmConfig(_Config):
+class VllmConfig(_Partial):
     kv_transfer_config: KVTransferConfig = field(default_factory=KVTransferConfig)
     cache_config: CacheConfig = field(default_factory=CacheConfig)
     parallel_config: ParallelConfig = field(default_factory=ParallelConfig)
@@ -439,7 +490,7 @@ _CONTENTS: dict[str, dict[str, Any]] = {
         "SchedulerOutput": SchedulerOutput, "NewRequestData": NewRequestData,
         "CachedRequestData": CachedRequestData, "KVConnectorBlockState": KVConnectorBlockState,
     },
-    "vllm.v1.request": {"Request": Request},
+    "vllm.v1.request": {"Request": Request, "RequestStatus": RequestStatus},
     "vllm.v1.outputs": {"KVConnectorOutput": KVConnectorOutput},
 }
 
