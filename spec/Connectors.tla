@@ -54,7 +54,7 @@ LabelsOf(m) ==
       [] m = "request_finished_all_groups" -> {"call_request_finished", "delay_all",
                                                "forward_request_finished"}
       [] m = "handle_preemptions"          -> {"wait_preempted", "wait_all", "wait_one_preempted",
-                                               "wait_freed", "wait_all_on_free"}
+                                               "wait_freed", "wait_all_on_free", "wait_all_always"}
       [] m = "save_kv_layer"               -> {"submit_layer", "pass", "sync_save"}
       [] m = "wait_for_save"               -> {"poll_track_submit", "poll_track",
                                                "blocking", "track_after_mla_return",

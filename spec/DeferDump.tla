@@ -900,8 +900,10 @@ Submit(s, reqs, blocks, layer, fails) ==
 (* schedule (m.freed; a task surviving earlier fences read no block freed  *)
 (* before them, so this is "freed since it was submitted");                *)
 (* "wait_all_on_free" every task whenever a block was freed or a request   *)
-(* preempted.  A wait of a task that holds no preempted request and reads  *)
-(* no freed block is an over-wait.                                         *)
+(* preempted; "wait_all_always" every task in every step (a drain before   *)
+(* each forward: it also covers blocks freed by a finish, which `freed`    *)
+(* holds on hybrid models only).  A wait of a task that holds no preempted *)
+(* request and reads no freed block is an over-wait.                       *)
 handle_preemptions(w, m, s) ==
     LET ReadsFreed(t) == t.blocks \cap m.freed # {}
         Preempted(t) == t.reqs \cap m.preempted # {}
@@ -912,6 +914,7 @@ handle_preemptions(w, m, s) ==
                [] HPLabel = "wait_freed" -> {t \in s.pending : Preempted(t) \/ ReadsFreed(t)}
                [] HPLabel = "wait_all_on_free" ->
                       IF m.preempted = {} /\ m.freed = {} THEN {} ELSE s.pending
+               [] HPLabel = "wait_all_always" -> s.pending
                [] OTHER -> {}
         over == \E t \in T : ~Preempted(t) /\ ~ReadsFreed(t)
         \* "count_per_req" (P2): the preemption ends the request's life cycle and resets its

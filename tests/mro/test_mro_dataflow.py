@@ -157,7 +157,7 @@ class Partial(KVConnectorBase_V1, SupportsHMA):
 
 
 def test_fences_and_preemption_waits_are_told_apart() -> None:
-    assert _label(FENCES, "Drain", "handle_preemptions").label == "wait_all_on_free"
+    assert _label(FENCES, "Drain", "handle_preemptions").label == "wait_all_always"
     assert _label(FENCES, "Freed", "handle_preemptions").label == "wait_freed"
     assert _label(FENCES, "ByBlocks", "handle_preemptions").label == AMBIGUOUS_PREEMPT  # decided per case
     assert _label(FENCES, "Preempted", "handle_preemptions").label == "wait_preempted"
@@ -189,8 +189,8 @@ class DrainValues(KVConnectorBase_V1, SupportsHMA):
 
 def test_a_wait_of_entries_chosen_by_key_is_not_a_drain() -> None:
     """`self.x.pop(r)` / `.get(r)` inside a loop over the preempted ids waits those requests' tasks only.
-    Read as a drain (`wait_all_on_free`, a fence), it made an unfenced hybrid connector safe on hybrid models
+    Read as a drain (`wait_all_always`, a fence), it made an unfenced hybrid connector safe on hybrid models
     (tests/fixtures/mro/runnable/unfenced_hybrid.py)."""
     for cls in ("PopByPreempted", "GetByPreempted"):
-        assert _label(KEYED_WAITS, cls, "handle_preemptions").label != "wait_all_on_free", cls
-    assert _label(KEYED_WAITS, "DrainValues", "handle_preemptions").label == "wait_all_on_free"
+        assert _label(KEYED_WAITS, cls, "handle_preemptions").label != "wait_all_always", cls
+    assert _label(KEYED_WAITS, "DrainValues", "handle_preemptions").label == "wait_all_always"

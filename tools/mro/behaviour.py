@@ -58,7 +58,7 @@ NEVER_WAIT = DATA_METHODS | frozenset({
     "next", "int", "str", "float", "bool", "repr", "type", "id", "map", "filter", "print", "format", "hash",
     "startswith", "endswith", "split", "strip", "lower", "upper", "perf_counter", "monotonic",
     "check", "done", "is_set", "cancelled", "running", "lookup", "dump", "dump_data", "defaultdict", "deque",
-    "Counter", "OrderedDict", "field", "KVConnectorTransferResults",
+    "Counter", "OrderedDict", "field", "KVConnectorTransferResults", "notify", "notify_all",
 })
 
 #: Unknown definitions are checked twice: with the worst label the method admits, then with the PR's.
@@ -431,10 +431,12 @@ class EffectReader:
             hybrid = self._two_waiting_branches(cls, owner, facts) + self._unconditional_helper_waits(cls, owner, facts)
         if method == "handle_preemptions" and label == "wait_preempted":
             unselected = self._unselected_waits(cls, owner, method, ())
-            if unselected:
-                hybrid += (f"{owner}.handle_preemptions waits store tasks not selected by the preempted requests "
-                           f"({unselected[0]}): on a hybrid model that may be a fence over blocks freed while the "
-                           "request runs, which the reader does not establish",)
+            if unselected:  # it may wait more than the preempted requests' tasks: the label would be worse than the code
+                return DefinitionLabel(owner, method, UNKNOWN, (
+                    f"{owner}.handle_preemptions waits store tasks not selected by the preempted requests "
+                    f"({unselected[0]}): it may wait more than their tasks before the forward (a flush, which makes "
+                    "even an undelayed finish safe; on a hybrid model a fence over blocks freed while the request "
+                    "runs), which the reader does not establish (ScopeCollapseConnector, tenth blind round)",))
         if method in ("wait_for_save", "save_kv_layer") and label in ("blocking", "sync_save"):
             switch = self._only_switched_waits(cls, owner, facts)
             if switch:
@@ -566,12 +568,29 @@ class EffectReader:
                     continue
                 calls = self._effect(cls, other, name, True, ()).calls
                 unfollowed = sorted(calls - NEVER_WAIT - WAIT_CALLS)
-                if calls & WAIT_CALLS or unfollowed:
-                    does = "waits store tasks" if calls & WAIT_CALLS else f"calls {unfollowed[0]}(), not followed"
+                waiting_callers = self._waiting_callers(cls, name)
+                if calls & WAIT_CALLS or waiting_callers or unfollowed:
+                    does = ("waits store tasks" if calls & WAIT_CALLS else
+                            f"is called by {waiting_callers[0]}, which waits store tasks" if waiting_callers else
+                            f"calls {unfollowed[0]}(), not followed")
                     return (f"{owner}.get_finished reports only requests self.{sorted(removed)[0]} no longer holds, "
                             f"and {other}.{name}, which removes them, {does}: whether a reported request's dumps "
                             "have ended is not read",)
         return ()
+
+    def _waiting_callers(self, cls: str, callee: str) -> list[str]:
+        """``Class.method`` of each method ``cls`` resolves that calls ``self.<callee>()`` and waits store tasks
+        (a drain thread's loop retiring what it waited)."""
+        found = []
+        for owner in self.hierarchy.mro[cls]:
+            facts_of = self.hierarchy.classes[owner]
+            if facts_of.external:
+                continue
+            for name, facts in facts_of.methods.items():
+                if self.hierarchy.lookup(cls, name) == owner and callee in facts.self_calls \
+                        and self._effect(cls, owner, name, True, ()).calls & WAIT_CALLS:
+                    found.append(f"{owner}.{name}")
+        return found
 
     @staticmethod
     def _replacing(owner: str, method: str, label: str, replacing: list[tuple[str, frozenset[str]]]) -> DefinitionLabel:
@@ -745,7 +764,7 @@ def classify(
         return UNKNOWN, (f"{where} does not delegate to request_finished",)
     if method == "handle_preemptions":
         if waits and any(f.drains for f in effect.flows) and own_unconditional:
-            return "wait_all_on_free", ()  # drains every pending task before each forward
+            return "wait_all_always", ()  # drains every pending task before each forward, whatever was freed
         if waits and any("freed" in w.lower() for w in effect.words):
             return "wait_freed", ()  # the fence: also waits tasks reading blocks freed since the last schedule
         if waits and any("block" in w.lower() for w in effect.words):

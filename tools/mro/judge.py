@@ -530,7 +530,7 @@ class Judge:
         if any(l.method == "wait_for_save" for l in unknowns):  # it may wait every pending task (a drain)
             readings.append({**benign, "wait_for_save": "wait_all"})
         if any(l.method == "handle_preemptions" for l in unknowns):  # it may wait every pending task before the forward
-            readings.append({**benign, "handle_preemptions": "wait_all_on_free"})
+            readings.append({**benign, "handle_preemptions": "wait_all_always"})
         if any(l.method in ("request_finished", "request_finished_all_groups") for l in unknowns):
             readings += [{**reading, **DELAY_ALL} for reading in list(readings)]
         best = None

@@ -363,13 +363,17 @@ def _transparent_decorator(func: ast.FunctionDef) -> bool:
     return any(isinstance(stmt, (ast.Return, ast.Assign, ast.Expr)) and stmt.value is calls[0] for stmt in places)
 
 
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
 def _body_kind(func: ast.FunctionDef | ast.AsyncFunctionDef) -> BodyKind:
     body = _strip_docstring(func.body)
     is_abstract = any(_simple(_dotted(d) or "") == "abstractmethod" for d in func.decorator_list)
     trivial = all(
         isinstance(s, ast.Pass)
         or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
-        or (isinstance(s, ast.Return) and s.value is None)  # a bare ``return`` does nothing either
+        or (isinstance(s, ast.Return) and (s.value is None or _is_none(s.value)))  # ``return [None]`` neither
         for s in body
     )
     if trivial:
@@ -422,13 +426,10 @@ class _MethodReader:
                 self._read_call(node)
             elif isinstance(node, ast.Attribute) and _is_self(node.value) and node.attr in self.tracking_attrs:
                 self.tracking_ops.add(self._tracking_op(node))
+                self._record_attr_op(node)  # a tracking set is a self table too (a report gated on it)
             elif isinstance(node, ast.Attribute) and _is_self(node.value):
                 parent = self.parents.get(node)
-                if not (isinstance(parent, ast.Call) and parent.func is node):
-                    ops = self.attr_ops.setdefault(node.attr, set())
-                    ops.add(self._tracking_op(node))
-                    if self._decides(node):
-                        ops.add("test")
+                self._record_attr_op(node)
                 if isinstance(node.ctx, ast.Store):
                     self.attr_stores.add(node.attr)
                 elif not (isinstance(parent, ast.Call) and parent.func is node):
@@ -617,7 +618,11 @@ class _MethodReader:
             callee = _wait_callee(call) if isinstance(call, ast.Call) else None
             if callee is None:
                 continue
-            selectors = self._selectors(call)
+            # a test `a or b` selects by preemption only if each side does: a side that does not (a layout flag,
+            # StepLedgerConnector of the tenth blind round) runs the wait with no preempted request at all
+            selectors = [e for e in self._selectors(call) if not (
+                isinstance(e, ast.BoolOp) and isinstance(e.op, ast.Or)
+                and any(not any("preempt" in w.lower() for w in closed(_words_in(v))) for v in e.values))]
             deps = set().union(*(_words_in(e) for e in selectors))
             polled = any(_call_name(n) in ("check", "done")
                          for test in self._enclosing_tests(call) for n in ast.walk(test))
@@ -732,6 +737,16 @@ class _MethodReader:
         if isinstance(parent, ast.AugAssign) and isinstance(parent.op, (ast.BitAnd, ast.Sub)):
             return True
         return isinstance(parent, ast.For) and child is parent.iter
+
+    def _record_attr_op(self, node: ast.Attribute) -> None:
+        """``self.<attr>`` used (not called): what is done to it, and whether a branch tests it."""
+        parent = self.parents.get(node)
+        if isinstance(parent, ast.Call) and parent.func is node:
+            return
+        ops = self.attr_ops.setdefault(node.attr, set())
+        ops.add(self._tracking_op(node))
+        if self._decides(node):
+            ops.add("test")
 
     def _tracking_op(self, node: ast.expr) -> str:
         parent = self.parents.get(node)
