@@ -38,7 +38,9 @@ def test_sampled_schedules_find_the_hazard_no_counterexample_shows(unfenced: Mro
         case = cases[key]
         assert (case.verdict, case.source, case.run.status) == ("unknown", "reading", "diverged"), key
         assert "no hazard in 300 sampled schedules" in case.run.detail, key
-    assert cases["mla"].run.status == "not_runnable"  # two ranks: not run, not searched
+    # two ranks, each a worker of its own: nothing found, as with one group
+    assert (cases["mla"].verdict, cases["mla"].run.status) == ("unknown", "diverged"), cases["mla"].run
+    assert "explored: no hazard in 200 explored schedules" in cases["mla"].run.detail
 
 
 def test_flush_on_reuse_correct_stays_unknown_and_broken_is_unsafe_from_running() -> None:
@@ -52,7 +54,7 @@ def test_flush_on_reuse_correct_stays_unknown_and_broken_is_unsafe_from_running(
         assert case.verdict == "unknown" and case.run.status in ("diverged", "not_runnable"), case.context.key
     broken = report.connectors["FlushPreemptedOnly"]
     assert (broken.verdict, broken.violated) == ("unsafe", "NoOverwriteWhileDumpingInv")
-    assert {j.context.key for j in broken.judgements if j.source == "running"} == {"single", "multi", "hybrid"}
+    assert {j.context.key for j in broken.judgements if j.source == "running"} == {"single", "multi", "hybrid", "mla"}
 
 
 def test_a_class_that_hangs_or_raises_ends_the_run_cleanly_and_is_never_safe() -> None:
@@ -95,7 +97,7 @@ def test_classes_that_read_the_layout_run_on_the_stub_config_and_a_missing_field
 def test_an_independently_written_family_runs_and_its_unknowns_turn_into_the_truth() -> None:
     """A corpus family written blind (one dump task shared by several requests, reference counts): reading
     leaves all three unknown. Run, the class that frees the blocks when the last holder reports before the
-    shared task ends is unsafe in every one-rank case, the one that dumps every KV-cache group only on the
+    shared task ends is unsafe in every case (two ranks too), the one that dumps every KV-cache group only on the
     hybrid model (the answer key's cases exactly), and the correct one stays unknown."""
     path = FIXTURES / "mro" / "corpus" / "blind_shared_task_refcount.py"
     report = run_report(judge_files([path]), [path], STORE)
@@ -108,8 +110,10 @@ def test_an_independently_written_family_runs_and_its_unknowns_turn_into_the_tru
     groups = verdicts["AllGroupsSharedConnector"]
     assert groups["hybrid"] == ("unsafe", "running")
     assert all(groups[key][0] == "unknown" for key in groups if key != "hybrid")
-    for name in ("LastHolderSharedConnector", "AllGroupsSharedConnector"):
-        assert verdicts[name]["mla"] == ("unknown", "reading")  # two ranks: not run
+    # two ranks, a worker each: the last-holder release breaks on every rank, the all-groups dump only on
+    # the hybrid model (its key: safe on MLA, one group)
+    assert last["mla"] == ("unsafe", "running")
+    assert groups["mla"] == ("unknown", "reading")
 
 
 def test_sampled_schedules_leave_out_the_idle_stutter_so_no_finished_id_is_handed_twice() -> None:

@@ -106,7 +106,8 @@ def _render_counterexample(judgement: ConnectorJudgement, console: Console) -> N
         return
     result = deciding.counterexample
     under = " (with the unrecognised definitions at their worst)" if deciding.verdict == "unknown" else ""
-    if deciding.source == "running" and deciding.run is not None and "sampled schedule" in deciding.run.detail:
+    if deciding.source == "running" and deciding.run is not None and (
+            "sampled schedule" in deciding.run.detail or "explored schedule" in deciding.run.detail):
         under = (" (the model's, with the unrecognised definitions at their worst; the class itself reached the "
                  "hazard on another schedule: its calls are in --json's \"run\")")
     elif deciding.source == "running":
@@ -158,8 +159,9 @@ def mro(
         None, "--html", help="Write one `deferdump explain` page per unsafe or unknown connector into DIR."
     ),
     run: bool = typer.Option(
-        False, "--run", help="Also replay each counterexample against the class on stub vLLM (imports and runs "
-        "the files in a child process): confirms a hazard or withdraws it; never makes a class safe.",
+        False, "--run", help="Also run the class on stub vLLM (imports and runs the files in a child process): "
+        "each counterexample replayed, sampled schedules of each case's model, and schedules explored from the "
+        "class's own answers; confirms a hazard or withdraws it; never makes a class safe.",
     ),
     store_modules: Optional[List[str]] = typer.Option(
         None, "--store-module", help="With --run: a module the connector imports its store client from, "

@@ -6,12 +6,18 @@ import json
 import logging
 import sys
 
+from deferdump.tools.mro.run.explore import explore_class
 from deferdump.tools.mro.run.replay import replay_counterexample
 
 
 def main() -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     request = json.load(sys.stdin)
+    if "explore" in request:  # the class's own schedules, chosen from its answers (explore.py)
+        explored = explore_class(request["paths"], request["class"], request["path"], request["case"],
+                                 request.get("store_modules", []), **request["explore"])
+        json.dump([explored.to_json()], sys.stdout)
+        return 0
     traces = request["traces"] if "traces" in request else [request["trace"]]
     outcomes = []
     for trace in traces:  # each from fresh instances and a fresh store; the first hazard ends the search

@@ -14,9 +14,12 @@ when the class waits it or the trace's ``task_complete`` names its ordinal. A ha
 from __future__ import annotations
 
 import importlib.util
+import pickle
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,6 +119,45 @@ def import_class(paths: Sequence[str], name: str) -> type:
     return found
 
 
+def reimport_class(paths: Sequence[str], name: str) -> type:
+    """``name`` from a fresh import of ``paths``: a copy of the class with module state of its own."""
+    forget_modules(paths)
+    return import_class(paths, name)
+
+
+@dataclass(frozen=True)
+class Reimport:
+    """How to load another copy of the judged class (another process's)."""
+
+    paths: Sequence[str]
+    name: str
+
+    def __call__(self) -> type:
+        return reimport_class(self.paths, self.name)
+
+
+def _modules_from(paths: Sequence[str]) -> dict[str, types.ModuleType]:
+    """The modules imported from ``paths``' folders now (one process's copy of the connector's code)."""
+    folders = {str(Path(raw).resolve().parent) for raw in paths}
+    return {name: module for name, module in list(sys.modules.items())
+            if getattr(module, "__file__", None) and str(Path(module.__file__).parent) in folders}
+
+
+@contextmanager
+def _as_process(modules: Mapping[str, types.ModuleType]) -> Iterator[None]:
+    """Within the block, ``sys.modules`` names ``modules`` (one process's copy), so pickle finds its classes."""
+    saved = {name: sys.modules.get(name) for name in modules}
+    sys.modules.update(modules)
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
 def forget_modules(paths: Sequence[str]) -> None:
     """Drop the modules :func:`import_class` imported (and anything imported from their folders)."""
     folders = {str(Path(raw).resolve().parent) for raw in paths}
@@ -126,10 +168,18 @@ def forget_modules(paths: Sequence[str]) -> None:
 
 
 class _Replay:
-    def __init__(self, cls: type, path: str, case: str, store: RecordingStore, stubs: Any, layers: int = 1) -> None:
+    """The engine around one class: one scheduler-side instance and a worker per rank (two on an MLA case).
+
+    With ``follow`` the class's answers are not compared with a trace's: a driver that chooses vLLM's moves
+    from those answers (:mod:`.explore`) reads them back (``delayed``, ``step_emitted``)."""
+
+    def __init__(self, cls: type, path: str, case: str, store: RecordingStore, stubs: Any, layers: int = 1,
+                 follow: bool = False, reimport: "Reimport | None" = None) -> None:
         self.cls = cls
         self.path = path  # "hma", "non_hma" or "multi"
         self.hybrid = case == "hybrid"
+        self.follow = follow
+        self.ranks = [0, 1] if case == "mla" else [0]
         self.store = store
         self.stubs = stubs
         self.calls: list[str] = []
@@ -137,28 +187,61 @@ class _Replay:
         self.sw: dict[str, list[int]] = {}
         self.seen: set[str] = set()
         self.resumed: set[str] = set()
-        self.delayed: set[str] = set()  # requests the class delayed and has not reported yet
+        self.delayed: set[str] = set()  # requests the class delayed that vLLM has not freed yet
+        self.remaining: dict[str, int] = {}  # KVOutputAggregator's count of reports still needed, per request
+        self.step_emitted: set[str] = set()  # the ids the aggregator passed to the scheduler this step
         self.handed_finished: set[str] = set()  # ids build_connector_meta was told finished, since last scheduled new
         self.meta: Any = None
         self.step = 0
-        config = stubs.VllmConfig()
+        world = len(self.ranks)
         # The case's KV-cache layout, given to both roles as vLLM 0.32 does (scheduler.py ~176-180,
-        # kv_transfer_state.py ~88-92): one full-attention group; on a hybrid model a full and a sliding-window
-        # group on the HMA path, the sliding-window group alone off it (every layer sliding-window)
-        groups = ["full"] if not self.hybrid else (["full", "sliding"] if path == "hma" else ["sliding"])
+        # kv_transfer_state.py ~88-92): one full-attention group (an MLA one on an MLA model); on a hybrid model
+        # a full and a sliding-window group on the HMA path, the sliding-window group alone off it (every layer
+        # sliding-window)
+        groups = (["mla"] if case == "mla" else ["full"]) if not self.hybrid else (
+            ["full", "sliding"] if path == "hma" else ["sliding"])
         self.layout = stubs.kv_cache_config(groups, layers, num_blocks=_NUM_BLOCKS)
         self.layer_names = [name for group in self.layout.kv_cache_groups for name in group.layer_names]
-        try:  # vLLM builds one instance per role (factory.py); a class that cannot be built is not run
-            self.sched = self._call("scheduler", "__init__",
-                                    lambda: cls(config, stubs.KVConnectorRole.SCHEDULER, self.layout))
-            self.worker = self._call("worker", "__init__", lambda: cls(config, stubs.KVConnectorRole.WORKER, self.layout))
+        self.workers: dict[int, Any] = {}
+        self.processes: dict[int | str, dict[str, types.ModuleType]] = {}  # each process's copy of the modules
+        try:  # vLLM builds one instance per role and rank (factory.py); a class that cannot be built is not run
+            window = stubs.BLOCK_SIZE if self.hybrid else None
+            self.sched = self._call("scheduler", "__init__", lambda: cls(
+                stubs.vllm_config(0, world, window), stubs.KVConnectorRole.SCHEDULER, self.layout))
+            for rank in self.ranks:
+                # With two ranks each worker is a process of its own (vLLM's multiprocessing executor), apart
+                # from the engine core's scheduler: its module state (class attributes, module globals) is its
+                # own, so each rank's class comes from a fresh import (``reimport``)
+                if world > 1 and reimport is not None:
+                    self.processes.setdefault("scheduler", _modules_from(reimport.paths))
+                    own = reimport()
+                    self.processes[rank] = _modules_from(reimport.paths)
+                else:
+                    own = cls
+                self.workers[rank] = self._call("worker", "__init__", lambda rank=rank, own=own: own(
+                    stubs.vllm_config(rank, world, window), stubs.KVConnectorRole.WORKER, self.layout), rank=rank)
+            # vLLM's executor builds its KVOutputAggregator from the scheduler-side connector
+            # (executor/abstract.py ~331-335, kv_connector/utils.py ~76-77): `get_finished_count() or world_size`
+            count = self._call("scheduler", "get_finished_count", self.sched.get_finished_count) \
+                if self._overrides("get_finished_count") else None
         except _Stop as stop:
             stop.outcome.status = "not_runnable"
             raise
+        if count is not None and not (isinstance(count, int) and not isinstance(count, bool) and count >= 0):
+            raise _Stop(ReplayOutcome("not_runnable", f"get_finished_count returned {count!r}, not a count"))
+        self.finished_count = count or world
+
+    @property
+    def worker(self) -> Any:
+        return self.workers[0]
 
     # -- plumbing ------------------------------------------------------------------------------------------
-    def _call(self, role: str, method: str, thunk: Any, shown: str = "") -> Any:
+    def _call(self, role: str, method: str, thunk: Any, shown: str = "", rank: int = 0) -> Any:
+        if len(self.ranks) > 1 and role == "worker":
+            role = f"worker {rank}"
         self.store.current_caller = role
+        self.store.current_rank = rank
+        self.stubs.TENSOR_PARALLEL.update(rank=rank, world_size=len(self.ranks))
         self.calls.append(f"step {self.step}: {role}.{method}({shown})")
         try:
             return thunk()
@@ -266,13 +349,40 @@ class _Replay:
                                       "the replay drives no loads", step=self.step))
 
     def execute_model(self, phase: Mapping[str, Any]) -> None:
-        ranks = phase.get("ranks", {})
-        if len(ranks) != 1:
-            raise _Stop(ReplayOutcome("not_runnable", f"{len(ranks)} ranks: the replay drives one worker",
-                                      step=self.step))
+        ranks = {int(rank): records for rank, records in phase.get("ranks", {}).items()}
+        if sorted(ranks) != self.ranks:
+            raise _Stop(ReplayOutcome("not_runnable", f"ranks {sorted(ranks)} in the trace: the replay drives "
+                                      f"{self.ranks}", step=self.step))
         if self.meta is None:
             raise self._diverged("a forward before any schedule")
+        self.step_emitted = set()
+        delayed_before = set(self.delayed)
+        for rank in self.ranks:
+            self._execute_rank(rank, ranks[rank], delayed_before)
+        self.delayed -= self.step_emitted
+
+    def _metadata_for(self, rank: int) -> Any:
+        """The step's metadata as ``rank``'s worker gets it: the scheduler's object with one worker in the
+        process; with a process per rank, a copy sent through pickle (vLLM serialises the scheduler output to
+        its workers), unpickled into the rank's own classes."""
+        if rank not in self.processes:
+            return self.meta
+        try:
+            with _as_process(self.processes["scheduler"]):
+                sent = pickle.dumps(self.meta)
+            with _as_process(self.processes[rank]):
+                return pickle.loads(sent)
+        except Exception as error:
+            raise _Stop(ReplayOutcome("not_runnable", f"the metadata does not pickle ({type(error).__name__}: "
+                                      f"{error}); vLLM sends it to each rank's process", step=self.step)) from None
+
+    def _execute_rank(self, rank: int, records: Sequence[Mapping[str, Any]], delayed_before: set[str]) -> None:
+        worker = self.workers[rank]
+        meta = self._metadata_for(rank)
         bound = started = False
+
+        def call(method: str, thunk: Any, shown: str = "") -> Any:
+            return self._call("worker", method, thunk, shown, rank=rank)
 
         def start_loads() -> None:
             # The replay drives no loads, so no step has sync KV loads and vLLM 0.32 calls start_load_kv after
@@ -281,74 +391,94 @@ class _Replay:
             nonlocal started
             if bound and not started:
                 started = True
-                self._call("worker", "start_load_kv", lambda: self.worker.start_load_kv(None))
+                call("start_load_kv", lambda: worker.start_load_kv(None))
 
-        for record in next(iter(ranks.values())):
+        for record in records:
             name = record.get("name")
             if name == "handle_preemptions":
-                self._call("worker", "handle_preemptions", lambda: self.worker.handle_preemptions(self.meta))
+                call("handle_preemptions", lambda: worker.handle_preemptions(meta))
             elif name in ("start_load_kv", "forward", "save_kv_layer", "wait_for_save", "get_finished") and not bound:
-                self._call("worker", "bind_connector_metadata", lambda: self.worker.bind_connector_metadata(self.meta))
+                call("bind_connector_metadata", lambda: worker.bind_connector_metadata(meta))
                 bound = True
             if name in ("wait_for_save", "get_finished"):
                 start_loads()
             if name == "forward":
                 for write in (*record.get("writes", ()), *record.get("sw_writes", ())):
-                    self._write(_block(write[0]), str(write[1]))
-                if self._overrides("save_kv_layer") and not any(
-                        r.get("name") == "save_kv_layer" for r in next(iter(ranks.values()))):
+                    self._write(_block(write[0]), str(write[1]), rank)
+                if self._overrides("save_kv_layer") and not any(r.get("name") == "save_kv_layer" for r in records):
                     for layer_name in self.layer_names:  # the forward saves every attention layer in order
-                        self._call("worker", "save_kv_layer",
-                                   lambda n=layer_name: self.worker.save_kv_layer(n, None, None), layer_name)
+                        call("save_kv_layer", lambda n=layer_name: worker.save_kv_layer(n, None, None), layer_name)
             elif name == "save_kv_layer":
                 layer_name = f"layer.{max(0, int(record.get('layer', 1)) - 1)}"  # the model counts layers from 1
-                self._call("worker", "save_kv_layer",
-                           lambda n=layer_name: self.worker.save_kv_layer(n, None, None), layer_name)
+                call("save_kv_layer", lambda n=layer_name: worker.save_kv_layer(n, None, None), layer_name)
             elif name == "wait_for_save":
-                self._call("worker", "wait_for_save", lambda: self.worker.wait_for_save())
+                call("wait_for_save", lambda: worker.wait_for_save())
             elif name == "get_finished":
-                self._get_finished(record)
+                self._get_finished(record, rank, delayed_before)
         start_loads()
         if bound:
-            self._call("worker", "clear_connector_metadata", lambda: self.worker.clear_connector_metadata())
+            call("clear_connector_metadata", lambda: worker.clear_connector_metadata())
 
-    def _write(self, block: int, req: str) -> None:
-        readers = self.store.running_readers(block)
+    def _write(self, block: int, req: str, rank: int = 0) -> None:
+        readers = self.store.running_readers(block, rank)
         if readers:
+            where = f" of rank {rank}" if len(self.ranks) > 1 else ""
             raise _Stop(ReplayOutcome(
                 "reproduced",
-                f"the forward writes block {block} (for {req}) while store task {readers[0].ordinal} (submitted by "
-                f"the {readers[0].submitter}, reading blocks {sorted(readers[0].blocks)}) still reads it",
+                f"the forward writes block {block}{where} (for {req}) while store task {readers[0].ordinal} "
+                f"(submitted by the {readers[0].submitter}, reading blocks {sorted(readers[0].blocks)}) still reads it",
                 hazard="NoOverwriteWhileDumpingInv", step=self.step))
 
-    def _get_finished(self, record: Mapping[str, Any]) -> None:
+    def _get_finished(self, record: Mapping[str, Any], rank: int = 0, delayed_before: set[str] | None = None) -> None:
         finished = set(record.get("finished_req_ids", ()))
+        worker = self.workers[rank]
         # vLLM's runners call get_transfer_results (kv_connector_model_runner_mixin.py:94); the base's wraps
         # get_finished, a class may override it
         answer = self._call("worker", "get_finished",
-                            lambda: self.worker.get_transfer_results(set(finished)), sorted(finished))
+                            lambda: worker.get_transfer_results(set(finished)), sorted(finished), rank=rank)
         if not isinstance(getattr(answer, "finished_sending", None), (set, frozenset, list, tuple, type(None))):
             raise self._diverged(f"get_transfer_results returned {answer!r}, not the transfer results")
         sending = set(answer.finished_sending or ())
-        unexpected = sorted(sending - self.delayed)
+        self.calls[-1] += f" -> sent {sorted(sending)}" if sending else ""
+        # KVOutputAggregator.aggregate (kv_connector/utils.py ~87-99): a request passes to the scheduler once
+        # `finished_count` reports of it arrived; the scheduler asserts it holds the request and frees its blocks
+        # (scheduler.py ~3232-3235): a request the class never delayed (or that vLLM freed already) is a hazard
+        emitted = set()
+        for req in sorted(sending):
+            self.remaining[req] = self.remaining.get(req, self.finished_count) - 1
+            if self.remaining[req] == 0:
+                emitted.add(req)
+                del self.remaining[req]
+        self.step_emitted |= emitted
+        unexpected = sorted(emitted - (self.delayed if delayed_before is None else delayed_before))
         if unexpected:
+            who = f"rank {rank}'s " if len(self.ranks) > 1 else ""
             raise _Stop(ReplayOutcome(
-                "reproduced", f"get_finished reports {unexpected} as sent, which request_finished never delayed "
+                "reproduced", f"{who}get_finished reports {unexpected} as sent, which request_finished never delayed "
                 "(vLLM asserts on it)", hazard="NoUnexpectedReportInv", step=self.step))
         expected = set(record.get("ucm_sending", record.get("finished_sending", ())))
-        if sending != expected:
+        if not self.follow and sending != expected:
             raise self._diverged(f"get_finished reported {sorted(sending)} as sent; the counterexample needs "
                                  f"{sorted(expected)}")
-        self.delayed -= sending
+        if delayed_before is None:
+            self.delayed -= emitted
 
     def update_from_output(self, phase: Mapping[str, Any]) -> None:
         for record in phase.get("calls", ()):
             if record.get("name") == "request_finished":  # requests that ended by themselves this step
                 self._request_finished(record, self.stubs.RequestStatus.FINISHED_STOPPED)
-            elif record.get("name") == "_update_from_kv_xfer_finished" and self._overrides("update_connector_output"):
+            elif record.get("name") == "_update_from_kv_xfer_finished":
+                sent = set(record.get("finished_sending", ()))
+                if not self.follow and self.path != "multi" and sent != self.step_emitted:
+                    # the class's reports freed other requests than the trace's (its get_finished_count differs
+                    # from the model's count of ranks): the trace's later allocations are not this run's
+                    raise self._diverged(f"vLLM frees {sorted(self.step_emitted)} on the class's reports; the "
+                                         f"counterexample frees {sorted(sent)}")
+                if not self._overrides("update_connector_output"):
+                    continue
                 # vLLM hands the step's aggregated output to the scheduler-side connector first (scheduler.py
                 # ~3209-3219, _update_from_kv_xfer_finished)
-                sent = set(record.get("finished_sending", ()))
+                sent = self.step_emitted if self.follow else sent
                 output = self.stubs.KVConnectorOutput(finished_sending=sent or None, finished_recving=None)
                 self._call("scheduler", "update_connector_output", lambda: self.sched.update_connector_output(output),
                            f"finished_sending={sorted(sent)}")
@@ -359,15 +489,17 @@ class _Replay:
             ids = self._ids(req)
             request = self._request(req)
             request.status = status
+            aborted = ", aborted" if status == self.stubs.RequestStatus.FINISHED_ABORTED else ""
             if self.path == "hma":
                 answer = self._call("scheduler", "request_finished_all_groups",
-                                    lambda: self.sched.request_finished_all_groups(request, ids), f"{req}, {ids}")
+                                    lambda: self.sched.request_finished_all_groups(request, ids), f"{req}, {ids}{aborted}")
             else:
                 answer = self._call("scheduler", "request_finished",
-                                    lambda: self.sched.request_finished(request, ids[0]), f"{req}, {ids[0]}")
+                                    lambda: self.sched.request_finished(request, ids[0]), f"{req}, {ids[0]}{aborted}")
             if not (isinstance(answer, tuple) and len(answer) == 2):
                 raise self._diverged(f"request_finished returned {answer!r}, not (delay, params)")
-            if bool(answer[0]) != (req in expected_delayed):
+            self.calls[-1] += " -> delay" if answer[0] else " -> free now"
+            if not self.follow and bool(answer[0]) != (req in expected_delayed):
                 raise self._diverged(f"request_finished({req}) answered {bool(answer[0])}; the counterexample needs "
                                      f"{req in expected_delayed}")
             if answer[0]:
@@ -377,10 +509,11 @@ class _Replay:
 
     def task_complete(self, action: Mapping[str, Any]) -> None:
         tasks = action.get("tasks")
-        ids = [i for group in tasks.values() for i in group] if isinstance(tasks, Mapping) else [action.get("task")]
-        for task in ids:
+        ranked = ([(int(rank), i) for rank, group in tasks.items() for i in group] if isinstance(tasks, Mapping)
+                  else [(int(action.get("rank", 0) or 0), action.get("task"))])
+        for rank, task in ranked:
             if isinstance(task, int):
-                self.store.complete(task)
+                self.store.complete(task, rank)
 
     def run(self, trace: Sequence[Mapping[str, Any]]) -> ReplayOutcome:
         for index, entry in enumerate(trace):
@@ -403,7 +536,8 @@ class _Replay:
                 self.fa.pop(str(action.get("req")), None)
                 self.sw.pop(str(action.get("req")), None)
             elif name == "shutdown":
-                self._call("worker", "shutdown", lambda: self.worker.shutdown())
+                for rank in self.ranks:
+                    self._call("worker", "shutdown", lambda rank=rank: self.workers[rank].shutdown(), rank=rank)
             else:
                 raise _Stop(ReplayOutcome("not_runnable", f"the trace's step {name!r} is not replayed", step=index))
         return ReplayOutcome("diverged", "the class followed the whole counterexample without the hazard: its "
@@ -448,7 +582,8 @@ def replay_counterexample(paths: Sequence[str], cls_name: str, path: str, case: 
             except Exception as error:
                 raise _Stop(ReplayOutcome("not_runnable", f"importing {cls_name}: {type(error).__name__}: "
                                           f"{error}")) from None
-            replay = _Replay(cls, path, case, store, stubs, layers=_layers(trace))
+            replay = _Replay(cls, path, case, store, stubs, layers=_layers(trace),
+                             reimport=Reimport(paths, cls_name))
             outcome = replay.run(trace)
         except _Stop as stop:
             outcome = stop.outcome

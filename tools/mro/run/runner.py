@@ -1,8 +1,9 @@
 """Run the judged classes: replay each case's counterexample in a child process and fold the outcome into
 the verdict; a case with no counterexample (safe, or unknown although its model passed) is run through
-sampled schedules of its model instead. Running only ever confirms a hazard, withdraws a reading's claim of
-one, or overrules a reading's `safe` with a hazard the class itself reaches; it never makes a class safe (a
-run covers some schedules, not every way vLLM can drive the class)."""
+sampled schedules of its model instead; and where neither reaches a hazard, the class is run through
+schedules the explorer chooses from its own answers (:mod:`.explore`). Running only ever confirms a hazard,
+withdraws a reading's claim of one, or overrules a reading's `safe` with a hazard the class itself reaches;
+it never makes a class safe (a run covers some schedules, not every way vLLM can drive the class)."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,7 +20,7 @@ from deferdump.tools.mro.run.replay import ReplayOutcome
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_REPLAY_TIMEOUT", "fold", "replay_in_child", "run_report", "search_in_child"]
+__all__ = ["DEFAULT_REPLAY_TIMEOUT", "explore_in_child", "fold", "replay_in_child", "run_report", "search_in_child"]
 
 DEFAULT_REPLAY_TIMEOUT = 60.0
 SEARCH_TLC_TIMEOUT = 300.0  # TLC's sampling of a case's model (the hybrid one takes about 35 s here)
@@ -54,8 +55,6 @@ def search_in_child(paths: Sequence[Path | str], cls: str, judgement: ContextJud
     none was found."""
     from deferdump.tools.mro.run.search import SearchUnavailable, schedule_traces
 
-    if judgement.context.case == "mla":  # every schedule of it runs two ranks (replay.py drives one worker)
-        return ReplayOutcome("not_runnable", "2 ranks: the replay drives one worker (the MLA model)")
     try:
         traces = schedule_traces(judgement.model or "", judgement.model_files, timeout=max(timeout, SEARCH_TLC_TIMEOUT))
     except SearchUnavailable as error:
@@ -69,12 +68,33 @@ def search_in_child(paths: Sequence[Path | str], cls: str, judgement: ContextJud
     return outcome
 
 
-def fold(judgement: ContextJudgement, outcome: ReplayOutcome) -> ContextJudgement:
+def explore_in_child(paths: Sequence[Path | str], cls: str, judgement: ContextJudgement,
+                     store_modules: Sequence[str], timeout: float = DEFAULT_REPLAY_TIMEOUT) -> ReplayOutcome:
+    """Run the class through the explorer's schedules of its case (:mod:`.explore`), in a fresh interpreter."""
+    from deferdump.tools.mro.run.explore import EXPLORED_SCHEDULES
+
+    request = {"paths": [str(Path(p).resolve()) for p in paths], "class": cls, "path": judgement.context.path,
+               "case": judgement.context.case, "store_modules": list(store_modules),
+               "explore": {"schedules": EXPLORED_SCHEDULES, "seed": 1}}
+    try:
+        done = subprocess.run([sys.executable, "-m", "deferdump.tools.mro.run.child"], input=json.dumps(request),
+                              capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return ReplayOutcome("not_runnable", f"the explored schedules did not end within {timeout:g} s")
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return ReplayOutcome("not_runnable", f"the explorer's process failed: {last}")
+    found = json.loads(done.stdout)[-1]
+    return ReplayOutcome(found["status"], found["detail"], found.get("hazard"), found.get("step"), found.get("calls", []))
+
+
+def fold(judgement: ContextJudgement, outcome: ReplayOutcome, replayed: bool = True) -> ContextJudgement:
     """The case's verdict after running: an unknown or safe case whose class reaches a hazard when run is
     unsafe (a safe one: the reading was wrong); an unsafe the class does not reproduce although it ran is
-    unknown; everything else keeps the reading's verdict."""
+    unknown; everything else keeps the reading's verdict. ``replayed``: ``outcome`` is the replay of the
+    case's counterexample (not a run through other schedules)."""
     verdict, reasons, source = judgement.verdict, judgement.reasons, "reading"
-    if outcome.status == "reproduced" and judgement.verdict in ("unknown", "safe"):
+    if outcome.status == "reproduced" and (judgement.verdict in ("unknown", "safe") or not replayed):
         verdict, source = "unsafe", "running"
         reasons = ()
     elif outcome.status == "reproduced":
@@ -98,19 +118,20 @@ def run_report(report: MroReport, paths: Sequence[Path | str], store_modules: Se
                timeout: float = DEFAULT_REPLAY_TIMEOUT,
                on_replay: Callable[[str, str], None] | None = None) -> MroReport:
     """``report`` with each case run: its counterexample replayed against its class, or (none, or the class
-    answered otherwise) the class run through sampled schedules of the case's model."""
+    answered otherwise) the class run through sampled schedules of the case's model, and (no hazard yet)
+    through the explorer's schedules."""
     connectors: dict[str, ConnectorJudgement] = {}
     for name, connector in report.connectors.items():
         cases = []
         unbuildable: ReplayOutcome | None = None  # the class cannot be imported or built: no case can run
         for judgement in connector.judgements:
-            if judgement.counterexample is None and not judgement.model_files:  # no model to run (a timeout)
-                cases.append(judgement)
-                continue
             if unbuildable is not None:
                 cases.append(fold(judgement, dataclasses.replace(unbuildable)))
                 continue
-            if judgement.counterexample is not None:
+            searched = False
+            if judgement.counterexample is None and not judgement.model_files:  # no model to run (a timeout)
+                outcome = ReplayOutcome("diverged", "no model to replay or sample")
+            elif judgement.counterexample is not None:
                 if on_replay is not None:
                     on_replay(name, judgement.context.key)
                 outcome, _ = replay_in_child(paths, name, judgement, store_modules, timeout)
@@ -122,11 +143,20 @@ def run_report(report: MroReport, paths: Sequence[Path | str], store_modules: Se
                 if on_replay is not None:
                     on_replay(name, f"{judgement.context.key}, every schedule")
                 outcome = search_in_child(paths, name, judgement, store_modules, timeout)
+            replayed = not searched
+            if outcome.status == "diverged" or (outcome.status == "not_runnable" and not _cannot_build(outcome)):
+                if on_replay is not None:
+                    on_replay(name, f"{judgement.context.key}, explored")
+                explored = explore_in_child(paths, name, judgement, store_modules, timeout)
+                if explored.status == "reproduced" or _cannot_build(explored):
+                    outcome, replayed = explored, False
+                else:
+                    outcome = dataclasses.replace(outcome, detail=f"{outcome.detail}; explored: {explored.detail}")
             if _cannot_build(outcome):
                 unbuildable = outcome
             logger.info("%s %s: %s %s: %s", name, judgement.context.key, "schedules" if searched else "replay",
                         outcome.status, outcome.detail)
-            cases.append(fold(judgement, outcome))
+            cases.append(fold(judgement, outcome, replayed))
             if judgement.verdict == "safe" and cases[-1].verdict == "unsafe":  # a reader bug worth reporting
                 logger.warning("%s %s: read as safe, but the class run reaches %s: %s", name, judgement.context.key,
                                outcome.hazard, outcome.detail)

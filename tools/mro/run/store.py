@@ -30,6 +30,7 @@ class StoreTask:
     blocks: frozenset[int]
     submitter: str
     running: bool = True
+    rank: int = 0  # the worker that submitted it: its blocks are that rank's copy of the KV cache
     waited_by: str | None = None
 
     def __hash__(self) -> int:
@@ -51,15 +52,17 @@ def _block_ids(value: object) -> Iterable[int]:
 
 @dataclass
 class RecordingStore:
-    """The store every stubbed store module hands out in one replay (one store, shared by every role)."""
+    """The store every stubbed store module hands out in one replay (one store, shared by every role and rank;
+    each task remembers its rank, whose KV-cache copy it reads)."""
 
     tasks: list[StoreTask] = field(default_factory=list)
     current_caller: str = "?"
+    current_rank: int = 0
 
     # -- the store API -------------------------------------------------------------------------------------
     def dump(self, block_ids: object, *args: object, **kwargs: object) -> StoreTask:
         blocks = frozenset(b for b in _block_ids(block_ids) if b != NULL_BLOCK)
-        task = StoreTask(len(self.tasks) + 1, blocks, self.current_caller)
+        task = StoreTask(len(self.tasks) + 1, blocks, self.current_caller, rank=self.current_rank)
         self.tasks.append(task)
         return task
 
@@ -93,13 +96,18 @@ class RecordingStore:
             return task
         raise StoreCallUnmodelled(f"the connector waited or checked {task!r}, not a task this store returned")
 
-    def running_readers(self, block: int) -> list[StoreTask]:
-        return [t for t in self.tasks if t.running and block in t.blocks]
+    def running_readers(self, block: int, rank: int = 0) -> list[StoreTask]:
+        """The running tasks of ``rank`` that read ``block`` (of that rank's KV cache)."""
+        return [t for t in self.tasks if t.running and t.rank == rank and block in t.blocks]
 
-    def complete(self, ordinal: int) -> bool:
-        """The store finishes its ``ordinal``-th task (1-based); False when there is no such task."""
-        if 1 <= ordinal <= len(self.tasks):
-            self.tasks[ordinal - 1].running = False
+    def running(self) -> list[StoreTask]:
+        return [t for t in self.tasks if t.running]
+
+    def complete(self, ordinal: int, rank: int = 0) -> bool:
+        """The store finishes the ``ordinal``-th task (1-based) ``rank`` submitted; False when there is none."""
+        own = [t for t in self.tasks if t.rank == rank]
+        if 1 <= ordinal <= len(own):
+            own[ordinal - 1].running = False
             return True
         return False
 

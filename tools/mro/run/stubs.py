@@ -123,6 +123,10 @@ class KVConnectorBase_V1(ABC):  # noqa: N801 - vLLM's name
     def get_block_ids_with_load_errors(self) -> set[int]:
         return set()
 
+    def get_finished_count(self) -> int | None:
+        """None: vLLM's KVOutputAggregator then waits for every rank's report (kv_connector/utils.py ~76-77)."""
+        return None
+
     def shutdown(self) -> None:
         return None
 
@@ -275,8 +279,9 @@ class Request(_Partial):
 
 
 @dataclass
-class KVTransferConfig:
+class KVTransferConfig(_Partial):
     kv_connector: str = "replayed"
+    engine_id: str = "replayed-engine"  # vLLM fills a uuid in when none is configured (config/kv_transfer.py ~111)
     kv_role: str = "kv_both"
     kv_connector_extra_config: dict[str, Any] = field(default_factory=dict)
     kv_connector_module_path: str | None = None
@@ -305,13 +310,15 @@ class CacheConfig(_Partial):
 
 @dataclass
 class ParallelConfig(_Partial):
-    """One worker: the replay drives one rank (an MLA case's two ranks are not replayed)."""
+    """One worker, or (an MLA case) two tensor-parallel ranks, each worker built with its own ``rank``."""
 
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     data_parallel_size: int = 1
     rank: int = 0
     world_size: int = 1
+    decode_context_parallel_size: int = 1
+    prefill_context_parallel_size: int = 1
 
 
 @dataclass
@@ -319,6 +326,10 @@ class ModelConfig(_Partial):
     model: str = "replayed"
     max_model_len: int = 4096
     use_mla: bool = False  # a property of vLLM's ModelConfig
+    sliding_window: int | None = None  # the HF config's, which get_sliding_window reads
+
+    def get_sliding_window(self) -> int | None:
+        return self.sliding_window
 
 
 @dataclass
@@ -355,7 +366,7 @@ class FullAttentionSpec(AttentionSpec):
 
 
 class MLAAttentionSpec(FullAttentionSpec):
-    """Never handed out (the replay drives no MLA case); here so that ``isinstance`` tests work."""
+    """The one group of an MLA case's layout."""
 
 
 @dataclass
@@ -385,10 +396,12 @@ class KVCacheConfig:
 
 
 def kv_cache_config(groups: Sequence[str], layers: int, num_blocks: int) -> KVCacheConfig:
-    """The layout of a replayed case: ``groups`` lists each KV-cache group's kind (``"full"`` or ``"sliding"``);
+    """The layout of a replayed case: ``groups`` lists each KV-cache group's kind (``"full"``, ``"mla"`` or
+    ``"sliding"``);
     each group has ``layers`` layers, named ``layer.<i>`` in order over the groups, as the replay's forward
     calls ``save_kv_layer``."""
     specs = {"full": lambda: FullAttentionSpec(block_size=BLOCK_SIZE),
+             "mla": lambda: MLAAttentionSpec(block_size=BLOCK_SIZE),
              "sliding": lambda: SlidingWindowSpec(block_size=BLOCK_SIZE)}
     built, index = [], 0
     for kind in groups:
@@ -398,12 +411,23 @@ def kv_cache_config(groups: Sequence[str], layers: int, num_blocks: int) -> KVCa
     return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=built)
 
 
+TENSOR_PARALLEL = {"rank": 0, "world_size": 1}
+"""The rank whose worker the replay is calling now, and how many there are (set by the replay)."""
+
+
 def get_tensor_model_parallel_rank() -> int:
-    return 0
+    return TENSOR_PARALLEL["rank"]
 
 
 def get_tensor_model_parallel_world_size() -> int:
-    return 1
+    return TENSOR_PARALLEL["world_size"]
+
+
+def vllm_config(rank: int = 0, world_size: int = 1, sliding_window: int | None = None) -> VllmConfig:
+    """The config one role of one rank is built with: an MLA model (``use_mla``) when there are two ranks, a
+    model with a sliding window (of one block) on the hybrid case."""
+    return VllmConfig(parallel_config=ParallelConfig(tensor_parallel_size=world_size, rank=rank, world_size=world_size),
+                      model_config=ModelConfig(use_mla=world_size > 1, sliding_window=sliding_window))
 
 
 @dataclass

@@ -1,0 +1,81 @@
+"""The explorer over the whole corpus: a hazard it reports must be one vLLM can reach, so on every case an answer
+key calls safe it finds none; on the cases the keys call unsafe it finds most (a floor, so a change that blinds
+it shows). Each case runs in a child process, as `mro --run` runs it (classes start threads and sleep)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support import FIXTURES
+
+CORPUS = FIXTURES / "mro" / "corpus"
+INDEX: dict[str, dict[str, dict[str, Any]]] = json.loads((CORPUS / "index.json").read_text(encoding="utf-8"))
+SCHEDULES = 30
+# truth-unsafe cases found with 30 schedules each: 275 of 486 on 2026-12-05 (5 min 17 s here, 2 at a time)
+FOUND_FLOOR = 250
+
+_HMA_PROBE = """
+import json, sys
+from deferdump.tools.mro.run.replay import import_class
+from deferdump.tools.mro.run.store import RecordingStore
+from deferdump.tools.mro.run.stubs import stub_modules
+with stub_modules(["blockstore_client"], RecordingStore()):
+    from deferdump.tools.mro.run import stubs
+    out = {}
+    for name in sys.argv[2].split(","):
+        try:
+            out[name] = issubclass(import_class([sys.argv[1]], name), stubs.SupportsHMA)
+        except Exception:
+            out[name] = None
+print(json.dumps(out))
+"""
+
+
+def _cases() -> list[tuple[str, str, str, str, bool]]:
+    jobs = []
+    for file, classes in INDEX.items():
+        probe = subprocess.run([sys.executable, "-c", _HMA_PROBE, str(CORPUS / file), ",".join(classes)],
+                               capture_output=True, text=True, check=True)
+        hma = json.loads(probe.stdout)
+        for name, entry in classes.items():
+            if hma[name] is None:  # not importable here (torch, safetensors) or not a class
+                continue
+            cases = entry.get("cases") or {}
+            for case in ("single", "hybrid", "mla", "layerwise"):
+                truth = cases.get(case, entry["truth"] if case != "layerwise" else None)
+                if truth is not None:
+                    jobs.append((file, name, case, truth, bool(hma[name])))
+    return jobs
+
+
+def _explore(job: tuple[str, str, str, str, bool]) -> tuple[tuple[str, str, str, str, bool], dict[str, Any]]:
+    file, name, case, _, hma = job
+    request = {"paths": [str(CORPUS / file)], "class": name, "path": "hma" if hma else "non_hma", "case": case,
+               "store_modules": ["blockstore_client"], "explore": {"schedules": SCHEDULES, "seed": 1}}
+    try:
+        done = subprocess.run([sys.executable, "-m", "deferdump.tools.mro.run.child"], input=json.dumps(request),
+                              capture_output=True, text=True, timeout=90, check=False)
+    except subprocess.TimeoutExpired:
+        return job, {"status": "timeout", "detail": ""}
+    if done.returncode != 0:
+        return job, {"status": "error", "detail": done.stderr[-400:]}
+    return job, json.loads(done.stdout)[-1]
+
+
+@pytest.mark.slow
+def test_the_explorer_reports_no_hazard_a_key_calls_safe_and_finds_most_it_calls_unsafe() -> None:
+    jobs = _cases()
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(_explore, jobs))
+    assert not [r for r in results if r[1]["status"] == "error"], [r for r in results if r[1]["status"] == "error"][:3]
+    wrong = [(job[:3], outcome["detail"]) for job, outcome in results
+             if outcome["status"] == "reproduced" and job[3] == "safe"]
+    assert not wrong, wrong
+    found = sum(1 for job, outcome in results if outcome["status"] == "reproduced" and job[3] == "unsafe")
+    assert found >= FOUND_FLOOR, found

@@ -1,0 +1,143 @@
+"""The explorer (tools/mro/run/explore.py): vLLM's moves chosen from the class's own answers, so a class
+whose answers no model's labels describe is still run, and the MLA case with a worker per rank, each in a
+process of its own. Every hazard it reports must be one vLLM can reach: correct classes (the corpus keys'
+safe cases) never show one."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deferdump.tools.mro.judge import judge_files
+from deferdump.tools.mro.run.explore import explore_class
+from deferdump.tools.mro.run.runner import run_report
+from support import FIXTURES
+
+CORPUS = FIXTURES / "mro" / "corpus"
+RUNNABLE = FIXTURES / "mro" / "runnable"
+STORE = ("blockstore_client",)
+
+
+def explore(path: Path, cls: str, case: str, hma: bool = False, schedules: int = 200):  # type: ignore[no-untyped-def]
+    return explore_class([str(path)], cls, "hma" if hma else "non_hma", case, STORE, schedules=schedules)
+
+
+def test_an_undelayed_abort_no_label_describes_is_found_and_its_safe_case_stays_clean() -> None:
+    """`AbortDropConnector` delays a finished request's free until its dump is waited, except on an abort
+    (vLLM sets FINISHED_ABORTED): no label says "delay unless aborted", so every model schedule diverges at
+    its first finish. The explorer aborts a request whose dump runs; the freed blocks are handed on and
+    rewritten. On the all-sliding-window model (its key: safe) nothing is found."""
+    path = CORPUS / "blind_abort_policy_connectors.py"
+    single = explore(path, "AbortDropConnector", "single")
+    assert (single.status, single.hazard) == ("reproduced", "NoOverwriteWhileDumpingInv"), single
+    assert "explored schedule" in single.detail and "still reads it" in single.detail
+    # the abort the class does not delay, its own answer in the calls
+    assert any("scheduler.request_finished" in call and "aborted) -> free now" in call for call in single.calls)
+    assert explore(path, "AbortDropConnector", "hybrid").status == "diverged"
+
+
+def test_mla_runs_a_worker_per_rank_and_frees_on_get_finished_count_reports() -> None:
+    """Two tensor-parallel ranks, vLLM's KVOutputAggregator counting `get_finished_count() or world_size`
+    reports. `LeaderReportConnector` counts 1 and only rank 0 waits: rank 1's dump reads a block freed on
+    rank 0's report. Its two siblings are safe on MLA (their keys), and the explorer finds nothing there."""
+    path = CORPUS / "blind_rank_reports.py"
+    leader = explore(path, "LeaderReportConnector", "mla")
+    assert (leader.status, leader.hazard) == ("reproduced", "NoOverwriteWhileDumpingInv"), leader
+    assert "of rank 1" in leader.detail and "worker 1" in leader.detail
+    assert any(call.endswith("scheduler.get_finished_count()") for call in leader.calls)
+    for safe in ("AllRanksReportConnector", "LeaderDumpConnector"):
+        outcome = explore(path, safe, "mla")
+        assert outcome.status == "diverged" and "no hazard in 200 explored schedules" in outcome.detail, safe
+    # with one rank the leader is the only worker: safe (its key), nothing found
+    assert explore(path, "LeaderReportConnector", "single").status == "diverged"
+
+
+def test_each_rank_has_its_own_module_state_as_in_vllms_worker_processes() -> None:
+    """A class-level registry keyed by (request, step) would be shared by two ranks in one process, and rank
+    1's entry would overwrite rank 0's; vLLM runs each rank in a process of its own (the multiprocessing
+    executor), where the class is safe. The explorer imports the class afresh per rank and sends the metadata
+    to each as a pickled copy."""
+    outcome = explore(CORPUS / "blind_class_registry_connectors.py", "StepKeyedRegistryConnector", "mla")
+    assert outcome.status == "diverged", outcome
+    assert "no hazard" in outcome.detail and "raising" not in outcome.detail
+
+
+_UNPICKLABLE = '''
+import threading
+from blockstore_client import BlockStore
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorMetadata
+
+
+class LockedMeta(KVConnectorMetadata):
+    def __init__(self):
+        self.lock = threading.Lock()  # a lock does not pickle
+
+
+class LockedConnector(KVConnectorBase_V1):
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        return 0, False
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        pass
+
+    def build_connector_meta(self, scheduler_output):
+        return LockedMeta()
+
+    def start_load_kv(self, forward_context, **kwargs):
+        pass
+
+    def wait_for_layer_load(self, layer_name):
+        pass
+
+    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
+        pass
+
+    def wait_for_save(self):
+        pass
+'''
+
+
+def test_metadata_that_cannot_reach_another_process_is_not_run_on_two_ranks(tmp_path: Path) -> None:
+    path = tmp_path / "locked_meta.py"
+    path.write_text(_UNPICKLABLE, encoding="utf-8")
+    mla = explore(path, "LockedConnector", "mla", schedules=5)
+    assert mla.status == "not_runnable" and "does not pickle" in mla.detail, mla
+    assert explore(path, "LockedConnector", "single", schedules=5).status == "diverged"  # one process: no copy
+
+
+@pytest.mark.parametrize(("path", "cls", "hma"), [
+    (RUNNABLE / "flush_on_reuse.py", "FlushOnReuse", True),
+    (CORPUS / "blind_abort_policy_connectors.py", "AbortDropConnector", False),
+])
+def test_the_explorer_never_reports_a_hazard_on_a_correct_case(path: Path, cls: str, hma: bool) -> None:
+    """The moves are vLLM's: a class correct in a case (flush on reuse: every task reading a block handed out
+    again is waited before the forward, on one group and on the hybrid model with its window frees; the
+    abort-dropping class on the sliding-window model) runs 400 schedules without a hazard."""
+    cases = ("single", "hybrid") if cls == "FlushOnReuse" else ("hybrid",)
+    for case in cases:
+        outcome = explore(path, cls, case, hma=hma, schedules=400)
+        assert outcome.status == "diverged" and "no hazard in 400" in outcome.detail, (case, outcome)
+
+
+def test_flush_on_reuse_broken_is_found_by_the_explorer_too() -> None:
+    """`FlushPreemptedOnly` waits only for preempted requests: a finished request's blocks are handed on
+    and rewritten under its running dump."""
+    outcome = explore(RUNNABLE / "flush_on_reuse.py", "FlushPreemptedOnly", "single", hma=True)
+    assert (outcome.status, outcome.hazard) == ("reproduced", "NoOverwriteWhileDumpingInv"), outcome
+
+
+def test_run_report_turns_an_unknown_the_model_cannot_schedule_into_unsafe_from_exploring() -> None:
+    """Through `mro --run`: reading leaves `AbortDropConnector` unknown, its counterexample and the sampled
+    schedules diverge at the first finish (it delays where the worst labels do not), and the explorer's
+    schedules reach the hazard: unsafe from running, the explored schedule named."""
+    path = CORPUS / "blind_abort_policy_connectors.py"
+    report = run_report(judge_files([path]), [path], STORE)
+    judgement = report.connectors["AbortDropConnector"]
+    cases = {j.context.key: j for j in judgement.judgements}
+    assert (cases["single"].verdict, cases["single"].source) == ("unsafe", "running"), cases["single"].run
+    assert "explored schedule" in cases["single"].run.detail
+    assert cases["hybrid"].verdict != "unsafe"  # its key: safe on the sliding-window model
+    assert judgement.verdict == "unsafe"
