@@ -24,12 +24,8 @@ import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from deferdump.tools.mro.run.replay import (Reimport, ReplayOutcome, _Replay, _Stop, forget_modules,
-                                            import_class)
-from deferdump.tools.mro.run.store import RecordingStore, StoreCallUnmodelled
-from deferdump.tools.mro.run.stubs import StubMissing, stub_modules
+from deferdump.tools.mro.run.replay import ReplayOutcome, _Replay, run_class
 
 logger = logging.getLogger(__name__)
 
@@ -254,36 +250,15 @@ class _Explorer:
 
 def _one_schedule(paths: Sequence[str], cls_name: str, path: str, case: str, store_modules: Sequence[str],
                   plan: _Plan, rng: random.Random, layers: int) -> ReplayOutcome:
-    store = RecordingStore()
-    replay: _Replay | None = None
-    with stub_modules(store_modules, store):
-        from deferdump.tools.mro.run import stubs
+    def drive(replay: _Replay) -> ReplayOutcome:
+        explorer = _Explorer(replay, plan, rng)
+        for index in range(MAX_STEPS):
+            explorer.step(index)
+            if explorer.idle():
+                break
+        return ReplayOutcome("diverged", "no hazard", step=replay.step)
 
-        try:
-            try:
-                cls = import_class(paths, cls_name)
-            except _Stop:
-                raise
-            except (StubMissing, StoreCallUnmodelled) as error:
-                raise _Stop(ReplayOutcome("not_runnable", f"importing {cls_name}: {error}")) from None
-            except Exception as error:
-                raise _Stop(ReplayOutcome("not_runnable", f"importing {cls_name}: {type(error).__name__}: "
-                                          f"{error}")) from None
-            replay = _Replay(cls, path, case, store, stubs, layers=layers, follow=True,
-                             reimport=Reimport(paths, cls_name))
-            explorer = _Explorer(replay, plan, rng)
-            for index in range(MAX_STEPS):
-                explorer.step(index)
-                if explorer.idle():
-                    break
-            outcome = ReplayOutcome("diverged", "no hazard", step=replay.step)
-        except _Stop as stop:
-            outcome = stop.outcome
-        finally:
-            forget_modules(paths)
-        if replay is not None:
-            outcome.calls = replay.calls
-        return outcome
+    return run_class(paths, cls_name, path, case, store_modules, drive, layers=layers, follow=True)
 
 
 def explore_class(paths: Sequence[str], cls_name: str, path: str, case: str, store_modules: Sequence[str],

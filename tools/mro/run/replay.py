@@ -18,7 +18,7 @@ import pickle
 import sys
 import traceback
 import types
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +28,7 @@ from deferdump.reference.errors import DeferDumpError
 from deferdump.tools.mro.run.store import NULL_BLOCK, RecordingStore, StoreCallUnmodelled
 from deferdump.tools.mro.run.stubs import StubMissing, stub_modules
 
-__all__ = ["ReplayOutcome", "replay_counterexample"]
+__all__ = ["ReplayOutcome", "replay_counterexample", "run_class"]
 
 _MAX_CALLS_SHOWN = 60
 _NUM_BLOCKS = 64  # the layout's block count: more than any model's pool (block ids are the model's b1, b2, ...)
@@ -564,9 +564,10 @@ def _layers(trace: Sequence[Mapping[str, Any]]) -> int:
     return found
 
 
-def replay_counterexample(paths: Sequence[str], cls_name: str, path: str, case: str,
-                          trace: Sequence[Mapping[str, Any]], store_modules: Sequence[str]) -> ReplayOutcome:
-    """Import the class under stub vLLM (and the named store modules) and replay ``trace`` against it."""
+def run_class(paths: Sequence[str], cls_name: str, path: str, case: str, store_modules: Sequence[str],
+              drive: Callable[[_Replay], ReplayOutcome], *, layers: int = 1, follow: bool = False) -> ReplayOutcome:
+    """Import the class under stub vLLM (and the named store modules) afresh, build its engine (:class:`_Replay`)
+    and let ``drive`` run it; the outcome carries the calls the class was made."""
     store = RecordingStore()
     replay: _Replay | None = None
     with stub_modules(store_modules, store):
@@ -582,9 +583,9 @@ def replay_counterexample(paths: Sequence[str], cls_name: str, path: str, case: 
             except Exception as error:
                 raise _Stop(ReplayOutcome("not_runnable", f"importing {cls_name}: {type(error).__name__}: "
                                           f"{error}")) from None
-            replay = _Replay(cls, path, case, store, stubs, layers=_layers(trace),
+            replay = _Replay(cls, path, case, store, stubs, layers=layers, follow=follow,
                              reimport=Reimport(paths, cls_name))
-            outcome = replay.run(trace)
+            outcome = drive(replay)
         except _Stop as stop:
             outcome = stop.outcome
         finally:
@@ -592,3 +593,10 @@ def replay_counterexample(paths: Sequence[str], cls_name: str, path: str, case: 
         if replay is not None:
             outcome.calls = replay.calls
         return outcome
+
+
+def replay_counterexample(paths: Sequence[str], cls_name: str, path: str, case: str,
+                          trace: Sequence[Mapping[str, Any]], store_modules: Sequence[str]) -> ReplayOutcome:
+    """Import the class under stub vLLM (and the named store modules) and replay ``trace`` against it."""
+    return run_class(paths, cls_name, path, case, store_modules, lambda replay: replay.run(trace),
+                     layers=_layers(trace))
