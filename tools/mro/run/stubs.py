@@ -322,14 +322,22 @@ class ParallelConfig(_Partial):
 
 
 @dataclass
+class HfTextConfig(_Partial):
+    """The Hugging Face text config, as far as the replay's model has one: its sliding window (or none)."""
+
+    sliding_window: int | None = None
+
+
+@dataclass
 class ModelConfig(_Partial):
     model: str = "replayed"
     max_model_len: int = 4096
     use_mla: bool = False  # a property of vLLM's ModelConfig
-    sliding_window: int | None = None  # the HF config's, which get_sliding_window reads
+    hf_text_config: "HfTextConfig" = field(default_factory=lambda: HfTextConfig())
 
     def get_sliding_window(self) -> int | None:
-        return self.sliding_window
+        """As vLLM's (config/model.py ~1612-1614): the HF text config's window, if any."""
+        return self.hf_text_config.sliding_window
 
 
 @dataclass
@@ -427,7 +435,8 @@ def vllm_config(rank: int = 0, world_size: int = 1, sliding_window: int | None =
     """The config one role of one rank is built with: an MLA model (``use_mla``) when there are two ranks, a
     model with a sliding window (of one block) on the hybrid case."""
     return VllmConfig(parallel_config=ParallelConfig(tensor_parallel_size=world_size, rank=rank, world_size=world_size),
-                      model_config=ModelConfig(use_mla=world_size > 1, sliding_window=sliding_window))
+                      model_config=ModelConfig(use_mla=world_size > 1,
+                                               hf_text_config=HfTextConfig(sliding_window=sliding_window)))
 
 
 @dataclass
