@@ -801,7 +801,8 @@ def classify(
             submitted = sum(f.submits for f in effect.flows)
             waited = sum(f.waited_here for f in effect.flows)
             partial = bool(effect.kept_in) and waited < submitted
-            if waits and submitted > waited and not effect.kept_in and not effect.calls & CHECK_CALLS:
+            if 0 < waited < submitted and not effect.kept_in and not any(f.waits_each for f in effect.flows) \
+                    and not effect.calls & CHECK_CALLS:
                 # FrozenRecordStatsConnector (eleventh blind round): one dump waited in the call (an inline
                 # group), the other's task handed to a helper (``self._record(rid, store.dump(...))``): neither
                 # every dump waited (blocking) nor visibly kept for a later wait
