@@ -6,8 +6,9 @@ unsafe. Its ``wait_for_save`` dumps a sliding-window group inline (submitted and
 full-attention group deferred, handing that task to a helper (``self._record(rid, store.dump(...))``) that, in this
 subclass, drops it (the ``dataclasses.replace`` result is discarded). One of two dumps waited in the call and the
 other kept nowhere visible read as a blocking save: every task waited before the call returns. Now a
-``wait_for_save`` that waits fewer of its dumps than it submits, keeping none in ``self``, is ``unknown``. Reader
-tests without TLC."""
+``wait_for_save`` that waits some of its dumps in the call but not all, keeping none in ``self`` and draining
+nothing it holds (a drain through a helper over kept tasks stays blocking: test_mro_blind_round8), is
+``unknown``. Reader tests without TLC."""
 from __future__ import annotations
 
 from deferdump.tools.mro.hierarchy import build_hierarchy
