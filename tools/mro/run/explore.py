@@ -134,13 +134,7 @@ class _Explorer:
 
     def _sliding_finish(self, req: _Req) -> None:
         if self.sliding and req.sw:
-            freed = self._sliding_out(req)
-            self._null_out(freed)
-
-    def _null_out(self, freed: Sequence[int]) -> None:
-        for block in freed:
-            for table in self.replay.sw.values():
-                table[:] = [0 if b == block else b for b in table]
+            self.replay.null_out(self._sliding_out(req))
 
     def _schedule(self, index: int) -> list[tuple[_Req, list[tuple[int, int | None]]]]:
         preempted: list[str] = []

@@ -231,10 +231,6 @@ class _Replay:
             raise _Stop(ReplayOutcome("not_runnable", f"get_finished_count returned {count!r}, not a count"))
         self.finished_count = count or world
 
-    @property
-    def worker(self) -> Any:
-        return self.workers[0]
-
     # -- plumbing ------------------------------------------------------------------------------------------
     def _call(self, role: str, method: str, thunk: Any, shown: str = "", rank: int = 0) -> Any:
         if len(self.ranks) > 1 and role == "worker":
@@ -281,10 +277,7 @@ class _Replay:
             self.fa.pop(req, None)
             self.sw.pop(req, None)
             self.resumed.add(req)
-        for freed in phase.get("sw_freed", ()):
-            block = _block(freed)
-            for table in self.sw.values():
-                table[:] = [NULL_BLOCK if b == block else b for b in table]
+        self.null_out([_block(freed) for freed in phase.get("sw_freed", ())])
         record = next((c for c in phase.get("calls", ()) if c.get("name") == "build_connector_meta"), {})
         new: list[Any] = []
         cached: list[str] = []
@@ -338,6 +331,12 @@ class _Replay:
         self.meta = self._call("scheduler", "build_connector_meta", lambda: self.sched.build_connector_meta(output),
                                f"new={new}, cached={cached}, finished={sorted(output.finished_req_ids)}")
         output.kv_connector_metadata = self.meta
+
+    def null_out(self, blocks: Sequence[int]) -> None:
+        """Sliding-window blocks freed out of the window: the null block at their places in the tables."""
+        for block in blocks:
+            for table in self.sw.values():
+                table[:] = [NULL_BLOCK if b == block else b for b in table]
 
     def _matched(self, req: str) -> None:
         if not self._overrides("get_num_new_matched_tokens"):
@@ -429,7 +428,7 @@ class _Replay:
                 f"(submitted by the {readers[0].submitter}, reading blocks {sorted(readers[0].blocks)}) still reads it",
                 hazard="NoOverwriteWhileDumpingInv", step=self.step))
 
-    def _get_finished(self, record: Mapping[str, Any], rank: int = 0, delayed_before: set[str] | None = None) -> None:
+    def _get_finished(self, record: Mapping[str, Any], rank: int, delayed_before: set[str]) -> None:
         finished = set(record.get("finished_req_ids", ()))
         worker = self.workers[rank]
         # vLLM's runners call get_transfer_results (kv_connector_model_runner_mixin.py:94); the base's wraps
@@ -450,7 +449,7 @@ class _Replay:
                 emitted.add(req)
                 del self.remaining[req]
         self.step_emitted |= emitted
-        unexpected = sorted(emitted - (self.delayed if delayed_before is None else delayed_before))
+        unexpected = sorted(emitted - delayed_before)
         if unexpected:
             who = f"rank {rank}'s " if len(self.ranks) > 1 else ""
             raise _Stop(ReplayOutcome(
@@ -460,8 +459,6 @@ class _Replay:
         if not self.follow and sending != expected:
             raise self._diverged(f"get_finished reported {sorted(sending)} as sent; the counterexample needs "
                                  f"{sorted(expected)}")
-        if delayed_before is None:
-            self.delayed -= emitted
 
     def update_from_output(self, phase: Mapping[str, Any]) -> None:
         for record in phase.get("calls", ()):

@@ -36,17 +36,24 @@ def replay_in_child(paths: Sequence[Path | str], cls: str, judgement: ContextJud
         traces = [counterexample_json(judgement.counterexample, judgement.model)["trace"]]  # type: ignore[list-item]
     request = {"paths": [str(Path(p).resolve()) for p in paths], "class": cls, "path": judgement.context.path,
                "case": judgement.context.case, "traces": list(traces), "store_modules": list(store_modules)}
+    outcomes = _in_child(request, timeout, "the replay")
+    if isinstance(outcomes, ReplayOutcome):
+        return outcomes, 0
+    return outcomes[-1], len(outcomes)
+
+
+def _in_child(request: Mapping[str, Any], timeout: float, what: str) -> list[ReplayOutcome] | ReplayOutcome:
+    """Run ``request`` in ``python -m deferdump.tools.mro.run.child``: its outcomes, or why there are none."""
     try:
         done = subprocess.run([sys.executable, "-m", "deferdump.tools.mro.run.child"], input=json.dumps(request),
                               capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        return ReplayOutcome("not_runnable", f"the replay did not end within {timeout:g} s (the class may block)"), 0
+        return ReplayOutcome("not_runnable", f"{what} did not end within {timeout:g} s (the class may block)")
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return ReplayOutcome("not_runnable", f"the replay process failed: {last}"), 0
-    outcomes = [ReplayOutcome(d["status"], d["detail"], d.get("hazard"), d.get("step"), d.get("calls", []))
-                for d in json.loads(done.stdout)]
-    return outcomes[-1], len(outcomes)
+        return ReplayOutcome("not_runnable", f"{what}'s process failed: {last}")
+    return [ReplayOutcome(d["status"], d["detail"], d.get("hazard"), d.get("step"), d.get("calls", []))
+            for d in json.loads(done.stdout)]
 
 
 def search_in_child(paths: Sequence[Path | str], cls: str, judgement: ContextJudgement,
@@ -68,24 +75,17 @@ def search_in_child(paths: Sequence[Path | str], cls: str, judgement: ContextJud
     return outcome
 
 
-def explore_in_child(paths: Sequence[Path | str], cls: str, judgement: ContextJudgement,
-                     store_modules: Sequence[str], timeout: float = DEFAULT_REPLAY_TIMEOUT) -> ReplayOutcome:
-    """Run the class through the explorer's schedules of its case (:mod:`.explore`), in a fresh interpreter."""
+def explore_in_child(paths: Sequence[Path | str], cls: str, path: str, case: str, store_modules: Sequence[str],
+                     timeout: float = DEFAULT_REPLAY_TIMEOUT, schedules: int | None = None) -> ReplayOutcome:
+    """Run the class through the explorer's schedules of the case (``path``, ``case``; :mod:`.explore`), in a
+    fresh interpreter."""
     from deferdump.tools.mro.run.explore import EXPLORED_SCHEDULES
 
-    request = {"paths": [str(Path(p).resolve()) for p in paths], "class": cls, "path": judgement.context.path,
-               "case": judgement.context.case, "store_modules": list(store_modules),
-               "explore": {"schedules": EXPLORED_SCHEDULES, "seed": 1}}
-    try:
-        done = subprocess.run([sys.executable, "-m", "deferdump.tools.mro.run.child"], input=json.dumps(request),
-                              capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return ReplayOutcome("not_runnable", f"the explored schedules did not end within {timeout:g} s")
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return ReplayOutcome("not_runnable", f"the explorer's process failed: {last}")
-    found = json.loads(done.stdout)[-1]
-    return ReplayOutcome(found["status"], found["detail"], found.get("hazard"), found.get("step"), found.get("calls", []))
+    request = {"paths": [str(Path(p).resolve()) for p in paths], "class": cls, "path": path, "case": case,
+               "store_modules": list(store_modules),
+               "explore": {"schedules": schedules or EXPLORED_SCHEDULES, "seed": 1}}
+    outcomes = _in_child(request, timeout, "the explorer")
+    return outcomes if isinstance(outcomes, ReplayOutcome) else outcomes[-1]
 
 
 def fold(judgement: ContextJudgement, outcome: ReplayOutcome, replayed: bool = True) -> ContextJudgement:
@@ -147,7 +147,8 @@ def run_report(report: MroReport, paths: Sequence[Path | str], store_modules: Se
             if outcome.status == "diverged" or (outcome.status == "not_runnable" and not _cannot_build(outcome)):
                 if on_replay is not None:
                     on_replay(name, f"{judgement.context.key}, explored")
-                explored = explore_in_child(paths, name, judgement, store_modules, timeout)
+                explored = explore_in_child(paths, name, judgement.context.path, judgement.context.case,
+                                            store_modules, timeout)
                 if explored.status == "reproduced" or _cannot_build(explored):
                     outcome, replayed = explored, False
                 else:
