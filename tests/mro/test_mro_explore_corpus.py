@@ -18,8 +18,9 @@ from support import FIXTURES
 CORPUS = FIXTURES / "mro" / "corpus"
 INDEX: dict[str, dict[str, dict[str, Any]]] = json.loads((CORPUS / "index.json").read_text(encoding="utf-8"))
 SCHEDULES = 30
-# truth-unsafe cases found with 30 schedules each: 275 of 486 on 2026-12-05 (5 min 17 s here, 2 at a time)
-FOUND_FLOOR = 250
+# truth-unsafe cases found with 30 schedules each: 348 of 636 on 2026-12-05 with the MultiConnector case (1,340 cases,
+# 10 min 46 s here beside other work, 2 at a time)
+FOUND_FLOOR = 320
 
 _HMA_PROBE = """
 import json, sys
@@ -48,7 +49,7 @@ def _cases() -> list[tuple[str, str, str, str, bool]]:
             if hma[name] is None:  # not importable here (torch, safetensors) or not a class
                 continue
             cases = entry.get("cases") or {}
-            for case in ("single", "hybrid", "mla", "layerwise"):
+            for case in ("single", "hybrid", "mla", "layerwise", "multi"):
                 truth = cases.get(case, entry["truth"] if case != "layerwise" else None)
                 if truth is not None:
                     jobs.append((file, name, case, truth, bool(hma[name])))
@@ -57,8 +58,9 @@ def _cases() -> list[tuple[str, str, str, str, bool]]:
 
 def _explore(job: tuple[str, str, str, str, bool]) -> tuple[tuple[str, str, str, str, bool], ReplayOutcome]:
     file, name, case, _, hma = job
-    return job, explore_in_child([CORPUS / file], name, "hma" if hma else "non_hma", case, ["blockstore_client"],
-                                 timeout=90, schedules=SCHEDULES)
+    path = "multi" if case == "multi" else "hma" if hma else "non_hma"  # a MultiConnector child: one group
+    return job, explore_in_child([CORPUS / file], name, path, "single" if case == "multi" else case,
+                                 ["blockstore_client"], timeout=90, schedules=SCHEDULES)
 
 
 @pytest.mark.slow
@@ -74,4 +76,6 @@ def test_the_explorer_reports_no_hazard_a_key_calls_safe_and_finds_most_it_calls
              if outcome.status == "reproduced" and job[3] == "safe"]
     assert not wrong, wrong
     found = sum(1 for job, outcome in results if outcome.status == "reproduced" and job[3] == "unsafe")
-    assert found >= FOUND_FLOOR, found
+    unsafe = sum(1 for job, _ in results if job[3] == "unsafe")
+    print(f"explorer over the corpus: {found} of {unsafe} truth-unsafe cases found, {len(results)} cases")
+    assert found >= FOUND_FLOOR, (found, unsafe)

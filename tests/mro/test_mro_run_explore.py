@@ -18,8 +18,10 @@ RUNNABLE = FIXTURES / "mro" / "runnable"
 STORE = ("blockstore_client",)
 
 
-def explore(path: Path, cls: str, case: str, hma: bool = False, schedules: int = 200):  # type: ignore[no-untyped-def]
-    return explore_class([str(path)], cls, "hma" if hma else "non_hma", case, STORE, schedules=schedules)
+def explore(path: Path, cls: str, case: str, hma: bool = False, schedules: int = 200,  # type: ignore[no-untyped-def]
+            multi: bool = False):
+    where = "multi" if multi else "hma" if hma else "non_hma"
+    return explore_class([str(path)], cls, where, case, STORE, schedules=schedules)
 
 
 def test_an_undelayed_abort_no_label_describes_is_found_and_its_safe_case_stays_clean() -> None:
@@ -141,3 +143,102 @@ def test_run_report_turns_an_unknown_the_model_cannot_schedule_into_unsafe_from_
     assert "explored schedule" in cases["single"].run.detail
     assert cases["hybrid"].verdict != "unsafe"  # its key: safe on the sliding-window model
     assert judgement.verdict == "unsafe"
+
+
+_HMA_ONLY_DELAY = '''
+from blockstore_client import BlockStore
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorMetadata, SupportsHMA
+
+
+class Meta(KVConnectorMetadata):
+    def __init__(self, saves, preempted):
+        self.saves, self.preempted = saves, preempted
+
+
+class GroupsOnlyDelay(KVConnectorBase_V1, SupportsHMA):
+    """Delays through request_finished_all_groups only; request_finished is the base's (False, None)."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        self.store = BlockStore()
+        self.tasks = {}
+        self.dumping = set()
+        self.new = {}
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        return 0, False
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        self.new[request.request_id] = list(blocks.get_block_ids()[0])
+
+    def start_load_kv(self, forward_context, **kwargs):
+        pass
+
+    def wait_for_layer_load(self, layer_name):
+        pass
+
+    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
+        pass
+
+    def build_connector_meta(self, scheduler_output):
+        meta = Meta(self.new, set(scheduler_output.preempted_req_ids))
+        self.dumping |= set(self.new)
+        self.new = {}
+        return meta
+
+    def request_finished_all_groups(self, request, block_ids):
+        return request.request_id in self.dumping, None
+
+    def wait_for_save(self):
+        for rid, ids in self._get_connector_metadata().saves.items():
+            self.tasks.setdefault(rid, []).append(self.store.dump(ids, rid))
+
+    def handle_preemptions(self, metadata):
+        for rid in metadata.preempted:
+            for task in self.tasks.pop(rid, []):
+                self.store.wait(task)
+
+    def get_finished(self, finished_req_ids):
+        sent = set()
+        for rid in finished_req_ids:
+            for task in self.tasks.pop(rid, []):
+                self.store.wait(task)
+            sent.add(rid)
+        return sent or None, None
+'''
+
+
+def test_as_a_multiconnector_child_the_siblings_report_frees_under_a_dump_the_class_did_not_delay(
+        tmp_path: Path) -> None:
+    """MultiConnector calls the children's `request_finished` (the non-HMA path): a class that delays only in
+    `request_finished_all_groups` (UCM's FAWA inherits a `request_finished` that answers False) leaves the
+    delay to the sibling, whose report frees the blocks (no extra async save pending: multi_connector.py
+    ~357-376) while the class's dump still reads them, or, once the class freed them by its own report,
+    reaches vLLM a second time. At the top level (HMA path) it delays and waits before it reports: clean."""
+    path = tmp_path / "groups_only.py"
+    path.write_text(_HMA_ONLY_DELAY, encoding="utf-8")
+    multi = explore(path, "GroupsOnlyDelay", "single", multi=True)
+    assert multi.status == "reproduced", multi
+    assert any("sibling.get_finished -> sent" in call for call in multi.calls), multi.calls[-12:]
+    assert any("scheduler.request_finished(" in call and "-> free now" in call for call in multi.calls)
+    single = explore(path, "GroupsOnlyDelay", "single", hma=True, schedules=300)
+    assert single.status == "diverged" and "no hazard in 300" in single.detail, single
+
+
+@pytest.mark.parametrize(("path", "cls"), [
+    (CORPUS / "deferred_delayed_free.py", "DelayedFreeConnector"),
+    (CORPUS / "blind_frozen_state.py", "FrozenRecordConnector"),
+])
+def test_a_child_that_delays_and_reports_once_is_clean_beside_the_sibling(path: Path, cls: str) -> None:
+    """PR #989's protocol as a MultiConnector child (its key: safe there): both children delay, MultiConnector
+    counts one extra async save, and the request is freed after both reported; 400 schedules, no hazard."""
+    outcome = explore(path, cls, "single", multi=True, schedules=400)
+    assert outcome.status == "diverged" and "no hazard in 400" in outcome.detail, outcome
+
+
+def test_the_frozen_record_stats_hole_as_a_child_is_found() -> None:
+    """Round 11's `FrozenRecordStatsConnector` (read safe as a MultiConnector child before the partial-wait
+    rule; its key: unsafe there) drops its deferred dump's task and reports the request: the sibling's report
+    and its own release the blocks under the dump."""
+    outcome = explore(CORPUS / "blind_frozen_state.py", "FrozenRecordStatsConnector", "single", multi=True)
+    assert (outcome.status, outcome.hazard) == ("reproduced", "NoOverwriteWhileDumpingInv"), outcome

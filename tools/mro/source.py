@@ -287,6 +287,17 @@ def _is_self(node: ast.expr) -> bool:
     return isinstance(node, ast.Name) and node.id == "self"
 
 
+def _target_names(target: ast.AST) -> set[str]:
+    """The names an assignment target rebinds (``x``, ``a, *b``), not those it only reads (``d[x] = …``)."""
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*(_target_names(e) for e in target.elts))
+    if isinstance(target, ast.Starred):
+        return _target_names(target.value)
+    return set()
+
+
 def _own_nodes(func: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
     """Every node of a function body, without descending into nested functions, lambdas or classes."""
     stack: list[ast.AST] = [stmt for stmt in reversed(func.body)
@@ -598,17 +609,18 @@ class _MethodReader:
         for node in nodes:
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for target in targets:
-                    for name in _names_in(target):
+                for target in targets:  # `x = …` rebinds x; `self._flags[x] = …` stores into self, not into x
+                    for name in _target_names(target):
                         assigned.setdefault(name, set()).update(_words_in(node.value))
             elif isinstance(node, (ast.For, ast.comprehension)):
-                for name in _names_in(node.target):
+                for name in _target_names(node.target):
                     assigned.setdefault(name, set()).update(_words_in(node.iter))
 
-        def closed(words: set[str]) -> set[str]:
+        def closed(words: set[str], bound: dict[str, set[str]] | None = None) -> set[str]:
             pending, seen = list(words), set(words)
             while pending:
-                for word in assigned.get(pending.pop(), ()):
+                name = pending.pop()
+                for word in (bound or {}).get(name, assigned.get(name, ())):
                     if word not in seen:
                         seen.add(word)
                         pending.append(word)
@@ -618,17 +630,48 @@ class _MethodReader:
             callee = _wait_callee(call) if isinstance(call, ast.Call) else None
             if callee is None:
                 continue
+            bound = self._loop_bindings(call)
             # a test `a or b` selects by preemption only if each side does: a side that does not (a layout flag,
             # StepLedgerConnector of the tenth blind round) runs the wait with no preempted request at all
             selectors = [e for e in self._selectors(call) if not (
                 isinstance(e, ast.BoolOp) and isinstance(e.op, ast.Or)
-                and any(not any("preempt" in w.lower() for w in closed(_words_in(v))) for v in e.values))]
+                and any(not any("preempt" in w.lower() for w in closed(_words_in(v), bound)) for v in e.values))]
             deps = set().union(*(_words_in(e) for e in selectors))
             polled = any(_call_name(n) in ("check", "done")
                          for test in self._enclosing_tests(call) for n in ast.walk(test))
-            if not polled and not any("preempt" in w.lower() for w in closed(deps)):
+            if not polled and not any("preempt" in w.lower() for w in closed(deps, bound)):
                 found.append((f"line {call.lineno}", callee))  # a wait under a poll (UCM's) waits ended tasks only
         return tuple(dict.fromkeys(found))
+
+    def _loop_bindings(self, call: ast.Call) -> dict[str, set[str]]:
+        """The words each name bound by a loop around ``call`` holds there: its own loop's iterable (and what
+        the loop body assigns to it), not another loop's that reuses the name (EagerFlagStateConnector of the
+        twelfth blind round: ``for rid in meta.preempted`` marks flags, then ``for rid, state in
+        self._flags.items()`` waits every tracked request's tasks; the first binding made the wait look chosen
+        by preemption). The innermost loop binding a name wins."""
+        bound: dict[str, set[str]] = {}
+        child, parent = call, self.parents.get(call)
+        while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            loops: list[tuple[ast.AST, ast.AST, list[ast.AST]]] = []
+            if isinstance(parent, (ast.For, ast.AsyncFor)) and child is not parent.iter:
+                loops.append((parent.target, parent.iter, [*parent.body, *parent.orelse]))
+            if isinstance(parent, (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
+                loops += [(gen.target, gen.iter, []) for gen in parent.generators]
+            for target, iterable, body in loops:
+                rebinds = [node for stmt in body for node in ast.walk(stmt)
+                           if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr))
+                           and node.value is not None]
+                for name in _names_in(target):
+                    if name in bound:
+                        continue
+                    words = set(_words_in(iterable))
+                    for node in rebinds:
+                        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                        if any(name in _target_names(t) for t in targets):
+                            words |= _words_in(node.value)
+                    bound[name] = words
+            child, parent = parent, self.parents.get(parent)
+        return bound
 
     def _partial_place(self, call: ast.Call) -> str | None:
         """Why the place of ``call`` may skip entries of what it waits, or None."""

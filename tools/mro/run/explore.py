@@ -9,7 +9,10 @@ block a step, run out of blocks and are preempted (their blocks freed), finish o
 (``request_finished`` with the status vLLM set), and are freed when the class says so: at once when it does
 not delay, once KVOutputAggregator has ``get_finished_count() or world_size`` reports when it does. Out-of-window
 blocks of sliding-window groups are freed each step (SlidingWindowManager.remove_skipped_blocks, the window
-one block). Store tasks end at random, or only when waited (the slowest store). Each move is one vLLM can
+one block). As a MultiConnector child (the ``multi`` path) the class sits beside a sibling that delays every
+request and reports it in some later step, and MultiConnector's counting of the two children's delays decides
+when a report passes on (multi_connector.py ~357-376, ~549-567). Store tasks end at random, or only when waited
+(the slowest store). Each move is one vLLM can
 make, so a hazard found is the class's own: the forward writing a block (of a rank's KV cache) a store task
 still reads, or a report vLLM asserts on. Random, seeded, a bounded number of schedules: finding nothing
 proves nothing (a verdict is never made safe by it).
@@ -206,8 +209,10 @@ class _Explorer:
         # a step with nothing scheduled runs no forward (gpu_model_runner.py ~3968-4005: handle_preemptions,
         # then kv_connector_no_forward: bind, start_load_kv, wait_for_save, get_transfer_results, clear)
         forward = [{"name": "forward", "writes": writes, "sw_writes": sw_writes}] if scheduled else []
+        # As a MultiConnector child, the sibling reports each id it delayed in some later step, at random
+        sibling = sorted(r for r in self.replay.sibling_owed if self.rng.random() < 0.5)
         records = [{"name": "handle_preemptions"}, *forward, {"name": "wait_for_save"},
-                   {"name": "get_finished", "finished_req_ids": sorted(self.handed)}]
+                   {"name": "get_finished", "finished_req_ids": sorted(self.handed), "sibling_sending": sibling}]
         self.replay.execute_model({"ranks": {rank: records for rank in self.replay.ranks}})
 
     def _update(self, scheduled: Sequence[tuple[_Req, list[tuple[int, int | None]]]]) -> None:
@@ -259,9 +264,6 @@ def explore_class(paths: Sequence[str], cls_name: str, path: str, case: str, sto
                   schedules: int = EXPLORED_SCHEDULES, seed: int = 1) -> ReplayOutcome:
     """Run ``cls_name`` through ``schedules`` explored schedules of the case (``path``, ``case``): the first
     hazard, or what was explored without one."""
-    if path == "multi":  # MultiConnector's sibling and its aggregation of the children's answers are not played
-        return ReplayOutcome("not_runnable", "the explorer plays vLLM with the class at the top level, not as a "
-                             "MultiConnector child")
     rng = random.Random(seed)
     layers = 2 if case == "layerwise" else 1
     groups = 2 if case == "hybrid" and path == "hma" else 1

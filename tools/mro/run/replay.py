@@ -193,6 +193,12 @@ class _Replay:
         self.handed_finished: set[str] = set()  # ids build_connector_meta was told finished, since last scheduled new
         self.meta: Any = None
         self.step = 0
+        # Followed as a MultiConnector child (path "multi"), the engine plays the parent and a sibling that delays
+        # every request (the model's multi case): the parent's request_finished delays every finish, its
+        # get_transfer_results passes a report on only once no extra async save of the id is pending
+        self.sibling_plays = follow and path == "multi"
+        self.multi_extra: dict[str, int] = {}  # MultiConnector._extra_async_saves as the worker holds it
+        self.sibling_owed: set[str] = set()  # finished ids the sibling has not reported yet
         world = len(self.ranks)
         # The case's KV-cache layout, given to both roles as vLLM 0.32 does (scheduler.py ~176-180,
         # kv_transfer_state.py ~88-92): one full-attention group (an MLA one on an MLA model); on a hybrid model
@@ -229,7 +235,9 @@ class _Replay:
             raise
         if count is not None and not (isinstance(count, int) and not isinstance(count, bool) and count >= 0):
             raise _Stop(ReplayOutcome("not_runnable", f"get_finished_count returned {count!r}, not a count"))
-        self.finished_count = count or world
+        # MultiConnector.get_finished_count (multi_connector.py ~395-400) is None when a child's is, and the
+        # sibling's is the base's None: the aggregator waits world_size reports there
+        self.finished_count = world if path == "multi" else (count or world)
 
     # -- plumbing ------------------------------------------------------------------------------------------
     def _call(self, role: str, method: str, thunk: Any, shown: str = "", rank: int = 0) -> Any:
@@ -309,7 +317,7 @@ class _Replay:
             scheduled_cached_reqs=self.stubs.CachedRequestData(
                 req_ids=cached, resumed_req_ids={r for r in cached if r in self.resumed},
                 new_token_ids=[[] for _ in cached], all_token_ids={r: self._request(r).prompt_token_ids for r in cached},
-                new_block_ids=[self._ids(r) if r in self.resumed else tuple([t[-1:]] for t in self._ids(r)) for r in cached],
+                new_block_ids=[self._ids(r) if r in self.resumed else tuple(t[-1:] for t in self._ids(r)) for r in cached],
                 num_computed_tokens=[16 * (len(self.fa[r]) - 1) for r in cached], num_output_tokens=[0 for _ in cached]),
             num_scheduled_tokens={r: 16 for r in new + cached},
             total_num_scheduled_tokens=16 * len(new + cached),
@@ -402,7 +410,12 @@ class _Replay:
             if name in ("wait_for_save", "get_finished"):
                 start_loads()
             if name == "forward":
-                for write in (*record.get("writes", ()), *record.get("sw_writes", ())):
+                # Off the HMA path a sliding-window model's one group is the model's sliding-window group (_ids): the
+                # model's full-attention blocks are a modelling aid no real layer writes, and the class never sees
+                # them handed out (ReuseFencedOffloader, twelfth blind round: a flush of the jobs on newly allocated
+                # blocks was "overwritten" through a full-attention block it could not see)
+                full = () if self.hybrid and self.path != "hma" else record.get("writes", ())
+                for write in (*full, *record.get("sw_writes", ())):
                     self._write(_block(write[0]), str(write[1]), rank)
                 if self._overrides("save_kv_layer") and not any(r.get("name") == "save_kv_layer" for r in records):
                     for layer_name in self.layer_names:  # the forward saves every attention layer in order
@@ -439,6 +452,8 @@ class _Replay:
             raise self._diverged(f"get_transfer_results returned {answer!r}, not the transfer results")
         sending = set(answer.finished_sending or ())
         self.calls[-1] += f" -> sent {sorted(sending)}" if sending else ""
+        if self.sibling_plays:
+            sending = self._multi_sending(sending, set(record.get("sibling_sending", ())))
         # KVOutputAggregator.aggregate (kv_connector/utils.py ~87-99): a request passes to the scheduler once
         # `finished_count` reports of it arrived; the scheduler asserts it holds the request and frees its blocks
         # (scheduler.py ~3232-3235): a request the class never delayed (or that vLLM freed already) is a hazard
@@ -459,6 +474,23 @@ class _Replay:
         if not self.follow and sending != expected:
             raise self._diverged(f"get_finished reported {sorted(sending)} as sent; the counterexample needs "
                                  f"{sorted(expected)}")
+
+    def _multi_sending(self, own: set[str], sibling: set[str]) -> set[str]:
+        """MultiConnector.get_transfer_results (multi_connector.py ~357-376) over the class's reports and the
+        sibling's: a report passes on unless an extra async save of the id is pending, which it consumes."""
+        self.sibling_owed -= sibling
+        if sibling:
+            self.calls.append(f"step {self.step}: sibling.get_finished -> sent {sorted(sibling)}")
+        passed = set()
+        for req in [*sorted(own), *sorted(sibling)]:
+            extra = self.multi_extra.get(req)
+            if extra is None:
+                passed.add(req)
+            elif extra == 1:
+                del self.multi_extra[req]
+            else:
+                self.multi_extra[req] = extra - 1
+        return passed
 
     def update_from_output(self, phase: Mapping[str, Any]) -> None:
         for record in phase.get("calls", ()):
@@ -499,8 +531,15 @@ class _Replay:
             if not self.follow and bool(answer[0]) != (req in expected_delayed):
                 raise self._diverged(f"request_finished({req}) answered {bool(answer[0])}; the counterexample needs "
                                      f"{req in expected_delayed}")
-            if answer[0]:
+            if answer[0] or self.sibling_plays:
                 self.delayed.add(req)
+            if self.sibling_plays:
+                # MultiConnector._aggregate_request_finished (multi_connector.py ~549-567): the sibling's True and
+                # the class's make two async saves, one extra; vLLM sends it to the workers with the next
+                # metadata, bound before any get_finished that could report the id
+                self.sibling_owed.add(req)
+                if answer[0]:
+                    self.multi_extra[req] = 1
             self.fa.pop(req, None)
             self.sw.pop(req, None)
 
