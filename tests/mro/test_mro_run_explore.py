@@ -226,12 +226,13 @@ def test_as_a_multiconnector_child_the_siblings_report_frees_under_a_dump_the_cl
 
 
 @pytest.mark.parametrize(("path", "cls"), [
-    (CORPUS / "deferred_delayed_free.py", "DelayedFreeConnector"),
+    (CORPUS / "blind_oldest_k.py", "OldestFirstConnector"),
     (CORPUS / "blind_frozen_state.py", "FrozenRecordConnector"),
 ])
 def test_a_child_that_delays_and_reports_once_is_clean_beside_the_sibling(path: Path, cls: str) -> None:
-    """PR #989's protocol as a MultiConnector child (its key: safe there): both children delay, MultiConnector
-    counts one extra async save, and the request is freed after both reported; 400 schedules, no hazard."""
+    """Classes that delay a request with dumps and report it once they waited them, as MultiConnector children
+    (their keys: safe there): both children delay, MultiConnector counts one extra async save, and the request
+    is freed after both reported; 400 schedules, no hazard."""
     outcome = explore(path, cls, "single", multi=True, schedules=400)
     assert outcome.status == "diverged" and "no hazard in 400" in outcome.detail, outcome
 
