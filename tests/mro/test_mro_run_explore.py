@@ -243,3 +243,36 @@ def test_the_frozen_record_stats_hole_as_a_child_is_found() -> None:
     and its own release the blocks under the dump."""
     outcome = explore(CORPUS / "blind_frozen_state.py", "FrozenRecordStatsConnector", "single", multi=True)
     assert (outcome.status, outcome.hazard) == ("reproduced", "NoOverwriteWhileDumpingInv"), outcome
+
+
+
+class _OrderedSet(set):  # type: ignore[type-arg]
+    """A set that iterates in a chosen order, as a process's string hashing may."""
+
+    def __init__(self, items: list[str]) -> None:
+        super().__init__(items)
+        self.order = items
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.order)
+
+
+def test_the_siblings_reports_depend_on_the_seed_not_on_set_order() -> None:
+    """The explorer's schedules come from its seed alone: the sibling's reports are drawn over the owed ids in
+    sorted order, not in the set's iteration order (string hashing differs per process, PYTHONHASHSEED), so a
+    hazard one `mro --run` child finds repeats in another."""
+    import random
+    from types import SimpleNamespace
+
+    from deferdump.tools.mro.run.explore import _Explorer, _Plan
+
+    chosen = []
+    for order in (["r1", "r2", "r3", "r4"], ["r4", "r3", "r2", "r1"]):
+        phases: list[dict] = []  # type: ignore[type-arg]
+        replay = SimpleNamespace(hybrid=False, path="multi", ranks=[0], sibling_owed=_OrderedSet(order),
+                                 execute_model=phases.append)
+        explorer = _Explorer(replay, _Plan(((1, 0),), pool=2, complete_p=0.0, abort_p=0.0),  # type: ignore[arg-type]
+                             random.Random(7))
+        explorer._execute([])  # noqa: SLF001
+        chosen.append(phases[0]["ranks"][0][-1]["sibling_sending"])
+    assert chosen[0] == chosen[1] and 0 < len(chosen[0]) < 4, chosen

@@ -209,8 +209,9 @@ class _Explorer:
         # a step with nothing scheduled runs no forward (gpu_model_runner.py ~3968-4005: handle_preemptions,
         # then kv_connector_no_forward: bind, start_load_kv, wait_for_save, get_transfer_results, clear)
         forward = [{"name": "forward", "writes": writes, "sw_writes": sw_writes}] if scheduled else []
-        # As a MultiConnector child, the sibling reports each id it delayed in some later step, at random
-        sibling = sorted(r for r in self.replay.sibling_owed if self.rng.random() < 0.5)
+        # As a MultiConnector child, the sibling reports each id it delayed in some later step, at random (drawn in
+        # sorted order: a set of strings iterates in a per-process order, and the schedule must repeat by seed)
+        sibling = [r for r in sorted(self.replay.sibling_owed) if self.rng.random() < 0.5]
         records = [{"name": "handle_preemptions"}, *forward, {"name": "wait_for_save"},
                    {"name": "get_finished", "finished_req_ids": sorted(self.handed), "sibling_sending": sibling}]
         self.replay.execute_model({"ranks": {rank: records for rank in self.replay.ranks}})
