@@ -298,6 +298,14 @@ def _target_names(target: ast.AST) -> set[str]:
     return set()
 
 
+def _rebinding(node: ast.AST) -> tuple[set[str], ast.AST] | None:
+    """An assignment's rebound names and the value they get (``x = v``, ``x += v``, ``x: T = v``, ``(x := v)``)."""
+    if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return set().union(*(_target_names(t) for t in targets)), node.value
+    return None
+
+
 def _own_nodes(func: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
     """Every node of a function body, without descending into nested functions, lambdas or classes."""
     stack: list[ast.AST] = [stmt for stmt in reversed(func.body)
@@ -607,11 +615,10 @@ class _MethodReader:
         nodes = list(_own_nodes(self.func))
         assigned: dict[str, set[str]] = {}
         for node in nodes:
-            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for target in targets:  # `x = …` rebinds x; `self._flags[x] = …` stores into self, not into x
-                    for name in _target_names(target):
-                        assigned.setdefault(name, set()).update(_words_in(node.value))
+            rebinding = _rebinding(node)  # `x = …` rebinds x; `self._flags[x] = …` stores into self, not into x
+            if rebinding is not None:
+                for name in rebinding[0]:
+                    assigned.setdefault(name, set()).update(_words_in(rebinding[1]))
             elif isinstance(node, (ast.For, ast.comprehension)):
                 for name in _target_names(node.target):
                     assigned.setdefault(name, set()).update(_words_in(node.iter))
@@ -658,18 +665,10 @@ class _MethodReader:
             if isinstance(parent, (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
                 loops += [(gen.target, gen.iter, []) for gen in parent.generators]
             for target, iterable, body in loops:
-                rebinds = [node for stmt in body for node in ast.walk(stmt)
-                           if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr))
-                           and node.value is not None]
-                for name in _names_in(target):
-                    if name in bound:
-                        continue
-                    words = set(_words_in(iterable))
-                    for node in rebinds:
-                        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                        if any(name in _target_names(t) for t in targets):
-                            words |= _words_in(node.value)
-                    bound[name] = words
+                rebinds = [r for stmt in body for node in ast.walk(stmt) if (r := _rebinding(node)) is not None]
+                for name in _target_names(target) - set(bound):
+                    bound[name] = set(_words_in(iterable)).union(
+                        *(_words_in(value) for names, value in rebinds if name in names))
             child, parent = parent, self.parents.get(parent)
         return bound
 
