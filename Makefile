@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.deferdump-installed
 
-.PHONY: setup system-deps verify test test-vllm vllm-env bench bench-vllm clean java-check
+.PHONY: setup system-deps verify test test-corpus test-vllm vllm-env bench bench-vllm clean java-check
 
 # System programs the tests use, installed through apt when missing (as root on Debian), else one line
 # naming what to install: Java for TLC, Chromium for the explain page's browser test,
@@ -58,10 +58,18 @@ verify: setup
 # subprocess, a server or a browser leaves its core to the others). `--dist loadfile` keeps each test file on
 # one worker, so a file's module-wide fixtures (a model's generated traces) run once; tests/conftest.py
 # orders the files with `slow` tests first, and `--no-loadscope-reorder` hands them out in that order.
-# TEST_JOBS=0 runs it in one process. The tests marked `verify` run under `make verify` (CI runs both).
+# # TEST_JOBS=0 runs it in one process. The tests marked `verify` run under `make verify` (CI runs both); the ones
+# marked `corpus` (the mro corpus beyond the sample `make test` judges: tests/support/corpus.py) under
+# `make test-corpus`.
 TEST_JOBS ?= $(shell $(PYTHON) -c 'import os; print(len(os.sched_getaffinity(0)) + 1)' 2>/dev/null || echo auto)
 test: setup
-	$(VENV)/bin/pytest -q tests --ignore=tests/vllm -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder -m "not verify"
+	$(VENV)/bin/pytest -q tests --ignore=tests/vllm -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder -m "not verify and not corpus"
+
+# The whole `deferdump mro` corpus under TLC and the explorer, beyond `make test`'s sample: about 4,000 TLC
+# runs, an hour on 2 cores (docs/testing.md, "The mro corpus"). Run it after changing tools/mro or the corpus.
+# `--dist load` spreads the files' parameters over the workers (one corpus file is one test).
+test-corpus: setup
+	$(VENV)/bin/pytest -q tests/mro -p no:cacheprovider -n $(TEST_JOBS) --dist load -m corpus
 
 # Full benchmark (docs/benchmarks.md records its figures); `deferdump bench --quick` for a 2-minute pass.
 bench: setup

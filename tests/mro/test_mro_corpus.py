@@ -2,21 +2,17 @@
 gets the verdict recorded for it, which is never the opposite of what a careful reader concludes (`truth`);
 `unknown` is allowed only where the index says why reading cannot decide. Where the index records the truth of
 single cases (`"cases"`: one KV-cache group, hybrid, MLA, two layers), no case is judged the opposite either.
-The `blind_*` files were written against vLLM's connector API, not against the judge's rules."""
+The `blind_*` files were written against vLLM's connector API, not against the judge's rules. `make test` judges
+the sample of tests/support/corpus.py; `make test-corpus` judges the rest (marker `corpus`)."""
 from __future__ import annotations
-
-import json
 
 import pytest
 
 from deferdump.tools.mro.judge import ModelRunner, judge_files
 from deferdump.tools.mro.tla import ModelBounds
-from support import FIXTURES
+from support.corpus import CORPUS, INDEX, SAMPLE, corpus_params
 
 pytestmark = pytest.mark.slow  # long file: tests/conftest.py starts it early
-
-CORPUS = FIXTURES / "mro" / "corpus"
-INDEX: dict[str, dict[str, dict[str, str]]] = json.loads((CORPUS / "index.json").read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +32,21 @@ def test_the_index_covers_every_corpus_file_and_no_verdict_contradicts_the_truth
             assert ("unsafe" in cases.values()) <= (entry["truth"] == "unsafe"), entry
 
 
-#: Every other file; test_mro_corpus_second_half.py judges the rest, so that two workers share the corpus
-#: (pytest-xdist's --dist loadfile keeps a file's tests on one worker).
-FIRST_HALF = sorted(INDEX)[::2]
+#: Every other file of the sample and of the rest; test_mro_corpus_second_half.py judges the others, so that two
+#: workers share the corpus (pytest-xdist's --dist loadfile keeps a file's tests on one worker).
+FIRST_HALF = sorted(SAMPLE)[::2] + sorted(set(INDEX) - SAMPLE)[::2]
 
 
-@pytest.mark.parametrize("name", FIRST_HALF)
+def test_the_sample_make_test_judges_is_a_share_of_each_kind_of_file() -> None:
+    """`make test` judges the sample (tests/support/corpus.py), `make test-corpus` the rest: every hand-written
+    file and blind files from across the corpus are in it, and most of the corpus is not."""
+    assert SAMPLE <= set(INDEX)
+    assert {name for name in INDEX if not name.startswith("blind_")} <= SAMPLE
+    blind = [name for name in SAMPLE if name.startswith("blind_")]
+    assert len(blind) >= 10 and len(SAMPLE) < len(INDEX) / 4
+
+
+@pytest.mark.parametrize("name", corpus_params(FIRST_HALF))
 def test_corpus_connector_gets_its_recorded_verdict(runner: ModelRunner, name: str) -> None:
     check_recorded_verdict(runner, name)
 

@@ -1,26 +1,26 @@
 """The explorer over the whole corpus: a hazard it reports must be one vLLM can reach, so on every case an answer
 key calls safe it finds none; on the cases the keys call unsafe it finds most (a floor, so a change that blinds
-it shows). Each case runs in a child process, as `mro --run` runs it (classes start threads and sleep)."""
+it shows). Each case runs in a child process, as `mro --run` runs it (classes start threads and sleep). `make test`
+explores the sample's files (tests/support/corpus.py), `make test-corpus` the rest (marker `corpus`), each with
+its own floor."""
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import pytest
 
 from deferdump.tools.mro.run.replay import ReplayOutcome
 from deferdump.tools.mro.run.runner import explore_in_child
-from support import FIXTURES
+from support.corpus import CORPUS, INDEX, SAMPLE
 
-CORPUS = FIXTURES / "mro" / "corpus"
-INDEX: dict[str, dict[str, dict[str, Any]]] = json.loads((CORPUS / "index.json").read_text(encoding="utf-8"))
 SCHEDULES = 30
-# truth-unsafe cases found with 30 schedules each: 391 of 704 on 2026-12-05 with the MultiConnector case and the twelfth
-# blind round (1,532 cases, 9 min 41 s here, 2 at a time)
-FOUND_FLOOR = 360
+# truth-unsafe cases found with 30 schedules each, on 2026-12-05 with the MultiConnector case and the twelfth blind
+# round: 391 of 704 over the whole corpus (1,532 cases, 9 min 41 s here, 2 at a time); of them 40 of 104 in the
+# sample's 184 cases (26 s), the other 351 of 600 in the rest
+FOUND_FLOOR = {"sample": 36, "rest": 322}
 
 _HMA_PROBE = """
 import json, sys
@@ -39,9 +39,10 @@ print(json.dumps(out))
 """
 
 
-def _cases() -> list[tuple[str, str, str, str, bool]]:
+def _cases(files: list[str]) -> list[tuple[str, str, str, str, bool]]:
     jobs = []
-    for file, classes in INDEX.items():
+    for file in files:
+        classes = INDEX[file]
         probe = subprocess.run([sys.executable, "-c", _HMA_PROBE, str(CORPUS / file), ",".join(classes)],
                                capture_output=True, text=True, check=True)
         hma = json.loads(probe.stdout)
@@ -64,8 +65,9 @@ def _explore(job: tuple[str, str, str, str, bool]) -> tuple[tuple[str, str, str,
 
 
 @pytest.mark.slow
-def test_the_explorer_reports_no_hazard_a_key_calls_safe_and_finds_most_it_calls_unsafe() -> None:
-    jobs = _cases()
+@pytest.mark.parametrize("part", ["sample", pytest.param("rest", marks=pytest.mark.corpus)])
+def test_the_explorer_reports_no_hazard_a_key_calls_safe_and_finds_most_it_calls_unsafe(part: str) -> None:
+    jobs = _cases(sorted(name for name in INDEX if (name in SAMPLE) == (part == "sample")))
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(_explore, jobs))
     failed = [(job[:3], outcome.detail) for job, outcome in results if "process failed" in outcome.detail]
@@ -77,5 +79,5 @@ def test_the_explorer_reports_no_hazard_a_key_calls_safe_and_finds_most_it_calls
     assert not wrong, wrong
     found = sum(1 for job, outcome in results if outcome.status == "reproduced" and job[3] == "unsafe")
     unsafe = sum(1 for job, _ in results if job[3] == "unsafe")
-    print(f"explorer over the corpus: {found} of {unsafe} truth-unsafe cases found, {len(results)} cases")
-    assert found >= FOUND_FLOOR, (found, unsafe)
+    print(f"explorer over the corpus ({part}): {found} of {unsafe} truth-unsafe cases found, {len(results)} cases")
+    assert found >= FOUND_FLOOR[part], (found, unsafe)

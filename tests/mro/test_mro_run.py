@@ -21,6 +21,7 @@ from deferdump.tools.mro.run.runner import fold, run_report
 from deferdump.tools.mro.run.store import RecordingStore, StoreCallUnmodelled
 from deferdump.tools.mro.run.stubs import StubMissing, stub_modules
 from support import FIXTURES
+from support.mro import judge_cases
 
 pytestmark = pytest.mark.slow  # TLC and child processes: tests/conftest.py starts it early
 
@@ -179,6 +180,8 @@ def test_a_reading_safe_the_class_runs_into_a_hazard_is_overruled_by_running(
     misjudged = judge_files(paths, only=only)
     single = next(j for j in misjudged.connectors["NeverDelayingConnector"].judgements if j.context.key == "single")
     assert (single.verdict, single.counterexample) == ("safe", None) and single.model_files
+    misjudged.connectors["NeverDelayingConnector"] = misjudged.connectors["NeverDelayingConnector"].rejudged(
+        (single,))  # run the case that shows it (every case: minutes)
     run = run_report(misjudged, paths, STORE).connectors["NeverDelayingConnector"]
     single = next(j for j in run.judgements if j.context.key == "single")
     assert (single.verdict, single.source, single.run.status) == ("unsafe", "running", "reproduced"), single.run
@@ -215,9 +218,10 @@ def test_a_schedule_handing_a_finished_id_twice_is_not_a_run_vllm_makes() -> Non
     """vLLM 0.32 hands each finished id to the connector once (Scheduler.schedule clears finished_req_ids).
     Sampled schedules handed one twice in a row, and a class that reports every id it is handed once its dumps
     end (the seventh round's CoroutineLifecycleConnector, safe by its answer key) reported it twice: a wrong
-    NoUnexpectedReportInv from running. Such a replay now diverges, and the reading verdict stands."""
+    NoUnexpectedReportInv from running. Such a replay now diverges, and the reading verdict stands (one group
+    and hybrid run)."""
     paths = [FIXTURES / "mro" / "corpus" / "blind_coroutine_lifecycle_connectors.py"]
-    report = run_report(judge_files(paths, only=["CoroutineLifecycleConnector"]), paths, STORE)
+    report = run_report(judge_cases(paths, {"CoroutineLifecycleConnector": ["single", "hybrid"]}), paths, STORE)
     judgement = report.connectors["CoroutineLifecycleConnector"]
     assert judgement.verdict != "unsafe", judgement.reasons
     single = next(j for j in judgement.judgements if j.context.key == "single")

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from deferdump.tools.mro.judge import MroReport, judge_files
+from deferdump.tools.mro.judge import Judge, ModelRunner, MroReport, judge_files
 from deferdump.tools.mro.run.runner import run_report
+from deferdump.tools.mro.tla import ModelBounds
 from support import FIXTURES
+from support.mro import judge_cases
 
 pytestmark = pytest.mark.slow  # TLC's sampling and child processes: tests/conftest.py starts it early
 
@@ -19,25 +21,25 @@ STORE = ("blockstore_client",)
 @pytest.fixture(scope="module")
 def unfenced() -> MroReport:
     paths = [RUNNABLE / "unfenced_hybrid.py", COMMON]
-    return run_report(judge_files(paths), paths, STORE)
+    return run_report(judge_cases(paths, {"UnfencedHybridConnector": ["single", "hybrid", "mla"]}), paths, STORE)
 
 
 def test_sampled_schedules_find_the_hazard_no_counterexample_shows(unfenced: MroReport) -> None:
     """The unfenced hybrid connector waits what it reports, so the worst-label counterexamples are not its
     runs; sampled behaviours of the hybrid model are, and one frees and rewrites a sliding-window block under
     its running dump. With one KV-cache group the connector is correct: the same search finds nothing, and
-    those cases stay unknown (never safe)."""
+    those cases stay unknown (never safe). Its MultiConnector case is left out here (the one-group case's run)."""
     judgement = unfenced.connectors["UnfencedHybridConnector"]
     assert (judgement.verdict, judgement.context.case) == ("unsafe", "hybrid")
     cases = {j.context.key: j for j in judgement.judgements}
     hybrid = cases["hybrid"]
     assert (hybrid.verdict, hybrid.source, hybrid.violated) == ("unsafe", "running", "NoOverwriteWhileDumpingInv")
     assert "sampled schedule" in hybrid.run.detail and "still reads it" in hybrid.run.detail
-    assert "layerwise" not in cases  # its save_kv_layer does nothing: no per-layer tasks
-    for key in ("single", "multi"):
-        case = cases[key]
-        assert (case.verdict, case.source, case.run.status) == ("unknown", "reading", "diverged"), key
-        assert "no hazard in 300 sampled schedules" in case.run.detail, key
+    contexts = Judge(unfenced.hierarchy, ModelRunner(ModelBounds(), 60)).contexts("UnfencedHybridConnector")
+    assert "layerwise" not in {c.key for c in contexts}  # its save_kv_layer does nothing: no per-layer tasks
+    case = cases["single"]
+    assert (case.verdict, case.source, case.run.status) == ("unknown", "reading", "diverged")
+    assert "no hazard in 300 sampled schedules" in case.run.detail
     # two ranks, each a worker of its own: nothing found, as with one group
     assert (cases["mla"].verdict, cases["mla"].run.status) == ("unknown", "diverged"), cases["mla"].run
     assert "explored: no hazard in 200 explored schedules" in cases["mla"].run.detail
@@ -45,9 +47,12 @@ def test_sampled_schedules_find_the_hazard_no_counterexample_shows(unfenced: Mro
 
 def test_flush_on_reuse_correct_stays_unknown_and_broken_is_unsafe_from_running() -> None:
     """Another safety design (vLLM's offloading style: never delay, wait the tasks reading blocks handed
-    out this step before the forward). The correct class gives no hazard in any sampled schedule; the one
-    that waits only on preemption is caught when a finished request's blocks are handed on."""
-    report = run_report(judge_files([RUNNABLE / "flush_on_reuse.py"]), [RUNNABLE / "flush_on_reuse.py"], STORE)
+    out this step before the forward). The correct class gives no hazard in any sampled schedule (run in two of
+    its cases: one group and hybrid); the one that waits only on preemption is caught when a finished request's
+    blocks are handed on."""
+    path = RUNNABLE / "flush_on_reuse.py"
+    cases = {"FlushOnReuse": ["single", "hybrid"], "FlushPreemptedOnly": ["single", "multi", "hybrid", "mla"]}
+    report = run_report(judge_cases([path], cases), [path], STORE)
     correct = report.connectors["FlushOnReuse"]
     assert correct.verdict == "unknown"
     for case in correct.judgements:
@@ -78,9 +83,11 @@ def test_classes_that_read_the_layout_run_on_the_stub_config_and_a_missing_field
     """vLLM hands both roles a VllmConfig and the KV-cache layout; a class that sizes its plans by
     cache_config.block_size and picks the groups to dump from kv_cache_config runs. Dumping the sliding-window
     group too is caught on the hybrid model; dumping the full-attention groups alone is never called safe; a
-    config field the stubs lack stops the run, named, and changes no verdict."""
+    config field the stubs lack stops the run, named, and changes no verdict. The cases that show it are run."""
     paths = [RUNNABLE / "layout_groups.py", COMMON]
-    report = run_report(judge_files(paths), paths, STORE)
+    cases = {"EveryGroupConnector": ["hybrid"], "GroupAwareConnector": ["single", "hybrid"],
+             "PoolSizedConnector": ["single", "multi", "hybrid", "mla"]}
+    report = run_report(judge_cases(paths, cases), paths, STORE)
     every = report.connectors["EveryGroupConnector"]
     cases = {j.context.key: j for j in every.judgements}
     assert (every.verdict, cases["hybrid"].verdict, cases["hybrid"].source) == ("unsafe", "unsafe", "running")
@@ -98,15 +105,17 @@ def test_an_independently_written_family_runs_and_its_unknowns_turn_into_the_tru
     """A corpus family written blind (one dump task shared by several requests, reference counts): reading
     leaves all three unknown. Run, the class that frees the blocks when the last holder reports before the
     shared task ends is unsafe in every case (two ranks too), the one that dumps every KV-cache group only on the
-    hybrid model (the answer key's cases exactly), and the correct one stays unknown."""
+    hybrid model (the answer key's cases exactly), and the correct one stays unknown. The cases that show it
+    are run (every case of the three: about 8 minutes)."""
     path = FIXTURES / "mro" / "corpus" / "blind_shared_task_refcount.py"
-    report = run_report(judge_files([path]), [path], STORE)
+    cases = {"SharedDumpConnector": ["single"], "LastHolderSharedConnector": ["single", "hybrid", "mla"],
+             "AllGroupsSharedConnector": ["hybrid", "mla"]}
+    report = run_report(judge_cases([path], cases), [path], STORE)
     verdicts = {name: {j.context.key: (j.verdict, j.source) for j in judgement.judgements}
                 for name, judgement in report.connectors.items()}
     assert all(v[0] == "unknown" for v in verdicts["SharedDumpConnector"].values())
     last = verdicts["LastHolderSharedConnector"]
-    assert {key: last[key] for key in ("single", "multi", "hybrid")} == {
-        key: ("unsafe", "running") for key in ("single", "multi", "hybrid")}
+    assert {key: last[key] for key in ("single", "hybrid")} == {key: ("unsafe", "running") for key in ("single", "hybrid")}
     groups = verdicts["AllGroupsSharedConnector"]
     assert groups["hybrid"] == ("unsafe", "running")
     assert all(groups[key][0] == "unknown" for key in groups if key != "hybrid")
