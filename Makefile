@@ -58,7 +58,7 @@ verify: setup
 # subprocess, a server or a browser leaves its core to the others). `--dist loadfile` keeps each test file on
 # one worker, so a file's module-wide fixtures (a model's generated traces) run once; tests/conftest.py
 # orders the files with `slow` tests first, and `--no-loadscope-reorder` hands them out in that order.
-# # TEST_JOBS=0 runs it in one process. The tests marked `verify` run under `make verify` (CI runs both); the ones
+# TEST_JOBS=0 runs it in one process. The tests marked `verify` run under `make verify` (CI runs both); the ones
 # marked `corpus` (the mro corpus beyond the sample `make test` judges: tests/support/corpus.py) under
 # `make test-corpus`.
 TEST_JOBS ?= $(shell $(PYTHON) -c 'import os; print(len(os.sched_getaffinity(0)) + 1)' 2>/dev/null || echo auto)

@@ -181,3 +181,19 @@ class Disaggregated(Deferred):
     assert {j.context.key: j.verdict for j in verdict.judgements} == {
         "single": "unknown", "multi": "unknown", "hybrid": "unknown", "mla": "unknown"}
     assert all(any("vLLM calls get_finished in every step" in r for r in j.reasons) for j in verdict.judgements)
+
+
+def test_judging_named_cases_judges_those_and_refuses_a_case_the_class_has_not(runner: ModelRunner) -> None:
+    """``Judge.judge(cls, cases)``: the named cases, each as in a whole judgement (PR #989's protocol without a
+    fence: unsafe only on the all-sliding-window model); a case the class is never run in is an error, not an
+    empty (safe) judgement."""
+    from deferdump.tools.mro.errors import MroError
+
+    path = FIXTURES / "ucm_shaped.py"
+    judge = Judge(build_hierarchy(read_files([path], None), sources=[str(path)]), runner)
+    whole = {j.context.key: j.verdict for j in judge.judge("UCMCPConnector").judgements}
+    named = judge.judge("UCMCPConnector", ["hybrid", "single"])
+    assert {j.context.key: j.verdict for j in named.judgements} == {"single": whole["single"], "hybrid": "unsafe"}
+    assert (named.verdict, named.context.key) == ("unsafe", "hybrid")
+    with pytest.raises(MroError, match=r"UCMCPConnector is not judged in hybrid\[X\]: its cases are single, multi"):
+        judge.judge("UCMCPConnector", ["hybrid[X]"])

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from deferdump.tools.mro.hierarchy import build_hierarchy
-from deferdump.tools.mro.judge import Judge, ModelRunner, MroReport, decide
+from deferdump.tools.mro.judge import Judge, ModelRunner, MroReport
 from deferdump.tools.mro.source import read_files
 from deferdump.tools.mro.tla import ModelBounds
 
@@ -15,19 +15,12 @@ __all__ = ["assert_safe_but_on_sliding_window", "judge_cases"]
 
 def judge_cases(paths: Sequence[Path], cases: Mapping[str, Collection[str]]) -> MroReport:
     """The report ``judge_files`` gives, judging only the named cases (context keys: ``single``, ``hybrid``…) of
-    the named classes, each as the judge judges it. For `--run` tests that check a few cases of a file: running a
+    the named classes (``Judge.judge``'s ``cases``). For `--run` tests that check a few cases of a file: running a
     case costs TLC's sampling, the replays and the explorer (half a minute and more), every case of a file many
-    minutes. A named case the judge does not give the class fails here."""
+    minutes."""
     hierarchy = build_hierarchy(read_files(list(paths), None), sources=[str(p) for p in paths])
     judge = Judge(hierarchy, ModelRunner(ModelBounds(), 300))
-    connectors = {}
-    for cls, keys in cases.items():
-        _, reasons = judge.inner_choices(cls)
-        contexts = [c for c in judge.contexts(cls) if c.key in keys]
-        assert sorted(c.key for c in contexts) == sorted(keys), (cls, [c.key for c in judge.contexts(cls)])
-        judgements = tuple(judge.judge_context(cls, c, reasons) for c in contexts)
-        connectors[cls] = decide(cls, hierarchy.resolves(cls), judgements)
-    return MroReport(hierarchy, connectors, 0, 0, 0.0)
+    return MroReport(hierarchy, {cls: judge.judge(cls, keys) for cls, keys in cases.items()}, 0, 0, 0.0)
 
 
 def assert_safe_but_on_sliding_window(judgement: Any) -> None:

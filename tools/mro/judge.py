@@ -714,9 +714,19 @@ class Judge:
         return ContextJudgement(context, "unsafe", outcome.violated, (), shown, outcome.result, outcome.model,
                                 outcome.files)
 
-    def judge(self, cls: str) -> ConnectorJudgement:
+    def judge(self, cls: str, cases: Iterable[str] | None = None) -> ConnectorJudgement:
+        """``cls`` in every context vLLM can run it in, or only in the ``cases`` named by their keys
+        (``single``, ``hybrid[Inner]``…; a key the class has no context for is an error)."""
         _, inner_reasons = self.inner_choices(cls)
-        judgements = tuple(self.judge_context(cls, c, inner_reasons) for c in self.contexts(cls))
+        contexts = self.contexts(cls)
+        if cases is not None:
+            wanted = set(cases)
+            missing = wanted - {c.key for c in contexts}
+            if missing:
+                raise MroError(f"{cls} is not judged in {', '.join(sorted(missing))}: its cases are "
+                               f"{', '.join(c.key for c in contexts)}")
+            contexts = [c for c in contexts if c.key in wanted]
+        judgements = tuple(self.judge_context(cls, c, inner_reasons) for c in contexts)
         return decide(cls, self.hierarchy.resolves(cls), judgements)
 
 
