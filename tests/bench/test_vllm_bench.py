@@ -15,7 +15,9 @@ from deferdump.tools.bench.vllm_bench import (
     VllmBenchError,
     goals,
     median_interval,
+    round_prompts,
     runnable_connectors,
+    warmup_prompts,
     summarize,
 )
 
@@ -26,6 +28,31 @@ CONFIG = VllmBenchConfig(prompt_tokens=512, decode_batch=4, decode_tokens=11)  #
 def _row(miss: list[float], hit: list[float], decode_s: list[float], hit_tokens: int = 480) -> dict[str, object]:
     return {"ttft_miss_s": miss, "ttft_hit_s": hit, "hit_tokens": [hit_tokens] * len(hit), "decode_s": decode_s,
             "stored_bytes": 1000, "save_s": sum(miss)}
+
+
+def test_no_measured_prompt_shares_a_block_with_the_warm_up_or_another_measured_prompt() -> None:
+    """A shared first block is a prefix-cache hit: a TTFT "miss" or a decode pair served from vLLM's own cache.
+    Engines are fresh each round and warmed up first, so the warm-up's prompts and a round's prompts must be
+    apart; and so must two rounds' (a later fix may keep engines across rounds). With the old int seeds,
+    `Random(-1)` was `Random(1)`: round 1's first TTFT prompt was the warm-up's."""
+    config = VllmBenchConfig(prompt_tokens=512, ttft_prompts=3, decode_batch=4, decode_prompt_tokens=128,
+                             decode_pairs=4, seed=0)
+
+    def first_blocks(batch: list[dict[str, list[int]]]) -> list[tuple[int, ...]]:
+        return [tuple(p["prompt_token_ids"][: vllm_bench.BLOCK_SIZE]) for p in batch]
+
+    long_prompt, warm_batch = warmup_prompts(config)
+    seen = first_blocks(long_prompt) + first_blocks(warm_batch)
+    for round_index in range(12):
+        ttft_batch, pairs = round_prompts(config, round_index)
+        seen += first_blocks(ttft_batch)
+        for one_token, decoding in pairs:
+            seen += first_blocks(one_token) + first_blocks(decoding)
+    assert len(seen) == 1 + 4 + 12 * (3 + 4 * 8)
+    assert len(set(seen)) == len(seen)
+    again, _ = round_prompts(config, 5)
+    assert again == round_prompts(config, 5)[0]  # every connector of a round gets the same prompts
+    assert round_prompts(VllmBenchConfig(seed=1), 0)[0] != round_prompts(VllmBenchConfig(seed=0), 0)[0]
 
 
 def test_ratios_are_taken_sample_by_sample_then_the_median_over_every_round() -> None:

@@ -204,6 +204,28 @@ def prompts(count: int, length: int, rng: random.Random) -> list[dict[str, list[
     return [{"prompt_token_ids": [rng.randrange(3, VOCAB) for _ in range(length)]} for _ in range(count)]
 
 
+Prompts = list[dict[str, list[int]]]
+
+
+def round_prompts(config: VllmBenchConfig, round_index: int) -> tuple[Prompts, list[tuple[Prompts, Prompts]]]:
+    """A round's prompts, the same for every connector: the TTFT prompts and the decode pairs."""
+    rng = random.Random(f"deferdump bench --vllm: seed {config.seed}, round {round_index}")
+    ttft_batch = prompts(config.ttft_prompts, config.prompt_tokens, rng)
+    pairs = [(prompts(config.decode_batch, config.decode_prompt_tokens, rng),
+              prompts(config.decode_batch, config.decode_prompt_tokens, rng)) for _ in range(config.decode_pairs)]
+    return ttft_batch, pairs
+
+
+def warmup_prompts(config: VllmBenchConfig) -> tuple[Prompts, Prompts]:
+    """The warm-up's long prompt and decode batch, drawn from a stream no round uses: a warm-up prompt that
+    shared a block with a measured one would turn that TTFT "miss" into a prefix-cache hit. (The seeds were
+    ints once, and Python seeds `Random(-1)` like `Random(1)`: the warm-up's long prompt was round 1's
+    first TTFT prompt, timed at 20-35 ms instead of about a second.)"""
+    rng = random.Random(f"deferdump bench --vllm: seed {config.seed}, warm-up")
+    return (prompts(1, config.prompt_tokens, rng),
+            prompts(config.decode_batch, config.decode_prompt_tokens, rng))
+
+
 def _greedy(max_tokens: int) -> Any:
     from vllm import SamplingParams
 
@@ -229,8 +251,9 @@ def engine_session(name: str, model: Path, workdir: Path, config: VllmBenchConfi
             session = BenchSession(llm, run, {"vllm_version": version})
             # Warm-up at the measured shapes: a fresh process pays its first long prefill and first batch
             # (kernel choice, allocations) once, up to 3x a warm one; those costs are not the connector's.
-            generate(session, prompts(1, config.prompt_tokens, random.Random(-1)), 2)
-            generate(session, prompts(config.decode_batch, config.decode_prompt_tokens, random.Random(-2)), 4)
+            long_prompt, batch = warmup_prompts(config)
+            generate(session, long_prompt, 2)
+            generate(session, batch, 4)
             yield session
 
 
@@ -269,10 +292,7 @@ def measure_round(engines: Mapping[str, Any], config: VllmBenchConfig, round_ind
     being the difference. An asynchronous save of the prompt then counts in both runs alike; timed only to
     `generate`'s return, the one-token run would leave it out and the long run would charge it to decode."""
     names = list(engines)
-    rng = random.Random(config.seed * 1000 + round_index)  # the same prompts for every connector of a round
-    ttft_batch = prompts(config.ttft_prompts, config.prompt_tokens, rng)
-    pairs = [(prompts(config.decode_batch, config.decode_prompt_tokens, rng),
-              prompts(config.decode_batch, config.decode_prompt_tokens, rng)) for _ in range(config.decode_pairs)]
+    ttft_batch, pairs = round_prompts(config, round_index)
     rows: dict[str, dict[str, Any]] = {name: {"ttft_miss_s": [], "ttft_hit_s": [], "hit_tokens": [], "decode_s": [],
                                                "save_s": 0.0} for name in names}
     stored_before = {name: engines[name].call(stored_bytes) for name in names}
