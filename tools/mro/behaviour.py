@@ -462,6 +462,10 @@ class EffectReader:
                 f"{owner}.{method} answers False (free the blocks now) when `{facts.false_when_member[0]}`: a request "
                 "its set holds, whose dump may still run, is freed undelayed (BestEffortPersistConnector, sixth "
                 "blind round)",))
+        if method == "handle_preemptions" and label == "wait_all_always":
+            undrained = self._undrained_kept(cls, owner, effect)
+            if undrained:
+                return DefinitionLabel(owner, method, UNKNOWN, undrained)
         if method == "handle_preemptions" and label not in (UNKNOWN, "base", "pass"):
             stale = self._set_after_preemptions(cls, owner)
             if stale:
@@ -488,6 +492,43 @@ class EffectReader:
             pending += [(t, h) for h in facts.self_calls if (t := self.hierarchy.lookup(cls, h)) is not None]
             pending += [(t, a) for a in facts.attr_loads if (t := self.hierarchy.lookup(cls, a)) is not None
                         and not self.hierarchy.classes[t].external and self.hierarchy.method(t, a).is_property]
+
+    def _undrained_kept(self, cls: str, owner: str, effect: Effect) -> tuple[str, ...]:
+        """``wait_all_always`` says "every pending task is waited before each forward"; the reader saw a loop
+        waiting every entry of some ``self`` containers. True only if the dumps are kept in those containers, or
+        handed to them whole (a copy, or a move that starts the old name afresh): a drain of ``self.prev`` set by
+        ``self.prev = self.cur; self.cur.clear()`` waits an empty list (StepAliasConnector, thirteenth blind
+        round). The reason names a kept container no drain reaches; empty when every one is reached."""
+        kept: set[str] = set()
+        reached: list[MethodFacts] = list(self._reached(cls, owner, "handle_preemptions"))
+        for method in SAVE_METHODS:
+            save_owner = self.hierarchy.lookup(cls, method)
+            if save_owner is None or self.hierarchy.classes[save_owner].external:
+                continue
+            kept |= self.effect(cls, save_owner, method).kept_in
+            reached += self._reached(cls, save_owner, method)
+        drained = set().union(*(f.drains for f in effect.flows))
+        transfers = {t for facts in reached for t in facts.attr_transfers}
+        covered, grew = set(drained), True
+        while grew:
+            grew = False
+            for target, source, how in transfers:
+                if target in covered and source not in covered and how in ("copy", "moved"):
+                    covered.add(source)
+                    grew = True
+        aliases = sorted((t, s) for t, s, how in transfers if how == "alias" and t in covered)
+        if aliases:  # the drained list may be another name's, emptied there (kept or not: a helper may return the task)
+            target, source = aliases[0]
+            return (f"{owner}.handle_preemptions waits every entry of self.{target}, but self.{target} = self.{source} "
+                    f"makes one container of the two, and the entries are put in and emptied through either: whether "
+                    "any pending task is still in it when the drain runs is not established (StepAliasConnector, "
+                    "thirteenth blind round)",)
+        missing = sorted(kept - covered)
+        if not missing:
+            return ()
+        return (f"{owner}.handle_preemptions waits every entry of self.{', self.'.join(sorted(drained))}, but the dumps "
+                f"are kept in self.{missing[0]}, which the reader does not see handed over to it whole: whether "
+                "every pending task is waited before the forward is not established",)
 
     def _set_after_preemptions(self, cls: str, owner: str) -> tuple[str, ...]:
         """vLLM 0.32 calls ``handle_preemptions`` before it binds the step's metadata (gpu_model_runner.py

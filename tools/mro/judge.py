@@ -221,6 +221,37 @@ class _Outcome:
     files: dict[str, str] = field(default_factory=dict)  # the generated module and cfg, by file name (pass or not)
 
 
+#: BlockPool methods that take or drop a reference on a vLLM block (block_pool.py ~752 ``touch``, ``free_blocks``).
+BLOCK_REFERENCE_CALLS = frozenset({"touch", "free_blocks"})
+
+
+def block_references(hierarchy: Hierarchy, concrete: str) -> str | None:
+    """Why the model's frees are not the class's: vLLM 0.32 hands a connector its block pool
+    (``bind_kv_cache_manager`` / ``bind_gpu_block_pool``, base.py ~475-480), and a class that takes
+    references on blocks there (``BlockPool.touch``, block_pool.py ~752) and drops them (``free_blocks``)
+    keeps a block vLLM frees for the request out of the free queue until it lets go, or, dropping one it
+    never took, frees a block a request still holds. The model frees blocks only as vLLM's requests do, so
+    neither its counterexample (MooncakeStyleStoreConnector, thirteenth blind round: a finish answered
+    False, the block pinned) nor its pass is the class's. Searched: the classes of ``concrete``'s MRO and
+    the analysed classes it keeps instances of. None when none calls either."""
+    owners = [o for o in hierarchy.mro[concrete] if not hierarchy.classes[o].external]
+    for owner in list(owners):
+        for facts in hierarchy.classes[owner].methods.values():
+            owners += [k.partition(":")[2] for _, k in facts.attr_values if k.startswith("class:")
+                       and k.partition(":")[2] in hierarchy.classes
+                       and not hierarchy.classes[k.partition(":")[2]].external
+                       and k.partition(":")[2] not in owners]
+    for owner in owners:
+        for name, facts in hierarchy.classes[owner].methods.items():
+            used = sorted(facts.calls & BLOCK_REFERENCE_CALLS)
+            if used:
+                return (f"{owner}.{name} calls {used[0]}() on vLLM's block pool (bind_kv_cache_manager / "
+                        "bind_gpu_block_pool, base.py ~475-480): the class takes or drops references on blocks "
+                        "itself, so a block vLLM frees for a request may stay held, or one a request holds be "
+                        "freed; the model frees blocks only as vLLM's requests do")
+    return None
+
+
 class ModelRunner:
     """Runs generated models with TLC, caching identical (table, context) runs within one judge."""
 
@@ -583,11 +614,15 @@ class Judge:
                         why.append(f"{owner}.{method} keeps the finished request's `{blocks}` for a later dump: the "
                                    "class dumps blocks at the finish, which its delay holds, while the model dumps "
                                    "them as each step computes them")
+        why += [r for concrete in [cls] + ([inner] if inner else []) if (r := self._block_references(concrete))]
         why += [f"{l.reasons[0]}; it drains every task it holds each step, so that no dump outlives its step"
                 for l in labels if l.method == "get_finished" and l.label == UNKNOWN and l.reasons
                 and UNSELECTED_REPORT_WAITS in l.reasons[0]
                 and self._sweeps_every_task(cls, l.owner)]
         return tuple(dict.fromkeys(why))
+
+    def _block_references(self, concrete: str) -> str | None:
+        return block_references(self.hierarchy, concrete)
 
     def _sweeps_every_task(self, cls: str, owner: str) -> bool:
         """Does ``owner``'s ``get_finished`` (or a helper it reaches) wait, in an unconditional loop over a whole

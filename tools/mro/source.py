@@ -144,6 +144,11 @@ class MethodFacts:
     # ``self`` helpers (or ``"wait"``) called with the loop variable of an unconditional loop over every entry of a
     # ``self`` attribute (``for r in list(self._tasks): self._wait_req(r)``): a sweep of the whole table
     full_sweeps: frozenset[str] = frozenset()
+    # ``self.<d>`` given ``self.<k>``'s entries, as (d, k, how): "copy" (a new container holding them: ``list(self.k)``,
+    # ``self.k.copy()``, ``self.d.extend(self.k)``), "moved" (``self.d = self.k``, then ``self.k`` rebound to a new
+    # container and never emptied in place in that function), "alias" (``self.d = self.k`` otherwise: one
+    # container, which emptying either empties for both)
+    attr_transfers: tuple[tuple[str, str, str], ...] = ()
 
 
 #: Store calls that submit a dump (a task comes back) and that block on one.
@@ -494,6 +499,7 @@ class _MethodReader:
             self_call_uses=tuple(dict.fromkeys(self.self_call_uses)),
             attr_calls=tuple(dict.fromkeys(self.attr_calls)),
             attr_values=_attr_values(self.func),
+            attr_transfers=_attr_transfers(self.func),
             counted_waits=self._counted_waits(),
             partial_waits=self._partial_waits(),
             unselected_waits=self._unselected_waits(),
@@ -1768,6 +1774,65 @@ def _attr_values(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[st
             for target in targets:
                 if isinstance(target, ast.Attribute) and _is_self(target.value):
                     found += [(target.attr, kind) for kind in value_kind(node.value)]
+    return tuple(dict.fromkeys(found))
+
+
+_COPYING_CALLS = frozenset({"list", "tuple", "set", "frozenset", "sorted", "deque", "copy", "deepcopy", "dict",
+                            "OrderedDict"})
+
+
+def _attr_transfers(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, str, str], ...]:
+    """Where one ``self`` attribute is given another's entries (``MethodFacts.attr_transfers``). Why the three
+    kinds: ``self.prev = list(self.cur); self.cur.clear()`` hands the step's tasks over, ``self.prev = self.cur;
+    self.cur.clear()`` empties both names of one list (StepAliasConnector, thirteenth blind round), and
+    ``self.prev, self.cur = self.cur, []`` hands the old list over and starts a new one."""
+    pairs: list[tuple[ast.AST, ast.expr, int]] = []  # (target, value, line)
+    emptied: dict[str, list[int]] = {}  # attr -> lines it is emptied in place
+    rebound: dict[str, list[int]] = {}  # attr -> lines it is bound to a new value
+    found: list[tuple[str, str, str]] = []
+    for node in _own_nodes(func):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple) \
+                        and len(target.elts) == len(node.value.elts):
+                    pairs += [(t, v, node.lineno) for t, v in zip(target.elts, node.value.elts)]
+                elif isinstance(node, ast.AugAssign):
+                    source = _self_attr(node.value) if isinstance(node.value, ast.Attribute) else None
+                    if source and _self_attr(target) and isinstance(target, ast.Attribute):
+                        found.append((target.attr, source, "copy"))  # self.d += self.k
+                else:
+                    pairs.append((target, node.value, node.lineno))
+                if isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Slice) and _self_attr(target):
+                    emptied.setdefault(_self_attr(target), []).append(node.lineno)  # self.k[:] = ...
+        elif isinstance(node, ast.Delete):
+            for target in node.targets:
+                if isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Slice) and _self_attr(target):
+                    emptied.setdefault(_self_attr(target), []).append(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            holder = _self_attr(node.func.value) if isinstance(node.func.value, ast.Attribute) else None
+            if holder and node.func.attr == "clear":
+                emptied.setdefault(holder, []).append(node.lineno)
+            if holder and node.func.attr in ("extend", "update") and node.args \
+                    and isinstance(node.args[0], ast.Attribute) and _self_attr(node.args[0]):
+                found.append((holder, _self_attr(node.args[0]), "copy"))  # type: ignore[arg-type]
+    for target, value, line in pairs:
+        if not (isinstance(target, ast.Attribute) and _is_self(target.value)):
+            continue
+        rebound.setdefault(target.attr, []).append(line)
+    for target, value, line in pairs:
+        if not (isinstance(target, ast.Attribute) and _is_self(target.value)):
+            continue
+        if isinstance(value, ast.Attribute) and _is_self(value.value):
+            source = value.attr
+            moved = any(later >= line for later in rebound.get(source, ())) and not emptied.get(source)
+            found.append((target.attr, source, "moved" if moved else "alias"))
+        elif isinstance(value, ast.Call) and value.args and isinstance(value.args[0], ast.Attribute) \
+                and _is_self(value.args[0].value) and _func_name(value) in _COPYING_CALLS:
+            found.append((target.attr, value.args[0].attr, "copy"))
+        elif isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "copy" \
+                and isinstance(value.func.value, ast.Attribute) and _is_self(value.func.value.value):
+            found.append((target.attr, value.func.value.attr, "copy"))
     return tuple(dict.fromkeys(found))
 
 

@@ -15,7 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from deferdump.tools.mro.judge import ConnectorJudgement, ContextJudgement, MroReport, counterexample_json
+from deferdump.tools.mro.judge import (
+    ConnectorJudgement,
+    ContextJudgement,
+    MroReport,
+    block_references,
+    counterexample_json,
+)
 from deferdump.tools.mro.run.replay import ReplayOutcome
 
 logger = logging.getLogger(__name__)
@@ -108,6 +114,17 @@ def fold(judgement: ContextJudgement, outcome: ReplayOutcome, replayed: bool = T
                                source=source)
 
 
+def _pins_blocks(report: MroReport, name: str, judgement: ContextJudgement) -> str | None:
+    """Why the class is not run in this case: it takes references on vLLM's blocks (``judge.block_references``),
+    and the replay's engine binds it no block pool and frees blocks when its requests let go of them, so a
+    hazard a run reaches may be one the class's pin prevents (a wrong unsafe from running)."""
+    for concrete in (name, judgement.context.inner):
+        why = block_references(report.hierarchy, concrete) if concrete else None
+        if why:
+            return f"{why}; not run: the replay's engine has no block pool for the class to pin blocks in"
+    return None
+
+
 def _cannot_build(outcome: ReplayOutcome) -> bool:
     """The class could not be imported or built: no other case of it can run either."""
     return outcome.status == "not_runnable" and (outcome.detail.startswith("importing ")
@@ -127,6 +144,10 @@ def run_report(report: MroReport, paths: Sequence[Path | str], store_modules: Se
         for judgement in connector.judgements:
             if unbuildable is not None:
                 cases.append(fold(judgement, dataclasses.replace(unbuildable)))
+                continue
+            pinned = _pins_blocks(report, name, judgement)
+            if pinned:  # the run's vLLM frees blocks as the model does: a hazard it reaches may be pinned away
+                cases.append(dataclasses.replace(judgement, reasons=tuple(dict.fromkeys((*judgement.reasons, pinned)))))
                 continue
             searched = False
             if judgement.counterexample is None and not judgement.model_files:  # no model to run (a timeout)
