@@ -76,6 +76,15 @@ class Moved(Copied):
 class Elsewhere(Copied):
     def _rotate(self):
         self._previous = list(self._older)
+
+
+class InitAliased(Copied):
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        self._previous = self._current
+
+    def _rotate(self):
+        self._current.clear()
 '''
 
 
@@ -90,9 +99,10 @@ def test_a_drain_counts_as_waiting_every_task_only_where_the_dumps_are_handed_to
     for cls in ("Copied", "Swapped", "Moved"):
         label = judge.reader.label(cls, "Copied", "handle_preemptions")
         assert label.label == "wait_all_always", (cls, label)
-    aliased = judge.reader.label("Aliased", "Copied", "handle_preemptions")
-    assert aliased.label == "unknown"
-    assert "self._previous = self._current makes one container of the two" in aliased.reasons[0]
+    for cls in ("Aliased", "InitAliased"):  # the alias made in a hook, or once in __init__
+        aliased = judge.reader.label(cls, "Copied", "handle_preemptions")
+        assert aliased.label == "unknown", cls
+        assert "self._previous = self._current makes one container of the two" in aliased.reasons[0]
     elsewhere = judge.reader.label("Elsewhere", "Copied", "handle_preemptions")
     assert elsewhere.label == "unknown"
     assert "the dumps are kept in self._current" in elsewhere.reasons[0]

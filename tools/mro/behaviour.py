@@ -507,6 +507,9 @@ class EffectReader:
                 continue
             kept |= self.effect(cls, save_owner, method).kept_in
             reached += self._reached(cls, save_owner, method)
+        for owner_ in self.hierarchy.mro[cls]:  # an alias made once, in any __init__ (``self.b = self.a``)
+            if "__init__" in self.hierarchy.classes[owner_].methods and not self.hierarchy.classes[owner_].external:
+                reached.append(self.hierarchy.method(owner_, "__init__"))
         drained = set().union(*(f.drains for f in effect.flows))
         transfers = {t for facts in reached for t in facts.attr_transfers}
         covered, grew = set(drained), True
