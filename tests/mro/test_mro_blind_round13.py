@@ -78,6 +78,21 @@ class Elsewhere(Copied):
         self._previous = list(self._older)
 
 
+class Returned(Copied):
+    def wait_for_save(self):
+        for rid, blocks in self._get_connector_metadata().stores:
+            self._current.append(self._dump(blocks, rid))
+        self._rotate()
+
+    def _dump(self, blocks, rid):
+        return self._store.dump(blocks, rid)
+
+
+class ReturnedElsewhere(Returned):
+    def _rotate(self):
+        self._previous = list(self._older)
+
+
 class InitAliased(Copied):
     def __init__(self, vllm_config, role, kv_cache_config=None):
         super().__init__(vllm_config, role, kv_cache_config)
@@ -96,16 +111,17 @@ def _judge(tmp_path: Path, source: str) -> Judge:
 
 def test_a_drain_counts_as_waiting_every_task_only_where_the_dumps_are_handed_to_it_whole(tmp_path: Path) -> None:
     judge = _judge(tmp_path, _DRAINS)
-    for cls in ("Copied", "Swapped", "Moved"):
+    for cls in ("Copied", "Swapped", "Moved", "Returned"):
         label = judge.reader.label(cls, "Copied", "handle_preemptions")
         assert label.label == "wait_all_always", (cls, label)
     for cls in ("Aliased", "InitAliased"):  # the alias made in a hook, or once in __init__
         aliased = judge.reader.label(cls, "Copied", "handle_preemptions")
         assert aliased.label == "unknown", cls
         assert "self._previous = self._current makes one container of the two" in aliased.reasons[0]
-    elsewhere = judge.reader.label("Elsewhere", "Copied", "handle_preemptions")
-    assert elsewhere.label == "unknown"
-    assert "the dumps are kept in self._current" in elsewhere.reasons[0]
+    for cls in ("Elsewhere", "ReturnedElsewhere"):  # the task appended directly, or returned by a helper
+        elsewhere = judge.reader.label(cls, "Copied", "handle_preemptions")
+        assert elsewhere.label == "unknown", cls
+        assert "the dumps are kept in self._current" in elsewhere.reasons[0]
 
 
 def test_the_transfer_facts_tell_a_copy_a_move_and_an_alias_apart(tmp_path: Path) -> None:

@@ -32,6 +32,9 @@ UNKNOWN = "unknown"
 
 #: The methods that start the step's dumps in the model (a replaced task there is a lost one).
 SAVE_METHODS = ("save_kv_layer", "wait_for_save")
+#: Container methods that put an entry in (``self.x.append(task)``): where a save path may keep its tasks.
+_ADDING_CALLS = frozenset({"append", "appendleft", "extend", "insert", "add", "update", "setdefault", "put",
+                           "put_nowait"})
 
 #: Not a model label: a preemption wait selecting tasks by their blocks (the judge resolves it per case).
 AMBIGUOUS_PREEMPT = "wait_preempted_or_freed"
@@ -500,16 +503,19 @@ class EffectReader:
         ``self.prev = self.cur; self.cur.clear()`` waits an empty list (StepAliasConnector, thirteenth blind
         round). The reason names a kept container no drain reaches; empty when every one is reached."""
         kept: set[str] = set()
+        filled: set[str] = set()  # containers the save path adds entries to (a task a helper returned among them)
         reached: list[MethodFacts] = list(self._reached(cls, owner, "handle_preemptions"))
         for method in SAVE_METHODS:
             save_owner = self.hierarchy.lookup(cls, method)
             if save_owner is None or self.hierarchy.classes[save_owner].external:
                 continue
             kept |= self.effect(cls, save_owner, method).kept_in
-            reached += self._reached(cls, save_owner, method)
-        for owner_ in self.hierarchy.mro[cls]:  # an alias made once, in any __init__ (``self.b = self.a``)
-            if "__init__" in self.hierarchy.classes[owner_].methods and not self.hierarchy.classes[owner_].external:
-                reached.append(self.hierarchy.method(owner_, "__init__"))
+            for facts in self._reached(cls, save_owner, method):
+                reached.append(facts)
+                filled |= {attr for attr, path, _ in facts.attr_calls if path.rsplit(".", 1)[-1] in _ADDING_CALLS}
+        for base in self.hierarchy.mro[cls]:  # an alias made once, in any __init__ (``self.b = self.a``)
+            if "__init__" in self.hierarchy.classes[base].methods and not self.hierarchy.classes[base].external:
+                reached.append(self.hierarchy.method(base, "__init__"))
         drained = set().union(*(f.drains for f in effect.flows))
         transfers = {t for facts in reached for t in facts.attr_transfers}
         covered, grew = set(drained), True
@@ -527,6 +533,10 @@ class EffectReader:
                     "any pending task is still in it when the drain runs is not established (StepAliasConnector, "
                     "thirteenth blind round)",)
         missing = sorted(kept - covered)
+        if not kept and filled and not filled & covered:
+            # the save path keeps its tasks through a helper's return value (``self.cur.append(self._dump(...))``),
+            # so the reader sees no kept container: the drain must at least reach one the save path fills
+            missing = sorted(filled)
         if not missing:
             return ()
         return (f"{owner}.handle_preemptions waits every entry of self.{', self.'.join(sorted(drained))}, but the dumps "

@@ -614,15 +614,12 @@ class Judge:
                         why.append(f"{owner}.{method} keeps the finished request's `{blocks}` for a later dump: the "
                                    "class dumps blocks at the finish, which its delay holds, while the model dumps "
                                    "them as each step computes them")
-        why += [r for concrete in [cls] + ([inner] if inner else []) if (r := self._block_references(concrete))]
+        why += [r for concrete in [cls] + ([inner] if inner else []) if (r := block_references(self.hierarchy, concrete))]
         why += [f"{l.reasons[0]}; it drains every task it holds each step, so that no dump outlives its step"
                 for l in labels if l.method == "get_finished" and l.label == UNKNOWN and l.reasons
                 and UNSELECTED_REPORT_WAITS in l.reasons[0]
                 and self._sweeps_every_task(cls, l.owner)]
         return tuple(dict.fromkeys(why))
-
-    def _block_references(self, concrete: str) -> str | None:
-        return block_references(self.hierarchy, concrete)
 
     def _sweeps_every_task(self, cls: str, owner: str) -> bool:
         """Does ``owner``'s ``get_finished`` (or a helper it reaches) wait, in an unconditional loop over a whole

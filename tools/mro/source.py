@@ -1777,8 +1777,7 @@ def _attr_values(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[st
     return tuple(dict.fromkeys(found))
 
 
-_COPYING_CALLS = frozenset({"list", "tuple", "set", "frozenset", "sorted", "deque", "copy", "deepcopy", "dict",
-                            "OrderedDict"})
+_COPYING_CALLS = _SNAPSHOT_CALLS | {"deque", "OrderedDict"}  # a new container holding the argument's entries
 
 
 def _attr_transfers(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, str, str], ...]:
@@ -1816,13 +1815,10 @@ def _attr_transfers(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple
             if holder and node.func.attr in ("extend", "update") and node.args \
                     and isinstance(node.args[0], ast.Attribute) and _self_attr(node.args[0]):
                 found.append((holder, _self_attr(node.args[0]), "copy"))  # type: ignore[arg-type]
+    pairs = [(t, v, line) for t, v, line in pairs if isinstance(t, ast.Attribute) and _is_self(t.value)]
+    for target, _, line in pairs:
+        rebound.setdefault(target.attr, []).append(line)  # type: ignore[attr-defined]
     for target, value, line in pairs:
-        if not (isinstance(target, ast.Attribute) and _is_self(target.value)):
-            continue
-        rebound.setdefault(target.attr, []).append(line)
-    for target, value, line in pairs:
-        if not (isinstance(target, ast.Attribute) and _is_self(target.value)):
-            continue
         if isinstance(value, ast.Attribute) and _is_self(value.value):
             source = value.attr
             moved = any(later >= line for later in rebound.get(source, ())) and not emptied.get(source)

@@ -114,15 +114,14 @@ def fold(judgement: ContextJudgement, outcome: ReplayOutcome, replayed: bool = T
                                source=source)
 
 
-def _pins_blocks(report: MroReport, name: str, judgement: ContextJudgement) -> str | None:
-    """Why the class is not run in this case: it takes references on vLLM's blocks (``judge.block_references``),
-    and the replay's engine binds it no block pool and frees blocks when its requests let go of them, so a
-    hazard a run reaches may be one the class's pin prevents (a wrong unsafe from running)."""
-    for concrete in (name, judgement.context.inner):
-        why = block_references(report.hierarchy, concrete) if concrete else None
-        if why:
-            return f"{why}; not run: the replay's engine has no block pool for the class to pin blocks in"
-    return None
+def _pins_blocks(report: MroReport, own: str | None, judgement: ContextJudgement) -> str | None:
+    """Why the class is not run in this case: it (``own``, the class's ``judge.block_references``) or the case's
+    inner class takes references on vLLM's blocks, and the replay's engine binds it no block pool and frees
+    blocks when its requests let go of them, so a hazard a run reaches may be one the class's pin prevents (a
+    wrong unsafe from running)."""
+    inner = judgement.context.inner
+    why = own or (block_references(report.hierarchy, inner) if inner else None)
+    return f"{why}; not run: the replay's engine has no block pool for the class to pin blocks in" if why else None
 
 
 def _cannot_build(outcome: ReplayOutcome) -> bool:
@@ -141,11 +140,12 @@ def run_report(report: MroReport, paths: Sequence[Path | str], store_modules: Se
     for name, connector in report.connectors.items():
         cases = []
         unbuildable: ReplayOutcome | None = None  # the class cannot be imported or built: no case can run
+        own_pins = block_references(report.hierarchy, name)
         for judgement in connector.judgements:
             if unbuildable is not None:
                 cases.append(fold(judgement, dataclasses.replace(unbuildable)))
                 continue
-            pinned = _pins_blocks(report, name, judgement)
+            pinned = _pins_blocks(report, own_pins, judgement)
             if pinned:  # the run's vLLM frees blocks as the model does: a hazard it reaches may be pinned away
                 cases.append(dataclasses.replace(judgement, reasons=tuple(dict.fromkeys((*judgement.reasons, pinned)))))
                 continue
