@@ -445,6 +445,7 @@ class _MethodReader:
                 self.opaque.append(f"line {decorator.lineno}: @{ast.unparse(decorator)} wraps the body, and its "
                                    "wrapper is not read (it may run the body later, again, or not at all)")
         self._value_equal_sets()
+        self._deferred_store_calls()
         for node in _own_nodes(self.func):
             if isinstance(node, ast.Call):
                 self._read_call(node)
@@ -571,6 +572,31 @@ class _MethodReader:
                 child, parent = parent, self.parents.get(parent)
         return tuple(dict.fromkeys(found))
 
+    def _deferred_store_calls(self) -> None:
+        """A store dump or wait inside a lambda or a nested function of this body runs when, whether and as often
+        as whoever holds that callable calls it: ``self._file(rid, lambda ids: self._store.dump(ids, key))``
+        submits in a helper's loop (GroupTreeConnector, fourteenth blind round, whose dumps were not seen at all
+        and the class read safe). The reader follows no callable, so the method is opaque."""
+        for node in _own_nodes(self.func):
+            for child in ast.iter_child_nodes(node):
+                if not isinstance(child, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                names = sorted({name for n in ast.walk(child)
+                                if (name := _call_name(n)) in STORE_SUBMITS | STORE_WAITS})
+                if names:
+                    kind = "a lambda" if isinstance(child, ast.Lambda) else f"nested function {child.name}()"
+                    self.opaque.append(
+                        f"line {child.lineno}: store {'/'.join(names)}() inside {kind}, which runs when, whether "
+                        "and as often as whoever holds it calls it: the reader does not follow callables")
+        for stmt in self.func.body:  # nested definitions at the top of the body are not _own_nodes
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names = sorted({name for n in ast.walk(stmt) if (name := _call_name(n)) in STORE_SUBMITS | STORE_WAITS})
+                if names:
+                    self.opaque.append(
+                        f"line {stmt.lineno}: store {'/'.join(names)}() inside nested function {stmt.name}(), which "
+                        "runs when, whether and as often as whoever holds it calls it: the reader does not follow "
+                        "callables")
+
     def _value_equal_sets(self) -> None:
         """``self.x.add(Hook(req, layer, task))`` where ``Hook`` instances compare equal without being the same
         (a dataclass whose task field is ``compare=False``): a set already holding an equal entry keeps it and
@@ -650,8 +676,7 @@ class _MethodReader:
                 isinstance(e, ast.BoolOp) and isinstance(e.op, ast.Or)
                 and any(not any("preempt" in w.lower() for w in closed(_words_in(v), bound)) for v in e.values))]
             deps = set().union(*(_words_in(e) for e in selectors))
-            polled = any(_call_name(n) in ("check", "done")
-                         for test in self._enclosing_tests(call) for n in ast.walk(test))
+            polled = any(_requires_poll(test) for test in self._guarding_tests(call))
             if not polled and not any("preempt" in w.lower() for w in closed(deps, bound)):
                 found.append((f"line {call.lineno}", callee))  # a wait under a poll (UCM's) waits ended tasks only
         return tuple(dict.fromkeys(found))
@@ -739,6 +764,19 @@ class _MethodReader:
         child, parent = call, self.parents.get(call)
         while parent is not None:
             if isinstance(parent, (ast.If, ast.While, ast.IfExp)) and child is not parent.test:
+                found.append(parent.test)
+            child, parent = parent, self.parents.get(parent)
+        return found
+
+    def _guarding_tests(self, call: ast.Call) -> list[ast.expr]:
+        """The tests that must hold for ``call`` to run: of each ``if``/``while``/conditional expression whose
+        body (not its ``else``) holds it."""
+        found: list[ast.expr] = []
+        child, parent = call, self.parents.get(call)
+        while parent is not None:
+            if isinstance(parent, (ast.If, ast.While)) and child in parent.body:
+                found.append(parent.test)
+            elif isinstance(parent, ast.IfExp) and child is parent.body:
                 found.append(parent.test)
             child, parent = parent, self.parents.get(parent)
         return found
@@ -1407,6 +1445,22 @@ def _live_iterable(iterable: ast.expr, mutated: set[str]) -> bool:
     if isinstance(iterable, ast.GeneratorExp):
         return any(_self_attr(g.iter) in mutated for g in iterable.generators)
     return _self_attr(iterable) in mutated
+
+
+def _requires_poll(test: ast.expr) -> bool:
+    """Does ``test`` hold only where a store poll (``check``/``done``) said the task ended? A poll that one side
+    of an ``or`` can bypass does not: ``if not only_ended or store.check(t): wait(t)`` blocks on every task when
+    ``only_ended`` is False (UCMStyleLayerWiseConnector, fourteenth blind round: a drain mixin passing
+    ``only_ended=False`` was read as the poll of ended tasks it is with True)."""
+    if isinstance(test, ast.Call):
+        return _call_name(test) in ("check", "done")
+    if isinstance(test, ast.BoolOp):
+        if isinstance(test.op, ast.And):
+            return any(_requires_poll(v) for v in test.values)
+        return all(_requires_poll(v) for v in test.values)
+    if isinstance(test, ast.NamedExpr):
+        return _requires_poll(test.value)
+    return False
 
 
 def _stops_short(iterable: ast.expr) -> bool:
