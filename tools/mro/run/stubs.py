@@ -4,6 +4,7 @@ The stub ``KVConnectorBase_V1`` keeps vLLM 0.32's defaults (``distributed/kv_tra
 base.py``: metadata binding ~243-284, ``request_finished`` -> ``(False, None)`` ~616-636, ``get_finished``
 -> ``(None, None)`` ~383-399, ``get_transfer_results`` wrapping it ~401-409, no-op ``handle_preemptions``/``wait_for_save``/``save_kv_layer``) and its
 abstract methods; the scheduler-output classes carry 0.32's field names (``v1/core/sched/output.py``).
+``torch.cuda``'s events and streams get CPU stand-ins where CUDA is absent (``cuda_standin.py``).
 Any other ``vllm.*`` name imports as a placeholder that raises :class:`StubMissing` when used, so a run
 that needs real vLLM machinery stops with that name instead of guessing. Store modules named by the
 caller hand out the replay's :class:`~.store.RecordingStore` for every attribute.
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deferdump.reference.errors import DeferDumpError
+from deferdump.tools.mro.run.cuda_standin import cuda_standins
 from deferdump.tools.mro.run.store import RecordingStore, store_factory
 
 __all__ = ["StubMissing", "stub_modules"]
@@ -559,8 +561,9 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 @contextmanager
 def stub_modules(store_modules: Sequence[str], store: RecordingStore) -> Iterator[None]:
-    """Within the block, ``import vllm...`` and the named store modules resolve to the stubs; the real
-    modules (if any were imported) are hidden and restored afterwards."""
+    """Within the block, ``import vllm...`` and the named store modules resolve to the stubs (the real
+    modules, if any were imported, are hidden and restored afterwards), and ``torch.cuda``'s events and streams
+    are CPU stand-ins where CUDA is absent."""
     roots = ("vllm", *store_modules)
     hidden = {n: m for n, m in sys.modules.items() if any(n == r or n.startswith(r + ".") for r in roots)}
     for name in hidden:
@@ -568,7 +571,8 @@ def stub_modules(store_modules: Sequence[str], store: RecordingStore) -> Iterato
     finder = _Finder(store_modules, store)
     sys.meta_path.insert(0, finder)
     try:
-        yield
+        with cuda_standins():
+            yield
     finally:
         sys.meta_path.remove(finder)
         for name in [n for n in sys.modules if any(n == r or n.startswith(r + ".") for r in roots)]:
