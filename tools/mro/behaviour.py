@@ -32,6 +32,11 @@ UNKNOWN = "unknown"
 
 #: The methods that start the step's dumps in the model (a replaced task there is a lost one).
 SAVE_METHODS = ("save_kv_layer", "wait_for_save")
+
+#: Names that tell a KV-cache group's kind (vLLM 0.32's v1/kv_cache_interface.py): a class reading them may dump
+#: some groups and not others.
+GROUP_SPEC_WORDS = frozenset({"SlidingWindowSpec", "SlidingWindowMLASpec", "FullAttentionSpec", "AttentionSpec",
+                              "MLAAttentionSpec", "ChunkedLocalAttentionSpec", "kv_cache_spec", "sliding_window"})
 #: Container methods that put an entry in (``self.x.append(task)``): where a save path may keep its tasks.
 _ADDING_CALLS = frozenset({"append", "appendleft", "extend", "insert", "add", "update", "setdefault", "put",
                            "put_nowait"})
@@ -473,6 +478,8 @@ class EffectReader:
             stale = self._set_after_preemptions(cls, owner)
             if stale:
                 return DefinitionLabel(owner, method, UNKNOWN, stale)
+        if method in SAVE_METHODS and label not in (UNKNOWN, "base", "pass", "sync_save", "super", "forward"):
+            hybrid += self._group_selection(cls)
         lost = [why for f in self._reached(cls, owner, method) for why in f.lost_tasks] if method in SAVE_METHODS else []
         if lost and label != UNKNOWN:
             return DefinitionLabel(owner, method, label, reasons, hybrid_reasons=hybrid, beyond_model=(
@@ -542,6 +549,24 @@ class EffectReader:
         return (f"{owner}.handle_preemptions waits every entry of self.{', self.'.join(sorted(drained))}, but the dumps "
                 f"are kept in self.{missing[0]}, which the reader does not see handed over to it whole: whether "
                 "every pending task is waited before the forward is not established",)
+
+    def _group_selection(self, cls: str) -> tuple[str, ...]:
+        """Where ``cls`` reads the KV-cache groups' specs (``SlidingWindowSpec``, ``kv_cache_spec``, ...): it may dump
+        the full-attention groups only, while the hybrid model's dumps always read the sliding-window group too,
+        whose blocks vLLM frees while the request runs. A hazard the model finds there may be none of the class's
+        (FlagStateConnector, sixteenth blind round: ``isinstance(g.kv_cache_spec, SlidingWindowSpec)`` in
+        ``__init__`` left those groups out, and the class was read unsafe on the hybrid model). A pass stands: fewer
+        groups dumped only removes hazards."""
+        for owner in self.hierarchy.mro[cls]:
+            facts_of = self.hierarchy.classes.get(owner)
+            if facts_of is None or facts_of.external:
+                continue
+            for name, facts in facts_of.methods.items():
+                read = sorted(facts.words & GROUP_SPEC_WORDS)
+                if read:
+                    return (f"{owner}.{name} reads `{read[0]}`: the class may choose which KV-cache groups it dumps by "
+                            "their spec, leaving out the sliding-window group the hybrid model's dumps read",)
+        return ()
 
     def _set_after_preemptions(self, cls: str, owner: str) -> tuple[str, ...]:
         """vLLM 0.32 calls ``handle_preemptions`` before it binds the step's metadata (gpu_model_runner.py

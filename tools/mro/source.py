@@ -1620,10 +1620,16 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
             continue
         waits_each |= attrs
         # a break/return, or a try around the loop whose handler swallows a failed wait, ends it early
+        # (or a ``with`` around it whose ``__exit__`` may swallow the error a ``raise`` in the body ends it with:
+        # GuardedLayerConnector, sixteenth blind round, raised on a failed layer wait inside ``with _Settling():``,
+        # whose ``__exit__`` returns True, then cleared the other layers' tasks)
         swallowed = False
+        raises = any(isinstance(n, ast.Raise) for n in body_nodes)
         child, up = node, parents.get(node)
         while up is not None:
             if isinstance(up, ast.Try) and up.handlers and child in up.body:
+                swallowed = True
+            if raises and isinstance(up, (ast.With, ast.AsyncWith)) and child in up.body:
                 swallowed = True
             child, up = up, parents.get(up)
         if swallowed or any(isinstance(n, (ast.Break, ast.Return)) for n in body_nodes):
