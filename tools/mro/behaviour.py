@@ -37,8 +37,9 @@ SAVE_METHODS = ("save_kv_layer", "wait_for_save")
 #: some groups and not others.
 GROUP_SPEC_WORDS = frozenset({"SlidingWindowSpec", "SlidingWindowMLASpec", "FullAttentionSpec", "AttentionSpec",
                               "MLAAttentionSpec", "ChunkedLocalAttentionSpec", "kv_cache_spec", "sliding_window"})
-#: Container methods that put an entry in (``self.x.append(task)``): where a save path may keep its tasks.
-_ADDING_CALLS = frozenset({"append", "appendleft", "extend", "insert", "add", "update", "setdefault", "put",
+#: Container methods that put an entry in (``self.x.append(task)``): where a save path may keep its tasks (not
+#: source.py's tracking-set ``_ADDING_CALLS``).
+_FILLING_CALLS = frozenset({"append", "appendleft", "extend", "insert", "add", "update", "setdefault", "put",
                            "put_nowait"})
 
 #: Not a model label: a preemption wait selecting tasks by their blocks (the judge resolves it per case).
@@ -519,7 +520,7 @@ class EffectReader:
             kept |= self.effect(cls, save_owner, method).kept_in
             for facts in self._reached(cls, save_owner, method):
                 reached.append(facts)
-                filled |= {attr for attr, path, _ in facts.attr_calls if path.rsplit(".", 1)[-1] in _ADDING_CALLS}
+                filled |= {attr for attr, path, _ in facts.attr_calls if path.rsplit(".", 1)[-1] in _FILLING_CALLS}
         for base in self.hierarchy.mro[cls]:  # an alias made once, in any __init__ (``self.b = self.a``)
             if "__init__" in self.hierarchy.classes[base].methods and not self.hierarchy.classes[base].external:
                 reached.append(self.hierarchy.method(base, "__init__"))

@@ -577,25 +577,17 @@ class _MethodReader:
         as whoever holds that callable calls it: ``self._file(rid, lambda ids: self._store.dump(ids, key))``
         submits in a helper's loop (GroupTreeConnector, fourteenth blind round, whose dumps were not seen at all
         and the class read safe). The reader follows no callable, so the method is opaque."""
-        for node in _own_nodes(self.func):
-            for child in ast.iter_child_nodes(node):
-                if not isinstance(child, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)):
-                    continue
-                names = sorted({name for n in ast.walk(child)
-                                if (name := _call_name(n)) in STORE_SUBMITS | STORE_WAITS})
-                if names:
-                    kind = "a lambda" if isinstance(child, ast.Lambda) else f"nested function {child.name}()"
-                    self.opaque.append(
-                        f"line {child.lineno}: store {'/'.join(names)}() inside {kind}, which runs when, whether "
-                        "and as often as whoever holds it calls it: the reader does not follow callables")
-        for stmt in self.func.body:  # nested definitions at the top of the body are not _own_nodes
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                names = sorted({name for n in ast.walk(stmt) if (name := _call_name(n)) in STORE_SUBMITS | STORE_WAITS})
-                if names:
-                    self.opaque.append(
-                        f"line {stmt.lineno}: store {'/'.join(names)}() inside nested function {stmt.name}(), which "
-                        "runs when, whether and as often as whoever holds it calls it: the reader does not follow "
-                        "callables")
+        kinds = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)
+        callables = [child for node in _own_nodes(self.func) for child in ast.iter_child_nodes(node)
+                     if isinstance(child, kinds)]
+        callables += [stmt for stmt in self.func.body if isinstance(stmt, kinds)]  # not among _own_nodes
+        for made in callables:
+            names = sorted({name for n in ast.walk(made) if (name := _call_name(n)) in STORE_SUBMITS | STORE_WAITS})
+            if names:
+                kind = "a lambda" if isinstance(made, ast.Lambda) else f"nested function {made.name}()"
+                self.opaque.append(
+                    f"line {made.lineno}: store {'/'.join(names)}() inside {kind}, which runs when, whether and as "
+                    "often as whoever holds it calls it: the reader does not follow callables")
 
     def _value_equal_sets(self) -> None:
         """``self.x.add(Hook(req, layer, task))`` where ``Hook`` instances compare equal without being the same
@@ -676,7 +668,7 @@ class _MethodReader:
                 isinstance(e, ast.BoolOp) and isinstance(e.op, ast.Or)
                 and any(not any("preempt" in w.lower() for w in closed(_words_in(v), bound)) for v in e.values))]
             deps = set().union(*(_words_in(e) for e in selectors))
-            polled = any(_requires_poll(test) for test in self._guarding_tests(call))
+            polled = any(_requires_poll(test) for test in self._enclosing_tests(call, guarding=True))
             if not polled and not any("preempt" in w.lower() for w in closed(deps, bound)):
                 found.append((f"line {call.lineno}", callee))  # a wait under a poll (UCM's) waits ended tasks only
         return tuple(dict.fromkeys(found))
@@ -758,26 +750,16 @@ class _MethodReader:
             return None
         return any(set().union(*(_names_in(e) for e in self._selectors(call))) & returned for call in waits)
 
-    def _enclosing_tests(self, call: ast.Call) -> list[ast.expr]:
-        """The tests of the ``if``/``while``/conditional expressions ``call`` runs under."""
+    def _enclosing_tests(self, call: ast.Call, *, guarding: bool = False) -> list[ast.expr]:
+        """The tests of the ``if``/``while``/conditional expressions ``call`` runs under; with ``guarding``, only
+        those that must hold for it to run (it is in their body, not their ``else``)."""
         found: list[ast.expr] = []
         child, parent = call, self.parents.get(call)
         while parent is not None:
             if isinstance(parent, (ast.If, ast.While, ast.IfExp)) and child is not parent.test:
-                found.append(parent.test)
-            child, parent = parent, self.parents.get(parent)
-        return found
-
-    def _guarding_tests(self, call: ast.Call) -> list[ast.expr]:
-        """The tests that must hold for ``call`` to run: of each ``if``/``while``/conditional expression whose
-        body (not its ``else``) holds it."""
-        found: list[ast.expr] = []
-        child, parent = call, self.parents.get(call)
-        while parent is not None:
-            if isinstance(parent, (ast.If, ast.While)) and child in parent.body:
-                found.append(parent.test)
-            elif isinstance(parent, ast.IfExp) and child is parent.body:
-                found.append(parent.test)
+                in_body = child is parent.body if isinstance(parent, ast.IfExp) else child in parent.body
+                if in_body or not guarding:
+                    found.append(parent.test)
             child, parent = parent, self.parents.get(parent)
         return found
 
