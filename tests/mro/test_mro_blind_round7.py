@@ -166,6 +166,19 @@ def test_a_report_gated_by_a_table_a_waiting_method_empties_is_unknown() -> None
     assert _labels(plain)["Proto.get_finished"].label == "report_before_wait"
 
 
+@pytest.mark.parametrize("emptying", ["self._open.clear()", "self._open.difference_update(batch.req_ids)",
+                                      "self._open -= set(batch.req_ids)", "self._open.popitem()"])
+def test_every_way_of_emptying_the_gating_table_counts(emptying: str) -> None:
+    """``clear()`` and the in-place differences take requests out of the table as ``del`` does (a second,
+    narrower ``_REMOVING_CALLS`` once shadowed the tracking one, so ``clear()`` read as a read)."""
+    hooks = TIMER.replace("    for req_id in batch.req_ids:\n        del self._open[req_id]\n", f"    {emptying}\n")
+    assert emptying in hooks
+    label = _labels(hooks)["Proto.get_finished"]
+    assert label.label == UNKNOWN and "self._open no longer holds" in label.reasons[0], label
+    reading = hooks.replace(f"    {emptying}\n", "    self._open.copy()\n")
+    assert _labels(reading)["Proto.get_finished"].label == "report_before_wait"
+
+
 SET_HEADER = """
 from dataclasses import dataclass, field
 @dataclass(frozen=True)

@@ -55,7 +55,8 @@ BodyKind = Literal["noop", "abstract", "code"]
 
 _ADDING_CALLS = frozenset({"add", "update", "__ior__"})
 _REMOVING_CALLS = frozenset(
-    {"discard", "remove", "pop", "clear", "difference_update", "intersection_update", "__isub__"}
+    {"discard", "remove", "pop", "popleft", "popitem", "clear", "difference_update", "intersection_update",
+     "__isub__"}
 )
 
 
@@ -1395,7 +1396,9 @@ def _after_full_pass(exit_: ast.stmt, parents: Mapping[ast.AST, ast.AST], contai
     return False
 
 
-_REMOVING_CALLS = frozenset({"remove", "pop", "discard", "popleft", "popitem"})
+#: calls that take entries out of the container a loop walks (``_removed_attrs``); ``_REMOVING_CALLS`` above
+#: is the tracking-set reading (``clear`` and the in-place set differences too)
+_ENTRY_REMOVING_CALLS = frozenset({"remove", "pop", "discard", "popleft", "popitem"})
 _SNAPSHOT_CALLS = frozenset({"list", "tuple", "sorted", "set", "frozenset", "dict", "copy", "deepcopy"})
 
 
@@ -1404,7 +1407,7 @@ def _removed_attrs(loop: ast.For) -> set[str]:
     found: set[str] = set()
     for stmt in loop.body:
         for node in ast.walk(stmt):
-            if isinstance(node, ast.Call) and _call_name(node) in _REMOVING_CALLS:
+            if isinstance(node, ast.Call) and _call_name(node) in _ENTRY_REMOVING_CALLS:
                 attr = _self_attr(node.func.value)  # type: ignore[attr-defined]
                 if attr:
                     found.add(attr)
