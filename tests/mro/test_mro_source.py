@@ -180,9 +180,24 @@ def test_unreadable_file_is_a_precise_error(tmp_path: Path) -> None:
 
 def test_duplicate_class_across_files_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "a.py").write_text("class A(KVConnectorBase_V1):\n    pass\n")
-    (tmp_path / "b.py").write_text("class A(KVConnectorBase_V1):\n    pass\n")
-    with pytest.raises(DuplicateClassError, match="class A is defined in both"):
-        read_files([tmp_path / "a.py", tmp_path / "b.py"])
+    (tmp_path / "b.py").write_text("class A(KVConnectorBase_V1):\n    def save_kv_layer(self, *a):\n        pass\n")
+    (tmp_path / "c.py").write_text("class A(KVConnectorMetadata):\n    pass\n")
+    for other in ("b.py", "c.py"):
+        with pytest.raises(DuplicateClassError, match="class A is defined in both"):
+            read_files([tmp_path / "a.py", tmp_path / other])
+
+
+def test_a_class_repeated_word_for_word_in_several_files_is_read_once(tmp_path: Path) -> None:
+    """Dynamo's KVBM connector defines the same ``DynamoConnectorMetadata`` in its connector, leader and
+    worker modules: the same code, so one class (positions and comments may differ)."""
+    meta = "class Meta(KVConnectorMetadata):\n    def __init__(self, metadata: bytes):\n        self.metadata = metadata\n"
+    (tmp_path / "connector.py").write_text(meta + "class C(KVConnectorBase_V1):\n    pass\n")
+    (tmp_path / "leader.py").write_text("# the leader half\n\n\n" + meta.replace("self.metadata =", "self.metadata  ="))
+    classes = read_files([tmp_path / "connector.py", tmp_path / "leader.py"])
+    assert classes["Meta"].file == str(tmp_path / "connector.py") and "C" in classes
+    (tmp_path / "worker.py").write_text(meta.replace("bytes", "str"))
+    with pytest.raises(DuplicateClassError, match="class Meta is defined in both .*connector.py and .*worker.py"):
+        read_files([tmp_path / "connector.py", tmp_path / "leader.py", tmp_path / "worker.py"])
 
 
 def test_file_without_connectors_is_an_error() -> None:

@@ -2101,16 +2101,35 @@ def read_files(
     return _read_files(paths, tracking_attr)
 
 
+def _class_texts(text: str) -> dict[str, set[str]]:
+    """Each class name of a module -> the structure of its definitions (``ast.dump``: no positions)."""
+    texts: dict[str, set[str]] = {}
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ClassDef):
+            texts.setdefault(node.name, set()).add(ast.dump(node))
+    return texts
+
+
 def _read_files(paths: Iterable[Path | str], tracking_attr: TrackingAttrs) -> dict[str, ClassFacts]:
+    """A class defined in two files is one class when both definitions are the same code (Dynamo's KVBM
+    connector repeats its metadata class in the connector, leader and worker modules); otherwise which one a
+    name means depends on imports the reader does not resolve, and it refuses."""
     merged: dict[str, ClassFacts] = {}
+    defined: dict[str, set[str]] = {}
     for raw in paths:
         path = Path(raw)
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise SourceParseError(f"{path}: cannot read: {exc}") from exc
-        for name, facts in read_source(text, str(path), tracking_attr).items():
+        classes = read_source(text, str(path), tracking_attr)
+        texts = _class_texts(text)
+        for name, facts in classes.items():
             if name in merged:
+                if len(defined[name]) == 1 and texts.get(name) == defined[name]:
+                    log.info("class %s: %s repeats the definition in %s; read once", name, path, merged[name].file)
+                    continue
                 raise DuplicateClassError(f"class {name} is defined in both {merged[name].file} and {path}")
             merged[name] = facts
+            defined[name] = texts.get(name, set())
     return merged
