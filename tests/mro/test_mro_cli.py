@@ -74,6 +74,26 @@ def test_bad_input_gives_one_line_and_no_traceback(fixture: str, message: str) -
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in out.stderr
 
 
+def test_a_folder_is_judged_as_the_python_files_below_it(tmp_path: Path) -> None:
+    """A connector package is named by its folder: every ``*.py`` below it, none from ``__pycache__`` or hidden
+    folders (a syntax error there would stop the run)."""
+    package = tmp_path / "my_connector"
+    (package / "sub").mkdir(parents=True)
+    (package / "sub" / "conn.py").write_text((FIXTURES / "override_no_super.py").read_text())
+    for junk in ("__pycache__", ".venv"):
+        (package / junk).mkdir()
+        (package / junk / "broken.py").write_text("class A(:\n")
+    by_folder = _mro(str(package), "--class", "LoggingConnector", "--json")
+    by_file = _mro(str(FIXTURES / "override_no_super.py"), "--class", "LoggingConnector", "--json")
+    assert by_folder.returncode == by_file.returncode == 1, by_folder.stderr
+    assert json.loads(by_folder.stdout)["connectors"] == json.loads(by_file.stdout)["connectors"]
+    empty = tmp_path / "empty"
+    (empty / "__pycache__").mkdir(parents=True)
+    (empty / "__pycache__" / "conn.py").write_text("")
+    out = _mro(str(empty))
+    assert out.returncode == 2 and out.stderr.strip() == f"deferdump: {empty}: no Python files in this folder"
+
+
 def test_unknown_class_selection_is_bad_input() -> None:
     out = _mro(str(FIXTURES / "super_skip.py"), "--class", "Nope")
     assert out.returncode == 2 and "not a connector class in the given files: Nope" in out.stderr

@@ -26,7 +26,7 @@ from deferdump.tools.explain.trace import from_tlc_result
 from deferdump.tools.mro.errors import MroError
 from deferdump.tools.mro.judge import ConnectorJudgement, MroReport, judge_files
 from deferdump.tools.mro.run.runner import run_report
-from deferdump.tools.mro.source import DEFAULT_TRACKING_ATTR
+from deferdump.tools.mro.source import DEFAULT_TRACKING_ATTR, source_files
 
 EXIT_NOT_SAFE = 1
 
@@ -141,7 +141,8 @@ def _write_pages(report: MroReport, directory: Path) -> list[Path]:
 
 
 def mro(
-    files: List[Path] = typer.Argument(..., help="Python source files, analysed together; never imported."),
+    files: List[Path] = typer.Argument(..., help="Python source files, or folders (every *.py below them), analysed "
+                                        "together; never imported (but with --run)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
     tracking_attr: Optional[str] = typer.Option(
         None, "--tracking-attr",
@@ -180,6 +181,7 @@ def mro(
         raise MroError("--store-module needs --run")
     if run_timeout <= 0:
         raise MroError(f"--run-timeout {run_timeout:g}: must be positive")
+    files = source_files(files)
     with console.status("judging connectors with TLC") as status:
         report = judge_files(
             files,

@@ -2084,6 +2084,23 @@ def discover_tracking_attrs(classes: dict[str, ClassFacts]) -> frozenset[str]:
     return frozenset(found)
 
 
+def source_files(paths: Iterable[Path | str]) -> list[Path]:
+    """The files to read for what the user named: a file as it is, a folder as every ``*.py`` below it (sorted,
+    ``__pycache__`` and hidden folders left out), so a connector package is judged by naming its folder."""
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.is_dir():
+            files.append(path)
+            continue
+        found = sorted(p for p in path.rglob("*.py")
+                       if not any(part == "__pycache__" or part.startswith(".") for part in p.relative_to(path).parts))
+        if not found:
+            raise SourceParseError(f"{path}: no Python files in this folder")
+        files.extend(found)
+    return list(dict.fromkeys(files))
+
+
 def read_files(
     paths: Iterable[Path | str], tracking_attr: TrackingAttrs | None = None
 ) -> dict[str, ClassFacts]:
