@@ -110,6 +110,8 @@ class MethodFacts:
     task_flow: "TaskFlow | None" = None  # where the store tasks this definition submits go (data flow)
     attr_ops: tuple[tuple[str, frozenset[str]], ...] = ()  # self.<x> -> add/remove/read/assign (tracking discovery)
     words: frozenset[str] = frozenset()  # every attribute and name the body reads (fence recognition)
+    # attributes read on objects other than ``self`` (``meta.freed_block_ids``, ``getattr(meta, "freed")``)
+    foreign_words: frozenset[str] = frozenset()
     reported_waits: "bool | None" = None  # get_finished-style: does a wait depend on what the call returns?
     has_condition: bool = False  # any if/while/conditional expression in the body
     generator: bool = False  # the body yields: calling it runs nothing until the result is iterated
@@ -495,6 +497,7 @@ class _MethodReader:
                 [n.attr for n in _own_nodes(self.func) if isinstance(n, ast.Attribute)]
                 + [n.id for n in _own_nodes(self.func) if isinstance(n, ast.Name)]
             ),
+            foreign_words=_foreign_words(self.func),
             reported_waits=self._reported_waits(),
             has_condition=any(isinstance(n, (ast.If, ast.While, ast.IfExp)) for n in _own_nodes(self.func)),
             generator=any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _own_nodes(self.func)),
@@ -1178,6 +1181,20 @@ def _call_name(node: ast.AST) -> str | None:
 
 def _names_in(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _foreign_words(func: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    """Attribute names ``func`` reads on objects other than ``self`` (``meta.freed_block_ids``; the name string of
+    ``getattr(meta, "freed_block_ids", ...)``): what it learns from its arguments, not what the class keeps."""
+    found: set[str] = set()
+    for node in _own_nodes(func):
+        if isinstance(node, ast.Attribute) and not _is_self(node.value):
+            found.add(node.attr)
+        elif (isinstance(node, ast.Call) and _func_name(node) == "getattr" and len(node.args) >= 2
+              and not _is_self(node.args[0]) and isinstance(node.args[1], ast.Constant)
+              and isinstance(node.args[1].value, str)):
+            found.add(node.args[1].value)
+    return frozenset(found)
 
 
 def _words_in(node: ast.AST) -> set[str]:
