@@ -65,3 +65,49 @@ def test_the_kept_table_is_not_judged_safe_on_the_sliding_window_model(tmp_path:
     path.write_text(source)
     judgement = judge_cases([path], {"Proto": ["hybrid"]}).connectors["Proto"]
     assert [j.verdict for j in judgement.judgements] == [UNKNOWN], judgement.judgements
+
+
+HMA_NO_FINISH = HEADER + """from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
+
+
+class NoFinishHMA(KVConnectorBase_V1, SupportsHMA):
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        self._async_dump_req_ids = set()
+        self._by_req = {}
+    def build_connector_meta(self, scheduler_output):
+        self._async_dump_req_ids.update(scheduler_output.saving)
+        return scheduler_output
+    def wait_for_save(self):
+        meta = self._get_connector_metadata()
+        self._async_dump_req_ids.update(meta.saving)
+        task = self.store.dump(meta.blocks)
+        for req_id in meta.saving:
+            self._by_req.setdefault(req_id, []).append(task)
+    def handle_preemptions(self, metadata):
+        for req_id in metadata.preempted_req_ids:
+            for task in self._by_req.pop(req_id, []):
+                self.store.wait(task)
+    def get_finished(self, finished_req_ids):
+        done = finished_req_ids & self._async_dump_req_ids
+        self._async_dump_req_ids -= done
+        return done, None
+{finish}
+"""
+
+
+def test_a_supports_hma_class_without_request_finished_all_groups_stops_at_its_first_finish(tmp_path: Path) -> None:
+    """``SupportsHMA.request_finished_all_groups`` raises NotImplementedError: a ``SupportsHMA`` class that
+    defines none stops vLLM's engine at the first finish (eighteenth blind round's ``_ForwardingHMAWrapper`` was
+    judged unsafe through a counterexample that freed a finished request's blocks). Its preemptions are
+    fenced, so no run reaches a reused block: unknown, never unsafe. The twin that answers ``(False, None)``
+    is unsafe (its report comes before the dump ends), in the same case."""
+    path = tmp_path / "no_finish.py"
+    path.write_text(HMA_NO_FINISH.replace("{finish}", ""))
+    judgement = judge_cases([path], {"NoFinishHMA": ["single"]}).connectors["NoFinishHMA"].judgements[0]
+    assert judgement.verdict == UNKNOWN, judgement
+    assert any("request_finished_all_groups raise" in r for r in judgement.reasons), judgement.reasons
+    path.write_text(HMA_NO_FINISH.replace("{finish}", "    def request_finished_all_groups(self, request, block_ids):\n"
+                                                         "        return False, None\n"))
+    twin = judge_cases([path], {"NoFinishHMA": ["single"]}).connectors["NoFinishHMA"].judgements[0]
+    assert twin.verdict == "unsafe", twin

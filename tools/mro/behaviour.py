@@ -70,6 +70,11 @@ NEVER_WAIT = DATA_METHODS | frozenset({
     "Counter", "OrderedDict", "field", "KVConnectorTransferResults", "notify", "notify_all",
 })
 
+#: What vLLM's scheduler calls when a request finishes (``_connector_finished``).
+FINISH_METHODS = frozenset({"request_finished", "request_finished_all_groups"})
+#: The reason of a finish method that raises whenever vLLM calls it.
+RAISING_FINISH = "raises NotImplementedError"
+
 #: Unknown definitions are checked twice: with the worst label the method admits, then with the PR's.
 PESSIMISTIC: dict[str, str] = {
     "build_connector_meta": "notrack",
@@ -401,6 +406,14 @@ class EffectReader:
         if owner_facts.external:
             if owner_facts.opaque:
                 return DefinitionLabel(owner, method, UNKNOWN, owner_facts.opaque, phantom=True)
+            known = owner_facts.methods.get(method)
+            if method in FINISH_METHODS and known is not None and known.body == "abstract" \
+                    and self.hierarchy.lookup(cls, method) == owner:
+                # SupportsHMA.request_finished_all_groups, run by a SupportsHMA class that defines none: it raises
+                # (vLLM's other abstract hooks stop the class at its first step, `_stops_at_first_step`)
+                return DefinitionLabel(owner, method, UNKNOWN, (
+                    f"{owner}.{method} {RAISING_FINISH} (the class defines no {method}): vLLM's first finish of a "
+                    "request stops the engine there",))
             return DefinitionLabel(owner, method, "base")
         facts = self.hierarchy.method(owner, method)
         related = (method, *FORWARD_ALIASES.get(method, ()))

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 from deferdump.tools.mro.behaviour import (
     ABSTRACT_REASON,
     EVERY_STEP_METHODS,
+    RAISING_FINISH,
     FORWARD_ALIASES,
     AMBIGUOUS_PREEMPT,
     DELAY_ALL,
@@ -548,7 +549,7 @@ class Judge:
             return ContextJudgement(context, "unknown", worst.violated, (*reasons, *undecided), shown, worst.result,
                                     worst.model, worst.files)
         if not unknowns:
-            return self._unsafe_unless_unreachable(cls, context, worst, shown)
+            return self._unsafe_unless_unreachable(cls, context, worst, shown, labels)
         benign = OPTIMISTIC_HYBRID if context.case == "hybrid" else OPTIMISTIC
         # Every benign reading of the unknown definitions must fail before the class is called unsafe: the
         # PR's labels; a save that completes before it returns; a wait_for_save that waits every pending task
@@ -574,7 +575,7 @@ class Judge:
                 break
         assert best is not None
         if not best.passed and not (beyond and best.violated != "NoOverwriteWhileDumpingInv"):
-            return self._unsafe_unless_unreachable(cls, context, best, shown)
+            return self._unsafe_unless_unreachable(cls, context, best, shown, labels)
         return ContextJudgement(context, "unknown", worst.violated, (*reasons, *beyond), shown, worst.result,
                                 worst.model, worst.files)
 
@@ -727,13 +728,35 @@ class Judge:
                                "there may read blocks vLLM frees in a way no model run follows")
         return tuple(dict.fromkeys(why))
 
+    def _finish_raises(self, cls: str, context: Context, labels: Sequence[DefinitionLabel]) -> str | None:
+        """Why a finish on ``context``'s path never returns: the method vLLM calls there (``request_finished_all_groups``
+        on the HMA path, ``request_finished`` otherwise) resolves to an abstract or always-raising definition
+        (``SupportsHMA``'s own, which raises NotImplementedError, when a ``SupportsHMA`` class defines none)."""
+        method = "request_finished_all_groups" if context.path == "hma" else "request_finished"
+        owner = self.hierarchy.resolves(cls).get(method)
+        for label in labels:
+            if (label.owner, label.method) == (owner, method) and any(
+                    ABSTRACT_REASON in r or RAISING_FINISH in r for r in label.reasons):
+                return (f"{owner}.{method} raises: vLLM's first finish of a request stops the engine there, and "
+                        "this counterexample goes on past a finish, which no run does")
+        return None
+
     def _unsafe_unless_unreachable(
-        self, cls: str, context: Context, outcome: "_Outcome", shown: dict[str, str]
+        self, cls: str, context: Context, outcome: "_Outcome", shown: dict[str, str],
+        labels: Sequence[DefinitionLabel] = (),
     ) -> ContextJudgement:
         """A hybrid-model violation of a wrapper holding ``context.inner`` is a real one only if a hybrid
         model can reach that inner class. When ``__init__`` may also choose classes the analysed files do
         not define (UCM's ``UCMFAWAConnector`` for full + sliding-window layouts, chosen by
-        ``can_handle_kv_cache_config``), the hybrid model may be served by one of them instead: unknown."""
+        ``can_handle_kv_cache_config``), the hybrid model may be served by one of them instead: unknown.
+        A counterexample that passes a finish whose method raises is no run either (eighteenth blind round's
+        ``_ForwardingHMAWrapper``, ``SupportsHMA`` without ``request_finished_all_groups``): unknown; one that
+        reaches its violation before any finish stands."""
+        raising = self._finish_raises(cls, context, labels)
+        trace = outcome.result.trace if outcome.result is not None else []
+        if raising and any("request_finished" in str(state.values.get("action")) for state in trace):
+            return ContextJudgement(context, "unknown", outcome.violated, (raising,), shown, outcome.result,
+                                    outcome.model, outcome.files)
         if context.case == "hybrid" and context.inner is not None:
             others = self.unanalysed_inners(cls)
             if others:
