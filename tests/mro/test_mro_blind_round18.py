@@ -96,18 +96,30 @@ class NoFinishHMA(KVConnectorBase_V1, SupportsHMA):
 """
 
 
-def test_a_supports_hma_class_without_request_finished_all_groups_stops_at_its_first_finish(tmp_path: Path) -> None:
-    """``SupportsHMA.request_finished_all_groups`` raises NotImplementedError: a ``SupportsHMA`` class that
-    defines none stops vLLM's engine at the first finish (eighteenth blind round's ``_ForwardingHMAWrapper`` was
-    judged unsafe through a counterexample that freed a finished request's blocks). Its preemptions are
-    fenced, so no run reaches a reused block: unknown, never unsafe. The twin that answers ``(False, None)``
-    is unsafe (its report comes before the dump ends), in the same case."""
+def test_a_supports_hma_class_without_request_finished_all_groups_cannot_be_constructed(tmp_path: Path) -> None:
+    """``SupportsHMA.request_finished_all_groups`` is an @abstractmethod: a ``SupportsHMA`` class that defines none
+    cannot be constructed (the eighteenth blind round's ``_ForwardingHMAWrapper`` was judged unsafe, through a
+    counterexample whose finish answered False, and as a MultiConnector child): unknown in every case. The twin
+    that answers ``(False, None)`` is unsafe (its report comes before the dump ends)."""
     path = tmp_path / "no_finish.py"
     path.write_text(HMA_NO_FINISH.replace("{finish}", ""))
-    judgement = judge_cases([path], {"NoFinishHMA": ["single"]}).connectors["NoFinishHMA"].judgements[0]
-    assert judgement.verdict == UNKNOWN, judgement
-    assert any("request_finished_all_groups raise" in r for r in judgement.reasons), judgement.reasons
-    path.write_text(HMA_NO_FINISH.replace("{finish}", "    def request_finished_all_groups(self, request, block_ids):\n"
-                                                         "        return False, None\n"))
+    for judgement in judge_cases([path], {"NoFinishHMA": ["single", "multi"]}).connectors["NoFinishHMA"].judgements:
+        assert judgement.verdict == UNKNOWN, judgement
+        assert any("constructing NoFinishHMA raises TypeError" in r for r in judgement.reasons), judgement.reasons
+    path.write_text(HMA_NO_FINISH.replace("{finish}", FINISH.format(body="return False, None")))
     twin = judge_cases([path], {"NoFinishHMA": ["single"]}).connectors["NoFinishHMA"].judgements[0]
     assert twin.verdict == "unsafe", twin
+
+
+FINISH = "    def request_finished_all_groups(self, request, block_ids):\n        {body}\n"
+
+
+def test_a_counterexample_past_a_finish_that_raises_is_no_run(tmp_path: Path) -> None:
+    """A ``request_finished_all_groups`` that only raises NotImplementedError (not abstract: the class is built)
+    stops the engine at the first finish: a counterexample that goes past a finish is no run of the class, so the
+    case is unknown, never unsafe (every reading of the finish fails here: the early report follows a finish)."""
+    path = tmp_path / "raising_finish.py"
+    path.write_text(HMA_NO_FINISH.replace("{finish}", FINISH.format(body="raise NotImplementedError")))
+    judgement = judge_cases([path], {"NoFinishHMA": ["single"]}).connectors["NoFinishHMA"].judgements[0]
+    assert judgement.verdict == UNKNOWN, judgement
+    assert any("this counterexample goes on past a finish" in r for r in judgement.reasons), judgement.reasons

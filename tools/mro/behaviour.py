@@ -72,8 +72,6 @@ NEVER_WAIT = DATA_METHODS | frozenset({
 
 #: What vLLM's scheduler calls when a request finishes (``_connector_finished``).
 FINISH_METHODS = frozenset({"request_finished", "request_finished_all_groups"})
-#: The reason of a finish method that raises whenever vLLM calls it.
-RAISING_FINISH = "raises NotImplementedError"
 
 #: Unknown definitions are checked twice: with the worst label the method admits, then with the PR's.
 PESSIMISTIC: dict[str, str] = {
@@ -409,11 +407,11 @@ class EffectReader:
             known = owner_facts.methods.get(method)
             if method in FINISH_METHODS and known is not None and known.body == "abstract" \
                     and self.hierarchy.lookup(cls, method) == owner:
-                # SupportsHMA.request_finished_all_groups, run by a SupportsHMA class that defines none: it raises
-                # (vLLM's other abstract hooks stop the class at its first step, `_stops_at_first_step`)
+                # SupportsHMA.request_finished_all_groups is an @abstractmethod: a SupportsHMA class that defines
+                # none cannot be constructed (TypeError), by vLLM or as a MultiConnector child
                 return DefinitionLabel(owner, method, UNKNOWN, (
-                    f"{owner}.{method} {RAISING_FINISH} (the class defines no {method}): vLLM's first finish of a "
-                    "request stops the engine there",))
+                    f"{owner}.{method} {ABSTRACT_REASON} ({owner} declares it @abstractmethod and {cls} does not "
+                    f"define it: constructing {cls} raises TypeError)",))
             return DefinitionLabel(owner, method, "base")
         facts = self.hierarchy.method(owner, method)
         related = (method, *FORWARD_ALIASES.get(method, ()))
