@@ -70,9 +70,6 @@ NEVER_WAIT = DATA_METHODS | frozenset({
     "Counter", "OrderedDict", "field", "KVConnectorTransferResults", "notify", "notify_all",
 })
 
-#: What vLLM's scheduler calls when a request finishes (``_connector_finished``).
-FINISH_METHODS = frozenset({"request_finished", "request_finished_all_groups"})
-
 #: Unknown definitions are checked twice: with the worst label the method admits, then with the PR's.
 PESSIMISTIC: dict[str, str] = {
     "build_connector_meta": "notrack",
@@ -404,14 +401,6 @@ class EffectReader:
         if owner_facts.external:
             if owner_facts.opaque:
                 return DefinitionLabel(owner, method, UNKNOWN, owner_facts.opaque, phantom=True)
-            known = owner_facts.methods.get(method)
-            if method in FINISH_METHODS and known is not None and known.body == "abstract" \
-                    and self.hierarchy.lookup(cls, method) == owner:
-                # SupportsHMA.request_finished_all_groups is an @abstractmethod: a SupportsHMA class that defines
-                # none cannot be constructed (TypeError), by vLLM or as a MultiConnector child
-                return DefinitionLabel(owner, method, UNKNOWN, (
-                    f"{owner}.{method} {ABSTRACT_REASON} ({owner} declares it @abstractmethod and {cls} does not "
-                    f"define it: constructing {cls} raises TypeError)",))
             return DefinitionLabel(owner, method, "base")
         facts = self.hierarchy.method(owner, method)
         related = (method, *FORWARD_ALIASES.get(method, ()))

@@ -580,16 +580,19 @@ class Judge:
 
     def _stops_at_first_step(self, cls: str, inner: str | None, labels: Sequence[DefinitionLabel]) -> tuple[str, ...]:
         """Why ``cls`` (holding ``inner``) cannot get past vLLM's first step: a method vLLM calls every step
-        resolves to an abstract or always-raising definition. Empty when nothing stops it."""
+        resolves to an abstract or always-raising definition, or the class cannot be built at all because it
+        leaves ``SupportsHMA.request_finished_all_groups`` (an @abstractmethod) undefined (the eighteenth blind
+        round's ``_ForwardingHMAWrapper``: TypeError, for vLLM and for a MultiConnector building its child).
+        Empty when nothing stops it."""
         by_key = {(l.owner, l.method): l for l in labels}
         why: list[str] = []
         for concrete in [cls] + ([inner] if inner else []):
             owners = self.hierarchy.resolves(concrete)
-            for method, owner in owners.items():  # an @abstractmethod of vLLM's left undefined: no instance at all
-                label = by_key.get((owner, method))
-                if label is not None and self.hierarchy.classes[owner].external \
-                        and any(ABSTRACT_REASON in r for r in label.reasons):
-                    why += [f"{r}: no run reaches a reused block" for r in label.reasons if ABSTRACT_REASON in r]
+            hma = owners.get("request_finished_all_groups", "")
+            facts = self.hierarchy.classes.get(hma)
+            if facts is not None and facts.external and facts.methods["request_finished_all_groups"].body == "abstract":
+                why.append(f"{hma}.request_finished_all_groups is an @abstractmethod {concrete} does not define: "
+                           f"constructing {concrete} raises TypeError, so no run reaches a reused block")
             for method in EVERY_STEP_METHODS:
                 label = by_key.get((owners.get(method, ""), method))
                 if label is not None and any(ABSTRACT_REASON in r for r in label.reasons):
@@ -734,8 +737,8 @@ class Judge:
 
     def _finish_raises(self, cls: str, context: Context, labels: Sequence[DefinitionLabel]) -> str | None:
         """Why a finish on ``context``'s path never returns: the method vLLM calls there (``request_finished_all_groups``
-        on the HMA path, ``request_finished`` otherwise) resolves to an abstract or always-raising definition
-        (``SupportsHMA``'s own, which raises NotImplementedError, when a ``SupportsHMA`` class defines none)."""
+        on the HMA path, ``request_finished`` otherwise) is the class's own and only raises (its label carries
+        ``ABSTRACT_REASON``); the class is built, and vLLM's first finish stops the engine."""
         method = "request_finished_all_groups" if context.path == "hma" else "request_finished"
         owner = self.hierarchy.resolves(cls).get(method)
         for label in labels:
@@ -746,15 +749,15 @@ class Judge:
 
     def _unsafe_unless_unreachable(
         self, cls: str, context: Context, outcome: "_Outcome", shown: dict[str, str],
-        labels: Sequence[DefinitionLabel] = (),
+        labels: Sequence[DefinitionLabel],
     ) -> ContextJudgement:
         """A hybrid-model violation of a wrapper holding ``context.inner`` is a real one only if a hybrid
         model can reach that inner class. When ``__init__`` may also choose classes the analysed files do
         not define (UCM's ``UCMFAWAConnector`` for full + sliding-window layouts, chosen by
         ``can_handle_kv_cache_config``), the hybrid model may be served by one of them instead: unknown.
-        A counterexample that passes a finish whose method raises is no run either (eighteenth blind round's
-        ``_ForwardingHMAWrapper``, ``SupportsHMA`` without ``request_finished_all_groups``): unknown; one that
-        reaches its violation before any finish stands."""
+        A counterexample that passes a finish whose method only raises is no run either (``_finish_raises``;
+        the model's ``request_finished`` call records mark a finish, spec/README.md "Call records"): unknown;
+        one that reaches its violation before any finish stands."""
         raising = self._finish_raises(cls, context, labels)
         trace = outcome.result.trace if outcome.result is not None else []
         if raising and any("request_finished" in str(state.values.get("action")) for state in trace):
