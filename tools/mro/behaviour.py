@@ -357,6 +357,7 @@ class EffectReader:
                 reasons.append(f"{owner}.{method}: super().{delegation.method}() finds no definition")
                 continue
             delegated.append(self._effect(cls, target, delegation.method, True, inner))
+        reasons += self._misread_helper_calls(cls, owner, method, facts, inner)
         everything = callees + delegated
         only_delegates = len(delegated) == 1 and not callees and facts.body == "code" and not facts.tracking_ops
         constant = facts.constant_return
@@ -394,6 +395,36 @@ class EffectReader:
         )
         self._memo[key] = result
         return result
+
+    def _misread_helper_calls(
+        self, cls: str, owner: str, method: str, facts: MethodFacts, stack: tuple[tuple[str, str], ...]
+    ) -> list[str]:
+        """Calls ``self.<attr>.<m>()`` into a helper class of the analysed files whose ``m`` does not do what the
+        reader takes the name to mean: the reader reads ``dump``/``wait``/``check`` as the store's calls and any
+        other name as no store work, so a ``SlotTable.set`` that submits a dump, a ``StoreIO.wait`` that only
+        polls or a ``commit`` that dumps and waits (nineteenth blind round) would be judged as what it is not."""
+        found: list[str] = []
+        for attr, path, line in facts.attr_calls:
+            if "." in path:
+                continue  # self.<attr>.<field>.<m>(): followed for transfers by the helper objects, not here
+            for helper in self.helpers.analysed_helpers(cls, attr):
+                target = self.hierarchy.lookup(helper, path)
+                if target is None or self.hierarchy.classes[target].external or (target, path) in stack:
+                    continue
+                done = self._effect(helper, target, path, True, stack)
+                expected = _store_acts_named(path)
+                actual = _store_acts(done)
+                if done.reasons:
+                    why = done.reasons[0]
+                elif actual != expected:
+                    does = ", ".join(sorted(actual)) or "no store work"
+                    why = f"{target}.{path} does {does}"
+                else:
+                    continue
+                found.append(f"{owner}.{method} (line {line}) calls self.{attr}.{path}() on a {helper}, and {why}: "
+                             f"the reader reads that call by its name ({', '.join(sorted(expected)) or 'no store work'})"
+                             ", not by what it does")
+        return found
 
     def label(self, cls: str, owner: str, method: str) -> DefinitionLabel:
         """The spec label of ``owner``'s definition of ``method``, judged for an instance of ``cls``."""
@@ -782,6 +813,28 @@ class EffectReader:
         if target == method:
             return DefinitionLabel(owner, method, "forward")
         return DefinitionLabel(owner, method, CROSS_FORWARD_LABELS[(method, target)])
+
+
+def _store_acts_named(name: str) -> frozenset[str]:
+    """What the reader takes a call named ``name`` to do to store tasks, whatever it is called on."""
+    acts = set()
+    if name in SUBMIT_CALLS:
+        acts.add("a store submit")
+    if name in WAIT_CALLS:
+        acts.add("a store wait")
+    if name in CHECK_CALLS:
+        acts.add("a store check")
+    if name in SYNC_SAVE_CALLS:
+        acts.add("a synchronous write")
+    return frozenset(acts)
+
+
+def _store_acts(effect: Effect) -> frozenset[str]:
+    """What a call's effect does to store tasks, in the words of :func:`_store_acts_named`."""
+    acts = set().union(*(_store_acts_named(c) for c in effect.calls))
+    if _pending_hints(effect):
+        acts.add("a hand-off to another thread or stream")
+    return frozenset(acts)
 
 
 def _pending_hints(effect: Effect) -> list[str]:

@@ -71,12 +71,13 @@ class HelperObjects:
                     inner: str | None = None) -> str | None:
         head, _, rest = path.partition(".")
         last = path.rsplit(".", 1)[-1]
-        if last in PASSIVE_METHODS:
-            return None
+        passive = last in PASSIVE_METHODS
         if (cls, attr) in seen:
             return None  # a cycle adds nothing: each member is judged on its own code
-        seen = (*seen, (cls, attr))
         kinds = self._resolved(cls, attr)
+        if passive and not rest and not self._analysed_kinds(kinds):
+            return None  # a read, a wait or a log line on code that was not analysed: trusted by its name
+        seen = (*seen, (cls, attr))
         if inner is not None and f"class:{inner}" in kinds:
             return None  # the wrapper's inner connector: the judge checks its methods as the inner class's
         if not kinds and attr in BASE_ATTRS:
@@ -93,6 +94,8 @@ class HelperObjects:
             if tag == "class" and what in self.hierarchy.classes and not self.hierarchy.classes[what].external:
                 if rest:  # self.<attr>.<field>.<m>(): what the helper holds in <field>
                     why = self._unfollowed(what, head, rest, seen)
+                elif passive:  # a query-like name (``set``, ``join``, ``get``): what that very method does
+                    why = self._method_starts(what, last, seen)
                 else:
                     why = self._starts(what, seen)
                 if why is not None:
@@ -100,11 +103,55 @@ class HelperObjects:
                 continue
             unknown.append(f"self.{attr} holds a {what}, a class that was not analysed" if tag == "class"
                            else f"self.{attr} holds {what}, an object whose code was not analysed")
-        if not unknown:
+        if not unknown or passive:
             return None
         # code that was not analysed: a vLLM hook handed on, or a call that is not a release or a query
         if last in CONNECTOR_METHODS or not last.startswith(TRUSTED_PREFIXES):
             return unknown[0]
+        return None
+
+    def analysed_helpers(self, cls: str, attr: str) -> list[str]:
+        """The classes of the analysed files (connectors left out) that ``cls``'s code assigns to ``self.<attr>``."""
+        return self._analysed_kinds(self._resolved(cls, attr))
+
+    def _analysed_kinds(self, kinds: set[str]) -> list[str]:
+        found = []
+        for kind in sorted(kinds):
+            tag, _, what = kind.partition(":")
+            if tag == "class" and what in self.hierarchy.classes and not self.hierarchy.classes[what].external \
+                    and what not in self.hierarchy.connectors:
+                found.append(what)
+        return found
+
+    def _method_starts(self, helper: str, name: str, seen: tuple[tuple[str, str], ...]) -> str | None:
+        """Why ``<helper instance>.<name>()`` may start a transfer: that method, and the ``self`` methods it calls,
+        of the analysed class ``helper`` (SlotTable of the nineteenth blind round: a ``set`` that submits a dump).
+        None when none of them can, or when ``name`` comes from a base that was not analysed (``dict.get``)."""
+        owner = self.hierarchy.lookup(helper, name)
+        if owner is None or self.hierarchy.classes[owner].external:
+            return None
+        pending, done = [(owner, name)], set()
+        while pending:
+            owner, name = pending.pop()
+            if (owner, name) in done:
+                continue
+            done.add((owner, name))
+            method = self.hierarchy.method(owner, name)
+            submits = sorted(method.calls & STORE_SUBMITS)
+            if submits:
+                return f"{owner}.{name} submits a store {submits[0]}()"
+            if method.async_hints:
+                return f"{owner}.{name} hands work on ({method.async_hints[0]})"
+            if method.opaque:
+                return f"{owner}.{name} cannot be followed ({method.opaque[0]})"
+            for attr, path, line in method.attr_calls:
+                inner = self._unfollowed(helper, attr, path, seen)
+                if inner is not None:
+                    return f"{owner}.{name} (line {line}) calls self.{attr}.{path}(): {inner}"
+            for callee in sorted(method.self_calls):
+                target = self.hierarchy.lookup(helper, callee)
+                if target is not None and not self.hierarchy.classes[target].external:
+                    pending.append((target, callee))
         return None
 
     def _starts(self, helper: str, seen: tuple[tuple[str, str], ...]) -> str | None:
