@@ -5,7 +5,11 @@ and its siblings are judged with TLC by the corpus test):
 * a call into a helper object whose class the analysed files define is read by what that method does, not by its
   name. ``SlotTableConnector`` submitted its dumps through ``self._helper.set(...)`` (a ``SlotTable`` whose ``set``
   calls ``store.dump``) and fenced with ``join`` (one ``check`` poll): the reader took ``set`` for a container's
-  and saw no dump at all, and the class was judged **safe** on the single-group model, truth unsafe."""
+  and saw no dump at all, and the class was judged **safe** on the single-group model, truth unsafe. A wrapper
+  ``wait`` that only polls was read as a wait the same way.
+* where the object's class is not read from the code (a factory's or a registry's result, a parameter), every helper
+  class of the files that defines a method of that name is a candidate, and one that does other than the name says
+  makes the call unread."""
 from __future__ import annotations
 
 import textwrap
@@ -89,6 +93,36 @@ def test_a_wrapper_wait_that_does_not_wait_is_not_read_as_a_wait(body: str, does
     """
     label = _labels(hooks, prelude=wrapper)["Proto.handle_preemptions"]
     assert label.label == UNKNOWN and f"StoreIO.wait does {does}" in label.reasons[0], label
+
+
+@pytest.mark.parametrize("built", [
+    "self.io = make_io(self.store)",  # a module-level factory
+    "self.io = IO_CLASSES['default'](self.store)",  # a registry entry
+    "io = StoreIO(self.store)\n    self.io = io",  # through a local
+])
+def test_a_helper_built_where_the_reader_cannot_name_its_class_is_matched_against_every_helper_class(built: str) -> None:
+    """``blind_factory_helpers.py``: the object comes from a factory or a registry, so its class is not read; any
+    helper class of the files whose method of that name does other than the name says makes the call unread."""
+    wrapper = FAITHFUL_WRAPPER.replace("return self._store.wait(task)", "return self._store.check(task)") + """
+def make_io(store):
+    return StoreIO(store)
+IO_CLASSES = {"default": StoreIO}
+"""
+    hooks = f"""
+    def register_kv_caches(self, kv_caches):
+        {built}
+    def _settle(self, req_ids):
+        for req_id in req_ids:
+            for task in self._by_req.pop(req_id, []):
+                self.io.wait(task)
+    """
+    label = _labels(hooks, prelude=wrapper)["Proto.handle_preemptions"]
+    assert label.label == UNKNOWN, label
+    assert "on what may be a StoreIO (self.io is not built by name), and StoreIO.wait does a store check" \
+        in label.reasons[0], label
+    # the same factory returning the faithful wrapper reads as the store's wait
+    faithful = _labels(hooks, prelude=wrapper.replace("return self._store.check(task)", "return self._store.wait(task)"))
+    assert faithful["Proto.handle_preemptions"].label == "wait_preempted", faithful["Proto.handle_preemptions"]
 
 
 def test_a_wrapper_whose_calls_do_what_their_names_say_reads_as_the_store() -> None:

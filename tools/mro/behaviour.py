@@ -407,7 +407,12 @@ class EffectReader:
         for attr, path, line in facts.attr_calls:
             if "." in path:
                 continue  # self.<attr>.<field>.<m>(): followed for transfers by the helper objects, not here
-            for helper in self.helpers.analysed_helpers(cls, attr):
+            helpers = self.helpers.analysed_helpers(cls, attr)
+            unresolved = not helpers and self.helpers.may_hold_anything(cls, attr)
+            if unresolved:
+                # a factory's result, a registry entry, a parameter: it may be any class the files define
+                helpers = [c for c in self.helpers.helper_classes() if self.hierarchy.lookup(c, path) is not None]
+            for helper in helpers:
                 target = self.hierarchy.lookup(helper, path)
                 if target is None or self.hierarchy.classes[target].external or (target, path) in stack:
                     continue
@@ -421,7 +426,8 @@ class EffectReader:
                     why = f"{target}.{path} does {does}"
                 else:
                     continue
-                found.append(f"{owner}.{method} (line {line}) calls self.{attr}.{path}() on a {helper}, and {why}: "
+                on = f"on what may be a {helper} (self.{attr} is not built by name)" if unresolved else f"on a {helper}"
+                found.append(f"{owner}.{method} (line {line}) calls self.{attr}.{path}() {on}, and {why}: "
                              f"the reader reads that call by its name ({', '.join(sorted(expected)) or 'no store work'})"
                              ", not by what it does")
         return found

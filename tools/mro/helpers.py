@@ -114,6 +114,18 @@ class HelperObjects:
         """The classes of the analysed files (connectors left out) that ``cls``'s code assigns to ``self.<attr>``."""
         return self._analysed_kinds(self._resolved(cls, attr))
 
+    def may_hold_anything(self, cls: str, attr: str) -> bool:
+        """Is ``self.<attr>`` (on an instance of ``cls``) assigned, somewhere, a value whose class is not read from the
+        code (a factory's or registry's result, a parameter), or never assigned in the analysed classes?"""
+        kinds = self._resolved(cls, attr)
+        if not kinds:
+            return attr not in BASE_ATTRS
+        return any(kind.startswith("opaque:") for kind in kinds)
+
+    def helper_classes(self) -> list[str]:
+        """Every class of the analysed files that is neither a connector nor external (a helper's candidates)."""
+        return self._analysed_kinds({f"class:{name}" for name in self.hierarchy.classes})
+
     def _analysed_kinds(self, kinds: set[str]) -> list[str]:
         found = []
         for kind in sorted(kinds):
