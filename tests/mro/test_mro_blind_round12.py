@@ -20,7 +20,7 @@ from deferdump.tools.mro.run.runner import run_report
 from deferdump.tools.mro.source import read_files
 from deferdump.tools.mro.tla import ModelBounds
 from support import FIXTURES
-from support.mro import judge_cases
+from support.mro import RUN_TIMEOUT, judge_cases
 
 CORPUS = FIXTURES / "mro" / "corpus"
 
@@ -100,7 +100,7 @@ def test_a_flush_on_reuse_on_an_all_sliding_window_model_is_not_overwritten_thro
     is judged and run (every case of both: about 6 minutes)."""
     path = CORPUS / "blind_flush_jobs.py"
     hybrid = {"ReuseFencedOffloader": ["hybrid"], "AdmissionFencedOffloader": ["hybrid"]}
-    report = run_report(judge_cases([path], hybrid), [path], ("blockstore_client",))
+    report = run_report(judge_cases([path], hybrid), [path], ("blockstore_client",), timeout=RUN_TIMEOUT)
     fenced = {j.context.key: j for j in report.connectors["ReuseFencedOffloader"].judgements}
     assert fenced["hybrid"].verdict != "unsafe", fenced["hybrid"].run
     admission = {j.context.key: j for j in report.connectors["AdmissionFencedOffloader"].judgements}

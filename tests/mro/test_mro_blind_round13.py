@@ -24,7 +24,7 @@ from deferdump.tools.mro.judge import Judge, ModelRunner
 from deferdump.tools.mro.run.runner import run_report
 from deferdump.tools.mro.source import read_files
 from deferdump.tools.mro.tla import ModelBounds
-from support.mro import judge_cases
+from support.mro import RUN_TIMEOUT, judge_cases
 
 _DRAINS = '''
 from blockstore_client import BlockStore
@@ -233,7 +233,7 @@ def test_running_leaves_a_class_that_pins_blocks_to_its_reading(tmp_path: Path) 
     path = tmp_path / "connectors.py"
     path.write_text(_PINNED, encoding="utf-8")
     report = run_report(judge_cases([path], {"Pinned": ["single"], "Unpinned": ["single"]}), [path],
-                        ("blockstore_client",))
+                        ("blockstore_client",), timeout=RUN_TIMEOUT)
     (pinned,) = report.connectors["Pinned"].judgements
     assert (pinned.verdict, pinned.source, pinned.run) == ("unknown", "reading", None)
     assert pinned.reasons[-1].endswith("not run: the replay's engine has no block pool for the class to pin blocks in")

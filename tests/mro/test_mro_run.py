@@ -21,7 +21,7 @@ from deferdump.tools.mro.run.runner import fold, run_report
 from deferdump.tools.mro.run.store import RecordingStore, StoreCallUnmodelled
 from deferdump.tools.mro.run.stubs import StubMissing, stub_modules
 from support import FIXTURES
-from support.mro import judge_cases
+from support.mro import RUN_TIMEOUT, judge_cases
 
 pytestmark = pytest.mark.slow  # TLC and child processes: tests/conftest.py starts it early
 
@@ -36,7 +36,7 @@ def _judged(name: str) -> tuple[MroReport, list[Path]]:
     if name == "report_unwaited.py":  # a subclass of the unfenced connector: its file is read too
         paths.append(RUNNABLE / "unfenced_hybrid.py")
         only = ["UnwaitedReportConnector"]
-    return run_report(judge_files(paths, only=only), paths, STORE), paths
+    return run_report(judge_files(paths, only=only), paths, STORE, timeout=RUN_TIMEOUT), paths
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +180,7 @@ def test_a_reading_safe_the_class_runs_into_a_hazard_is_overruled_by_running(
     misjudged = judge_cases(paths, {"NeverDelayingConnector": ["single"]})  # the case that shows it
     single = next(j for j in misjudged.connectors["NeverDelayingConnector"].judgements if j.context.key == "single")
     assert (single.verdict, single.counterexample) == ("safe", None) and single.model_files
-    run = run_report(misjudged, paths, STORE).connectors["NeverDelayingConnector"]
+    run = run_report(misjudged, paths, STORE, timeout=RUN_TIMEOUT).connectors["NeverDelayingConnector"]
     single = next(j for j in run.judgements if j.context.key == "single")
     assert (single.verdict, single.source, single.run.status) == ("unsafe", "running", "reproduced"), single.run
     assert single.violated == "NoOverwriteWhileDumpingInv" and "still reads it" in single.run.detail
@@ -205,7 +205,7 @@ def test_the_replay_asks_get_transfer_results_as_vllm_does(tmp_path: Path) -> No
     for name in ("unfenced_hybrid.py", COMMON.name):  # beside it: the child imports them by module name
         (tmp_path / name).write_text((RUNNABLE / name).read_text())
     paths = [early, tmp_path / "unfenced_hybrid.py", tmp_path / COMMON.name]
-    report = run_report(judge_files(paths, only=["EarlyResultsConnector"]), paths, STORE)
+    report = run_report(judge_files(paths, only=["EarlyResultsConnector"]), paths, STORE, timeout=RUN_TIMEOUT)
     judgement = report.connectors["EarlyResultsConnector"]
     single = next(j for j in judgement.judgements if j.context.key == "single")
     assert (single.verdict, single.source, single.run.status) == ("unsafe", "running", "reproduced"), (
@@ -219,7 +219,8 @@ def test_a_schedule_handing_a_finished_id_twice_is_not_a_run_vllm_makes() -> Non
     NoUnexpectedReportInv from running. Such a replay now diverges, and the reading verdict stands (one group
     and hybrid run)."""
     paths = [FIXTURES / "mro" / "corpus" / "blind_coroutine_lifecycle_connectors.py"]
-    report = run_report(judge_cases(paths, {"CoroutineLifecycleConnector": ["single", "hybrid"]}), paths, STORE)
+    report = run_report(judge_cases(paths, {"CoroutineLifecycleConnector": ["single", "hybrid"]}), paths, STORE,
+                        timeout=RUN_TIMEOUT)
     judgement = report.connectors["CoroutineLifecycleConnector"]
     assert judgement.verdict != "unsafe", judgement.reasons
     single = next(j for j in judgement.judgements if j.context.key == "single")
@@ -231,7 +232,7 @@ def test_a_class_that_cannot_run_keeps_the_reading_verdict() -> None:
     """The corpus's connectors are excerpts (vLLM's abstract methods and their store helpers are not defined,
     so vLLM could not build them either): the reading verdict stands, and the outcome says why."""
     paths = [FIXTURES / "mro" / "corpus" / "hybrid_unfenced.py"]
-    report = run_report(judge_files(paths), paths)
+    report = run_report(judge_files(paths), paths, timeout=RUN_TIMEOUT)
     hybrid = next(j for j in report.connectors["HybridDeferredConnector"].judgements if j.context.key == "hybrid")
     assert (hybrid.verdict, hybrid.source, hybrid.run.status) == ("unsafe", "reading", "not_runnable")
     assert "Can't instantiate abstract class HybridDeferredConnector" in hybrid.run.detail
@@ -255,7 +256,8 @@ def _mro(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_run_reports_the_replay_in_json() -> None:
     out = _mro(str(RUNNABLE / "report_unwaited.py"), str(RUNNABLE / "unfenced_hybrid.py"), str(COMMON), "--run",
-               "--store-module", "blockstore_client", "--json", "--class", "UnwaitedReportConnector")
+               "--store-module", "blockstore_client", "--json", "--class", "UnwaitedReportConnector",
+               "--run-timeout", str(RUN_TIMEOUT))
     assert out.returncode == 1, out.stderr
     connector = json.loads(out.stdout)["connectors"]["UnwaitedReportConnector"]
     assert connector["verdict"] == "unsafe" and connector["source"] == "running"

@@ -12,7 +12,7 @@ import torch
 
 from deferdump.tools.mro.run.cuda_standin import cuda_standins
 from deferdump.tools.mro.run.runner import run_report
-from support.mro import judge_cases
+from support.mro import RUN_TIMEOUT, judge_cases
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the stand-ins apply where CUDA is absent")
 
@@ -104,6 +104,7 @@ def test_the_standins_replace_cuda_events_and_streams_only_inside_the_block() ->
 def test_a_class_recording_cuda_events_around_its_dumps_is_replayed_and_its_hazard_confirmed(tmp_path: Path) -> None:
     path = tmp_path / "connectors.py"
     path.write_text(_EVENTS, encoding="utf-8")
-    report = run_report(judge_cases([path], {"EventDumps": ["single"]}), [path], ("blockstore_client",))
+    report = run_report(judge_cases([path], {"EventDumps": ["single"]}), [path], ("blockstore_client",),
+                        timeout=RUN_TIMEOUT)
     (single,) = report.connectors["EventDumps"].judgements
     assert (single.verdict, single.source) == ("unsafe", "reading, replayed"), (single.reasons, single.run)

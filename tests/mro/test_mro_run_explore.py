@@ -12,7 +12,7 @@ from deferdump.tools.mro.judge import judge_files
 from deferdump.tools.mro.run.explore import explore_class
 from deferdump.tools.mro.run.runner import run_report
 from support import FIXTURES
-from support.mro import judge_cases
+from support.mro import RUN_TIMEOUT, judge_cases
 
 CORPUS = FIXTURES / "mro" / "corpus"
 RUNNABLE = FIXTURES / "mro" / "runnable"
@@ -137,7 +137,8 @@ def test_run_report_turns_an_unknown_the_model_cannot_schedule_into_unsafe_from_
     schedules diverge at the first finish (it delays where the worst labels do not), and the explorer's
     schedules reach the hazard: unsafe from running, the explored schedule named."""
     path = CORPUS / "blind_abort_policy_connectors.py"
-    report = run_report(judge_cases([path], {"AbortDropConnector": ["single", "hybrid"]}), [path], STORE)
+    report = run_report(judge_cases([path], {"AbortDropConnector": ["single", "hybrid"]}), [path], STORE,
+                        timeout=RUN_TIMEOUT)
     judgement = report.connectors["AbortDropConnector"]
     cases = {j.context.key: j for j in judgement.judgements}
     assert (cases["single"].verdict, cases["single"].source) == ("unsafe", "running"), cases["single"].run

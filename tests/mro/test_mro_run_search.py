@@ -9,7 +9,7 @@ from deferdump.tools.mro.judge import Judge, ModelRunner, MroReport, judge_files
 from deferdump.tools.mro.run.runner import run_report
 from deferdump.tools.mro.tla import ModelBounds
 from support import FIXTURES
-from support.mro import judge_cases
+from support.mro import RUN_TIMEOUT, judge_cases
 
 pytestmark = pytest.mark.slow  # TLC's sampling and child processes: tests/conftest.py starts it early
 
@@ -21,7 +21,8 @@ STORE = ("blockstore_client",)
 @pytest.fixture(scope="module")
 def unfenced() -> MroReport:
     paths = [RUNNABLE / "unfenced_hybrid.py", COMMON]
-    return run_report(judge_cases(paths, {"UnfencedHybridConnector": ["single", "hybrid", "mla"]}), paths, STORE)
+    return run_report(judge_cases(paths, {"UnfencedHybridConnector": ["single", "hybrid", "mla"]}), paths, STORE,
+                      timeout=RUN_TIMEOUT)
 
 
 def test_sampled_schedules_find_the_hazard_no_counterexample_shows(unfenced: MroReport) -> None:
@@ -52,7 +53,7 @@ def test_flush_on_reuse_correct_stays_unknown_and_broken_is_unsafe_from_running(
     blocks are handed on."""
     path = RUNNABLE / "flush_on_reuse.py"
     cases = {"FlushOnReuse": ["single", "hybrid"], "FlushPreemptedOnly": ["single", "multi", "hybrid", "mla"]}
-    report = run_report(judge_cases([path], cases), [path], STORE)
+    report = run_report(judge_cases([path], cases), [path], STORE, timeout=RUN_TIMEOUT)
     correct = report.connectors["FlushOnReuse"]
     assert correct.verdict == "unknown"
     for case in correct.judgements:
@@ -87,7 +88,7 @@ def test_classes_that_read_the_layout_run_on_the_stub_config_and_a_missing_field
     paths = [RUNNABLE / "layout_groups.py", COMMON]
     cases = {"EveryGroupConnector": ["hybrid"], "GroupAwareConnector": ["single", "hybrid"],
              "PoolSizedConnector": ["single", "multi", "hybrid", "mla"]}
-    report = run_report(judge_cases(paths, cases), paths, STORE)
+    report = run_report(judge_cases(paths, cases), paths, STORE, timeout=RUN_TIMEOUT)
     every = report.connectors["EveryGroupConnector"]
     cases = {j.context.key: j for j in every.judgements}
     assert (every.verdict, cases["hybrid"].verdict, cases["hybrid"].source) == ("unsafe", "unsafe", "running")
@@ -110,7 +111,7 @@ def test_an_independently_written_family_runs_and_its_unknowns_turn_into_the_tru
     path = FIXTURES / "mro" / "corpus" / "blind_shared_task_refcount.py"
     cases = {"SharedDumpConnector": ["single"], "LastHolderSharedConnector": ["single", "hybrid", "mla"],
              "AllGroupsSharedConnector": ["hybrid", "mla"]}
-    report = run_report(judge_cases([path], cases), [path], STORE)
+    report = run_report(judge_cases([path], cases), [path], STORE, timeout=RUN_TIMEOUT)
     verdicts = {name: {j.context.key: (j.verdict, j.source) for j in judgement.judgements}
                 for name, judgement in report.connectors.items()}
     assert all(v[0] == "unknown" for v in verdicts["SharedDumpConnector"].values())
