@@ -5,6 +5,8 @@ unsafe on the hybrid model, its key unsafe, `--run` unknown because `torch.cuda.
 `try` and no dump was ever submitted)."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,6 +101,33 @@ def test_the_standins_replace_cuda_events_and_streams_only_inside_the_block() ->
             torch.cuda.synchronize()
     with pytest.raises(RuntimeError):  # the real (dummy) class is back
         torch.cuda.Event()
+
+
+_LAZY = """
+import sys
+from deferdump.tools.mro.run.cuda_standin import CpuEvent, cuda_standins
+assert "torch" not in sys.modules
+with cuda_standins() as applied:
+    assert not applied and "torch" not in sys.modules  # the block itself imports nothing
+    def save():  # a connector importing torch in a method body, inside the block
+        import torch
+        return torch.cuda.Event(enable_timing=True)
+    event = save()
+    assert isinstance(event, CpuEvent) and event.query()
+import torch
+assert torch.cuda.Event is not CpuEvent  # the real class is back after the block
+try:
+    torch.cuda.Event()
+except RuntimeError:
+    print("restored")
+"""
+
+
+def test_a_child_that_never_imports_torch_does_not_pay_for_it_and_one_that_does_gets_the_standins() -> None:
+    """A replay or exploration child runs every class inside ``cuda_standins``; most classes never import torch,
+    whose import was 1.4 s of a child's 2 s. The stand-ins go in when torch is imported, wherever that happens."""
+    done = subprocess.run([sys.executable, "-c", _LAZY], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "restored", done.stderr
 
 
 def test_a_class_recording_cuda_events_around_its_dumps_is_replayed_and_its_hazard_confirmed(tmp_path: Path) -> None:
