@@ -173,3 +173,78 @@ def test_the_table_saving_class_is_no_longer_judged_safe(tmp_path: Path) -> None
     path.write_text(source)
     judgement = judge_cases([path], {"Proto": ["single"]}).connectors["Proto"]
     assert [j.verdict for j in judgement.judgements] == [UNKNOWN], judgement.judgements
+
+
+#: A batch object the save makes for itself each step: ``add`` collects, ``flush`` submits every dump.
+DUMP_BATCH = """
+class DumpBatch:
+    def __init__(self, store):
+        self._store = store
+        self._items = []
+    def add(self, blocks):
+        self._items.append(blocks)
+    def flush(self):
+        return [self._store.dump(blocks) for blocks in self._items]
+"""
+
+#: PR #989's save with its dumps submitted through a local batch: the PR's tracking, no fence.
+THROUGH_LOCAL_BATCH = """
+def wait_for_save(self):
+    meta = self._get_connector_metadata()
+    self._async_dump_req_ids.update(meta.saving)
+    batch = DumpBatch(self.store)
+    batch.add(meta.blocks)
+    for task in batch.flush():
+        self._pending.append(task)
+        for req_id in meta.saving:
+            self._by_req.setdefault(req_id, []).append(task)
+"""
+
+
+def test_a_local_helper_the_method_makes_is_read_by_what_its_methods_do() -> None:
+    label = _labels(THROUGH_LOCAL_BATCH, prelude=DUMP_BATCH)["Proto.wait_for_save"]
+    assert label.label == UNKNOWN, label
+    assert "calls .flush() on a local DumpBatch, and DumpBatch.flush does a store submit" in label.reasons[0], label
+    # locals of classes that were not analysed (a lock, a list) keep their names' reading: the PR's own save
+    assert _labels("")["Proto.wait_for_save"].label == "poll_track_submit"
+
+
+@pytest.mark.parametrize("function, does", [
+    ("def submit_all(store, blocks):\n    return [store.dump(b) for b in blocks]\n", "a store submit"),
+    ("def submit_all(store, blocks):\n    return _each(store, blocks)\n"  # through another module function
+     "def _each(store, blocks):\n    return [store.dump(b) for b in blocks]\n", "a store submit"),
+])
+def test_a_module_function_that_submits_is_not_read_as_no_store_work(function: str, does: str) -> None:
+    hooks = THROUGH_LOCAL_BATCH.replace("    batch = DumpBatch(self.store)\n    batch.add(meta.blocks)\n", "") \
+        .replace("batch.flush()", "submit_all(self.store, [meta.blocks])")
+    label = _labels(hooks, prelude=function)["Proto.wait_for_save"]
+    assert label.label == UNKNOWN, label
+    assert f"calls submit_all(), a function of its module that does {does}" in label.reasons[0], label
+
+
+def test_a_module_function_named_wait_that_only_polls_is_no_wait() -> None:
+    """``blind_shadowed_builtins.py``'s ``CheckedHandoffConnector``: a module-level ``wait`` that only checks."""
+    prelude = "def wait(store, task):\n    return store.check(task)\n"
+    hooks = """
+    def _settle(self, req_ids):
+        for req_id in req_ids:
+            for task in self._by_req.pop(req_id, []):
+                wait(self.store, task)
+    """
+    label = _labels(hooks, prelude=prelude)["Proto.handle_preemptions"]
+    assert label.label == UNKNOWN and "calls wait(), a function of its module that does a store check" \
+        in label.reasons[0], label
+    faithful = _labels(hooks, prelude="def wait(store, task):\n    return store.wait(task)\n")
+    assert faithful["Proto.handle_preemptions"].label == "wait_preempted"
+
+
+def test_the_local_batch_class_is_no_longer_judged_safe_on_the_sliding_window_model(tmp_path: Path) -> None:
+    """With TLC: PR #989's protocol without a fence is unsafe on a model whose every layer is sliding-window; saving
+    through a local ``DumpBatch`` hid its dumps, and that case passed (a wrong safe). Now it is not decided by
+    reading."""
+    source = HEADER + DUMP_BATCH + textwrap.dedent(PROTOCOL.format(
+        hooks=textwrap.indent(textwrap.dedent(THROUGH_LOCAL_BATCH), "    ")))
+    path = tmp_path / "local_batch.py"
+    path.write_text(source)
+    judgement = judge_cases([path], {"Proto": ["hybrid"]}).connectors["Proto"]
+    assert [j.verdict for j in judgement.judgements] == [UNKNOWN], judgement.judgements

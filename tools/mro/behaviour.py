@@ -404,6 +404,18 @@ class EffectReader:
         other name as no store work, so a ``SlotTable.set`` that submits a dump, a ``StoreIO.wait`` that only
         polls or a ``commit`` that dumps and waits (nineteenth blind round) would be judged as what it is not."""
         found: list[str] = []
+        for helper, name, line in facts.other_calls:
+            # a local the body made (``batch = DumpBatch(store)``, whose ``flush`` submits the dumps)
+            if helper not in self.helpers.helper_classes():
+                continue  # a class that was not analysed (a lock, a list): read by the call's name, as before
+            target = self.hierarchy.lookup(helper, name)
+            if target is None or self.hierarchy.classes[target].external or (target, name) in stack:
+                continue
+            why = self._helper_call_misread(helper, target, name, stack)
+            if why is not None:
+                found.append(f"{owner}.{method} (line {line}) calls .{name}() on a local {helper}, and {why}: the "
+                             f"reader reads that call by its name ({', '.join(sorted(_store_acts_named(name))) or 'no store work'}), "
+                             "not by what it does")
         for attr, path, line in facts.attr_calls:
             if "." in path:
                 continue  # self.<attr>.<field>.<m>(): followed for transfers by the helper objects, not here
@@ -416,21 +428,26 @@ class EffectReader:
                 target = self.hierarchy.lookup(helper, path)
                 if target is None or self.hierarchy.classes[target].external or (target, path) in stack:
                     continue
-                done = self._effect(helper, target, path, True, stack)
-                expected = _store_acts_named(path)
-                actual = _store_acts(done)
-                if done.reasons:
-                    why = done.reasons[0]
-                elif actual != expected:
-                    does = ", ".join(sorted(actual)) or "no store work"
-                    why = f"{target}.{path} does {does}"
-                else:
+                why = self._helper_call_misread(helper, target, path, stack)
+                if why is None:
                     continue
                 on = f"on what may be a {helper} (self.{attr} is not built by name)" if unresolved else f"on a {helper}"
                 found.append(f"{owner}.{method} (line {line}) calls self.{attr}.{path}() {on}, and {why}: "
-                             f"the reader reads that call by its name ({', '.join(sorted(expected)) or 'no store work'})"
+                             f"the reader reads that call by its name ({', '.join(sorted(_store_acts_named(path))) or 'no store work'})"
                              ", not by what it does")
         return found
+
+    def _helper_call_misread(self, helper: str, target: str, name: str,
+                             stack: tuple[tuple[str, str], ...]) -> str | None:
+        """What ``<helper instance>.<name>()`` (defined by ``target``) does that the name does not say; None when it
+        does just what the reader takes the name to mean."""
+        done = self._effect(helper, target, name, True, stack)
+        if done.reasons:
+            return done.reasons[0]
+        actual = _store_acts(done)
+        if actual == _store_acts_named(name):
+            return None
+        return f"{target}.{name} does {', '.join(sorted(actual)) or 'no store work'}"
 
     def label(self, cls: str, owner: str, method: str) -> DefinitionLabel:
         """The spec label of ``owner``'s definition of ``method``, judged for an instance of ``cls``."""

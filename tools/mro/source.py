@@ -11,7 +11,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Literal, Sequence
+from typing import Iterable, Iterator, Literal, Mapping, Sequence
 
 from deferdump.tools.mro.errors import DuplicateClassError, SourceParseError
 
@@ -117,6 +117,9 @@ class MethodFacts:
     generator: bool = False  # the body yields: calling it runs nothing until the result is iterated
     self_call_uses: tuple[tuple[str, str], ...] = ()  # (helper, "dropped"/"consumed"/"held") per self.<m>() call
     attr_calls: tuple[tuple[str, str, int], ...] = ()  # self.<attr>[.<x>].<m>(...) as (attr, "x.m", line)
+    # ``x.<m>(...)`` on a local the body binds to ``C(...)`` (``batch = DumpBatch(store)``) as (C, m, line)
+    other_calls: tuple[tuple[str, str, int], ...] = ()
+    plain_calls: frozenset[str] = frozenset()  # ``f(...)`` by a bare name (a builtin, an import, a module function)
     attr_values: tuple[tuple[str, str], ...] = ()  # self.<attr> = v as (attr, value_kind(v)); None values left out
     counted_waits: tuple[tuple[str, str], ...] = ()  # (why, "wait" or the self helper) run only when a count allows
     # (why, "wait" or the self helper) in a place that may stop before every entry is waited (a loop's early
@@ -438,6 +441,9 @@ class _MethodReader:
         self.async_hints: list[str] = []
         self.attr_ops: dict[str, set[str]] = {}  # every self attribute -> tracking-style ops on it
         self.self_call_uses: list[tuple[str, str]] = []
+        self.other_calls: list[tuple[str, str, int]] = []
+        self.plain_calls: set[str] = set()
+        self.local_classes = _local_instances(func)
         self.attr_calls: list[tuple[str, str, int]] = []
 
     def read(self) -> MethodFacts:
@@ -503,6 +509,8 @@ class _MethodReader:
             generator=any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _own_nodes(self.func)),
             self_call_uses=tuple(dict.fromkeys(self.self_call_uses)),
             attr_calls=tuple(dict.fromkeys(self.attr_calls)),
+            other_calls=tuple(dict.fromkeys(self.other_calls)),
+            plain_calls=frozenset(self.plain_calls),
             attr_values=_attr_values(self.func),
             attr_transfers=_attr_transfers(self.func),
             counted_waits=self._counted_waits(),
@@ -859,6 +867,7 @@ class _MethodReader:
             return
         if isinstance(func, ast.Name):
             self.calls.add(func.id)  # a plain function: ``save_file(...)`` imported by name
+            self.plain_calls.add(func.id)
             return
         if not isinstance(func, ast.Attribute):
             return
@@ -868,6 +877,9 @@ class _MethodReader:
         held = self._held_attr(target)
         if held is not None:
             self.attr_calls.append((held[0], ".".join((*held[1:], func.attr)), call.lineno))
+        elif isinstance(target, ast.Name) and target.id in self.local_classes:
+            for cls in self.local_classes[target.id]:
+                self.other_calls.append((cls, func.attr, call.lineno))
         if isinstance(target, ast.Call) and isinstance(target.func, ast.Name) and target.func.id == "super":
             self._read_super(call, func.attr, target)
         elif _is_self(target):
@@ -2063,8 +2075,87 @@ def read_source(
     value_equal = frozenset(node.name for node in _module_classes(tree.body) if _value_equal(node))
     for node in _module_classes(tree.body):
         classes[node.name] = _read_class(node, file, tracking_attr, registries, transparent, functions, value_equal)
+    misread = _misread_functions(functions)
+    if misread:
+        for name, facts in list(classes.items()):
+            methods = {m: _with_misread_calls(method, misread) for m, method in facts.methods.items()}
+            classes[name] = dataclasses.replace(facts, methods=methods)
     log.debug("%s: %d classes", file, len(classes))
     return classes
+
+
+def _local_instances(func: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, set[str]]:
+    """Locals the body binds to an instance of a class called by name (``batch = DumpBatch(store)``, ``with
+    Scope(store) as scope``), each with every such class: a call on them is a call into that class."""
+    found: dict[str, set[str]] = {}
+    for node in _own_nodes(func):
+        pairs: list[tuple[ast.expr, ast.expr]] = []
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            pairs.append((node.targets[0], node.value))
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            pairs.append((node.target, node.value))
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            pairs += [(item.optional_vars, item.context_expr) for item in node.items if item.optional_vars is not None]
+        for target, value in pairs:
+            if isinstance(target, ast.Name) and isinstance(value, ast.Call):
+                dotted = _dotted(value.func)
+                if dotted is not None and _simple(dotted)[:1].isupper():
+                    found.setdefault(target.id, set()).add(_simple(dotted))
+    return found
+
+
+def _named_store_acts(name: str) -> frozenset[str]:
+    """What the reader takes a call named ``name`` to do to store tasks, whatever it calls."""
+    acts = {"a store submit"} if name in STORE_SUBMITS else set()
+    acts |= {"a store wait"} if name in STORE_WAITS else set()
+    acts |= {"a store check"} if name == "check" else set()
+    return frozenset(acts)
+
+
+def _misread_functions(functions: Mapping[str, ast.FunctionDef]) -> dict[str, str]:
+    """Module-level functions whose store work differs from what their names say (``submit_all`` that dumps, a
+    ``wait`` that only polls), with what they do: the reader reads a plain call ``f(...)`` by its name alone. A
+    function's work includes that of the module's functions it calls, and work handed to a thread or pool."""
+    direct: dict[str, set[str]] = {}
+    called: dict[str, set[str]] = {}
+    for name, func in functions.items():
+        acts: set[str] = set()
+        callees: set[str] = set()
+        for node in _own_nodes(func):
+            if not isinstance(node, ast.Call):
+                continue
+            callee = node.func.id if isinstance(node.func, ast.Name) else \
+                node.func.attr if isinstance(node.func, ast.Attribute) else None
+            if callee is None:
+                continue
+            acts |= _named_store_acts(callee)
+            if callee in ASYNC_CALLS:
+                acts.add("a hand-off to another thread or pool")
+            if isinstance(node.func, ast.Name) and callee in functions and callee != name:
+                callees.add(callee)
+        direct[name], called[name] = acts, callees
+    found: dict[str, str] = {}
+    for name in functions:
+        acts, seen, pending = set(direct[name]), {name}, list(called[name])
+        while pending:
+            callee = pending.pop()
+            if callee not in seen:
+                seen.add(callee)
+                acts |= direct[callee]
+                pending.extend(called[callee])
+        if frozenset(acts) != _named_store_acts(name):
+            found[name] = ", ".join(sorted(acts)) or "no store work"
+    return found
+
+
+def _with_misread_calls(method: MethodFacts, misread: Mapping[str, str]) -> MethodFacts:
+    """``method`` with a reason for each plain call to a module function whose work its name does not say."""
+    names = sorted(n for n in method.plain_calls if n in misread)
+    if not names:
+        return method
+    reasons = tuple(f"calls {n}(), a function of its module that does {misread[n]}, which the reader would read by "
+                    f"its name ({', '.join(sorted(_named_store_acts(n))) or 'no store work'})" for n in names)
+    return dataclasses.replace(method, opaque=(*method.opaque, *reasons))
 
 
 #: Where a tracking set is written (the save path) and where it is consulted (the free decision, the report).
