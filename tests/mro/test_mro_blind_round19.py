@@ -248,3 +248,23 @@ def test_the_local_batch_class_is_no_longer_judged_safe_on_the_sliding_window_mo
     path.write_text(source)
     judgement = judge_cases([path], {"Proto": ["hybrid"]}).connectors["Proto"]
     assert [j.verdict for j in judgement.judgements] == [UNKNOWN], judgement.judgements
+
+
+def test_a_wrapper_reached_through_a_field_of_a_helper_is_read_by_what_it_does() -> None:
+    """``self.engine.io.wait(task)``: the engine's ``io`` is a ``StoreIO`` whose ``wait`` only polls."""
+    prelude = FAITHFUL_WRAPPER.replace("return self._store.wait(task)", "return self._store.check(task)") + """
+class Engine:
+    def __init__(self, store):
+        self.io = StoreIO(store)
+"""
+    hooks = """
+    def register_kv_caches(self, kv_caches):
+        self.engine = Engine(self.store)
+    def _settle(self, req_ids):
+        for req_id in req_ids:
+            for task in self._by_req.pop(req_id, []):
+                self.engine.io.wait(task)
+    """
+    label = _labels(hooks, prelude=prelude)["Proto.handle_preemptions"]
+    assert label.label == UNKNOWN and "calls self.engine.io.wait() on a StoreIO, and StoreIO.wait does a store " \
+        "check" in label.reasons[0], label

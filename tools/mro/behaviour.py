@@ -416,11 +416,12 @@ class EffectReader:
                 found.append(f"{owner}.{method} (line {line}) calls .{name}() on a local {helper}, and {why}: the "
                              f"reader reads that call by its name ({', '.join(sorted(_store_acts_named(name))) or 'no store work'}), "
                              "not by what it does")
-        for attr, path, line in facts.attr_calls:
-            if "." in path:
-                continue  # self.<attr>.<field>.<m>(): followed for transfers by the helper objects, not here
+        for attr, dotted, line in facts.attr_calls:
+            *fields, path = dotted.split(".")
             helpers = self.helpers.analysed_helpers(cls, attr)
-            unresolved = not helpers and self.helpers.may_hold_anything(cls, attr)
+            unresolved = not helpers and not fields and self.helpers.may_hold_anything(cls, attr)
+            for name in fields:  # self.<attr>.<field>.<m>(): what the helper holds in <field>
+                helpers = sorted({h for c in helpers for h in self.helpers.analysed_helpers(c, name)})
             if unresolved:
                 # a factory's result, a registry entry, a parameter: it may be any class the files define
                 helpers = [c for c in self.helpers.helper_classes() if self.hierarchy.lookup(c, path) is not None]
@@ -432,7 +433,7 @@ class EffectReader:
                 if why is None:
                     continue
                 on = f"on what may be a {helper} (self.{attr} is not built by name)" if unresolved else f"on a {helper}"
-                found.append(f"{owner}.{method} (line {line}) calls self.{attr}.{path}() {on}, and {why}: "
+                found.append(f"{owner}.{method} (line {line}) calls self.{attr}.{dotted}() {on}, and {why}: "
                              f"the reader reads that call by its name ({', '.join(sorted(_store_acts_named(path))) or 'no store work'})"
                              ", not by what it does")
         return found
