@@ -19,7 +19,8 @@ from support.corpus import CORPUS, INDEX, SAMPLE
 SCHEDULES = 30
 # truth-unsafe cases found with 30 schedules each, on 2026-12-05 with the MultiConnector case and the twelfth blind
 # round: 391 of 704 over the whole corpus (1,532 cases, 9 min 41 s here, 2 at a time); of them 40 of 104 in the
-# sample's 184 cases (26 s), 350 of 600 in the rest's 1,348 (7 min 54 s)
+# sample's 184 cases, 350 of 600 in the rest's 1,348 (7 min 54 s). On 2026-12-06 the sample (28 files) has 272 cases:
+# 64 of 131 found, 57 s here, quiet, once the children stopped importing torch up front (347 s before)
 FOUND_FLOOR = {"sample": 36, "rest": 322}
 
 _HMA_PROBE = """
