@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from deferdump.tools.mro.helpers import DATA_METHODS, HelperObjects
 from deferdump.tools.mro.hierarchy import Hierarchy
-from deferdump.tools.mro.source import CONNECTOR_METHODS, Forward, MethodFacts, TaskFlow
+from deferdump.tools.mro.source import CONNECTOR_METHODS, Forward, MethodFacts, TaskFlow, named_store_acts
 
 #: The connector methods the protocol model dispatches (``Connectors!Methods``).
 SPEC_METHODS: tuple[str, ...] = (
@@ -840,17 +840,9 @@ class EffectReader:
 
 
 def _store_acts_named(name: str) -> frozenset[str]:
-    """What the reader takes a call named ``name`` to do to store tasks, whatever it is called on."""
-    acts = set()
-    if name in SUBMIT_CALLS:
-        acts.add("a store submit")
-    if name in WAIT_CALLS:
-        acts.add("a store wait")
-    if name in CHECK_CALLS:
-        acts.add("a store check")
-    if name in SYNC_SAVE_CALLS:
-        acts.add("a synchronous write")
-    return frozenset(acts)
+    """What the reader takes a call named ``name`` to do to store tasks (:func:`named_store_acts`), a
+    synchronous write (``save_file``) included, whatever it is called on."""
+    return named_store_acts(name) | ({"a synchronous write"} if name in SYNC_SAVE_CALLS else frozenset())
 
 
 def _store_acts(effect: Effect) -> frozenset[str]:

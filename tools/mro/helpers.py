@@ -60,6 +60,7 @@ class HelperObjects:
         self.hierarchy = hierarchy
         self._kinds: dict[str, dict[str, set[str]]] = {}
         self._active: dict[str, str | None] = {}
+        self._helper_classes: list[str] | None = None
 
     def unfollowed(self, cls: str, attr: str, path: str, inner: str | None = None) -> str | None:
         """Why ``self.<attr>.<path>(...)`` on an instance of ``cls`` may start a transfer the reader does not
@@ -123,8 +124,11 @@ class HelperObjects:
         return any(kind.startswith("opaque:") for kind in kinds)
 
     def helper_classes(self) -> list[str]:
-        """Every class of the analysed files that is neither a connector nor external (a helper's candidates)."""
-        return self._analysed_kinds({f"class:{name}" for name in self.hierarchy.classes})
+        """Every class of the analysed files that is neither a connector nor external (a helper's candidates);
+        computed once, as the hierarchy does not change."""
+        if self._helper_classes is None:
+            self._helper_classes = self._analysed_kinds({f"class:{name}" for name in self.hierarchy.classes})
+        return self._helper_classes
 
     def _analysed_kinds(self, kinds: set[str]) -> list[str]:
         found = []

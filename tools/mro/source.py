@@ -2104,7 +2104,7 @@ def _local_instances(func: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, 
     return found
 
 
-def _named_store_acts(name: str) -> frozenset[str]:
+def named_store_acts(name: str) -> frozenset[str]:
     """What the reader takes a call named ``name`` to do to store tasks, whatever it calls."""
     acts = {"a store submit"} if name in STORE_SUBMITS else set()
     acts |= {"a store wait"} if name in STORE_WAITS else set()
@@ -2128,7 +2128,7 @@ def _misread_functions(functions: Mapping[str, ast.FunctionDef]) -> dict[str, st
                 node.func.attr if isinstance(node.func, ast.Attribute) else None
             if callee is None:
                 continue
-            acts |= _named_store_acts(callee)
+            acts |= named_store_acts(callee)
             if callee in ASYNC_CALLS:
                 acts.add("a hand-off to another thread or pool")
             if isinstance(node.func, ast.Name) and callee in functions and callee != name:
@@ -2143,7 +2143,7 @@ def _misread_functions(functions: Mapping[str, ast.FunctionDef]) -> dict[str, st
                 seen.add(callee)
                 acts |= direct[callee]
                 pending.extend(called[callee])
-        if frozenset(acts) != _named_store_acts(name):
+        if frozenset(acts) != named_store_acts(name):
             found[name] = ", ".join(sorted(acts)) or "no store work"
     return found
 
@@ -2154,7 +2154,7 @@ def _with_misread_calls(method: MethodFacts, misread: Mapping[str, str]) -> Meth
     if not names:
         return method
     reasons = tuple(f"calls {n}(), a function of its module that does {misread[n]}, which the reader would read by "
-                    f"its name ({', '.join(sorted(_named_store_acts(n))) or 'no store work'})" for n in names)
+                    f"its name ({', '.join(sorted(named_store_acts(n))) or 'no store work'})" for n in names)
     return dataclasses.replace(method, opaque=(*method.opaque, *reasons))
 
 
