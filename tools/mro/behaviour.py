@@ -14,7 +14,14 @@ from dataclasses import dataclass, replace
 
 from deferdump.tools.mro.helpers import DATA_METHODS, HelperObjects
 from deferdump.tools.mro.hierarchy import Hierarchy
-from deferdump.tools.mro.source import CONNECTOR_METHODS, Forward, MethodFacts, TaskFlow, named_store_acts
+from deferdump.tools.mro.source import (
+    CONNECTOR_METHODS,
+    HIDDEN_SUBMIT,
+    Forward,
+    MethodFacts,
+    TaskFlow,
+    named_store_acts,
+)
 
 #: The connector methods the protocol model dispatches (``Connectors!Methods``).
 SPEC_METHODS: tuple[str, ...] = (
@@ -232,6 +239,21 @@ class EffectReader:
             why = self.helpers.unfollowed(cls, attr, path, inner)
             if why is not None:
                 return f"{where}: self.{attr}.{path}(), and {why}"
+        return self._started_through_others(cls, owner, method)
+
+    def _started_through_others(self, cls: str, owner: str, method: str) -> str | None:
+        """A transfer started through an object that is not a ``self`` attribute: a local built by name
+        (``batch = DumpBatch(store); batch.flush()``) or a receiver whose class is not read (a container's element,
+        a loop variable, a parameter), which may be any helper class of the analysed files that has the method."""
+        for facts in self._reached(cls, owner, method):
+            where = f"{facts.name} line"
+            calls = [(helper, name, line, f"a local {helper}") for helper, name, line in facts.other_calls]
+            calls += [(helper, name, line, f"{receiver}, which may be a {helper}")
+                      for receiver, name, line in facts.loose_calls for helper in self.helpers.helper_classes()]
+            for helper, name, line, on in calls:
+                why = self.helpers.method_starts(helper, name, ())
+                if why is not None:
+                    return f"{where} {line}: .{name}() on {on}, and {why}"
         return None
 
     def _helper_does(self, cls: str, helper: str, calls: frozenset[str]) -> bool:
@@ -358,6 +380,7 @@ class EffectReader:
                 continue
             delegated.append(self._effect(cls, target, delegation.method, True, inner))
         reasons += self._misread_helper_calls(cls, owner, method, facts, inner)
+        reasons += self._helper_iterations(cls, owner, method, facts)
         everything = callees + delegated
         only_delegates = len(delegated) == 1 and not callees and facts.body == "code" and not facts.tracking_ops
         constant = facts.constant_return
@@ -416,6 +439,18 @@ class EffectReader:
                 found.append(f"{owner}.{method} (line {line}) calls .{name}() on a local {helper}, and {why}: the "
                              f"reader reads that call by its name ({', '.join(sorted(_store_acts_named(name))) or 'no store work'}), "
                              "not by what it does")
+        for receiver, name, line in facts.loose_calls:
+            # a container's element, a loop variable, a parameter, a call's result: any helper class may be it
+            for helper in self.helpers.helper_classes():
+                target = self.hierarchy.lookup(helper, name)
+                if target is None or self.hierarchy.classes[target].external or (target, name) in stack:
+                    continue
+                why = self._helper_call_misread(helper, target, name, stack)
+                if why is not None:
+                    found.append(f"{owner}.{method} (line {line}) calls {receiver}.{name}(), whose class is not read "
+                                 f"and may be a {helper}, and {why}: the reader reads that call by its name "
+                                 f"({', '.join(sorted(_store_acts_named(name))) or 'no store work'}), not by what it does")
+                    break
         for attr, dotted, line in facts.attr_calls:
             *fields, path = dotted.split(".")
             helpers = self.helpers.analysed_helpers(cls, attr)
@@ -438,6 +473,48 @@ class EffectReader:
                              ", not by what it does")
         return found
 
+    def _helper_iterations(self, cls: str, owner: str, method: str, facts: MethodFacts) -> list[str]:
+        """Loops whose body waits, polls or submits over an object that may be a helper class of the analysed files
+        with its own ``__iter__`` (twentieth blind round: ``for rid, task in Retired(store, table, ids): wait(task)``,
+        where ``Retired.__iter__`` yields only the tasks a poll found done, was read as a wait of every preempted
+        request's task): which tasks the loop sees is that ``__iter__``'s choice, which the reader does not follow."""
+        found: list[str] = []
+        for kind, what, line in facts.iterations:
+            if kind == "class":
+                candidates = [what] if what in self.helpers.helper_classes() else []
+            elif kind == "attr":
+                candidates = self.helpers.analysed_helpers(cls, what)
+                if not candidates and self.helpers.may_hold_anything(cls, what):
+                    candidates = self.helpers.helper_classes()
+            elif kind == "attr_item":
+                # an entry of a self container: a helper only if one is put there, so only classes the connector
+                # itself builds by name (a container of plain data holds no Retired nobody constructs); one whose
+                # class is not read (a factory's) may hold anything
+                candidates = self.helpers.analysed_helpers(cls, what)
+                if not candidates:
+                    candidates = self.helpers.helper_classes() if self.helpers.may_hold_anything(cls, what) \
+                        else self._built_helpers(cls)
+                what = f"an entry of self.{what}"
+            elif kind == "self_call":
+                called = self.hierarchy.lookup(cls, what)
+                if called is not None and not self.hierarchy.classes[called].external \
+                        and self.hierarchy.method(called, what).generator:
+                    continue  # a generator of the class: iterated as the generator rule reads it
+                candidates = self.helpers.helper_classes()
+                what = f"self.{what}()"
+            else:
+                candidates = self.helpers.helper_classes()
+            for helper in candidates:
+                target = self.hierarchy.lookup(helper, "__iter__") or self.hierarchy.lookup(helper, "__next__")
+                if target is None or self.hierarchy.classes[target].external:
+                    continue
+                on = f"a {helper}" if kind == "class" else \
+                    f"self.{what}, which may hold a {helper}" if kind == "attr" else f"{what}, which may be a {helper}"
+                found.append(f"{owner}.{method} (line {line}) loops over {on}, whose own iteration ({target}) decides "
+                             "which entries the loop's waits and submits see: the reader does not follow what it yields")
+                break
+        return found
+
     def _helper_call_misread(self, helper: str, target: str, name: str,
                              stack: tuple[tuple[str, str], ...]) -> str | None:
         """What ``<helper instance>.<name>()`` (defined by ``target``) does that the name does not say; None when it
@@ -446,12 +523,17 @@ class EffectReader:
         if done.reasons:
             return done.reasons[0]
         actual = _store_acts(done)
-        if actual == _store_acts_named(name):
+        named = _store_acts_named(name)
+        if actual == named:
             return None
-        return f"{target}.{name} does {', '.join(sorted(actual)) or 'no store work'}"
+        hidden = f" ({HIDDEN_SUBMIT})" if "a store submit" in actual - named else ""
+        return f"{target}.{name} does {', '.join(sorted(actual)) or 'no store work'}{hidden}"
 
     def label(self, cls: str, owner: str, method: str) -> DefinitionLabel:
         """The spec label of ``owner``'s definition of ``method``, judged for an instance of ``cls``."""
+        shadow = self._instance_shadow(cls, method)
+        if shadow is not None:
+            return DefinitionLabel(owner, method, UNKNOWN, (shadow,))
         owner_facts = self.hierarchy.classes[owner]
         if owner_facts.external:
             if owner_facts.opaque:
@@ -545,6 +627,29 @@ class EffectReader:
         if replacing and label != UNKNOWN:
             return replace(self._replacing(owner, method, label, replacing), reasons=reasons, hybrid_reasons=hybrid)
         return DefinitionLabel(owner, method, label, reasons, hybrid_reasons=hybrid)
+
+    def _built_helpers(self, cls: str) -> list[str]:
+        """The helper classes of the analysed files that ``cls``'s own code (its analysed MRO) builds by name."""
+        built: set[str] = set()
+        for owner in self.hierarchy.mro[cls]:
+            facts = self.hierarchy.classes[owner]
+            if not facts.external:
+                built |= {n for m in facts.methods.values() for n in m.plain_calls}
+        return [c for c in self.helpers.helper_classes() if c in built]
+
+    def _instance_shadow(self, cls: str, method: str) -> str | None:
+        """Where an instance of ``cls`` may hold ``method`` itself (``self.handle_preemptions = PreemptionFence(...)``
+        in ``__init__``, twentieth blind round): Python finds a function on the class only when the instance's own
+        ``__dict__`` has no entry of that name, so what vLLM calls is the assigned object, whose code is not read."""
+        for owner in self.hierarchy.mro[cls]:
+            facts = self.hierarchy.classes[owner]
+            if facts.external:
+                continue
+            for name, defined in sorted(facts.methods.items()):
+                if any(attr == method for attr, _ in defined.attr_values) or method in defined.attr_stores:
+                    return (f"{owner}.{name} assigns self.{method}: the object it puts on the instance, not the class's "
+                            f"{method}, is what vLLM calls, and which it is the reader does not follow")
+        return None
 
     def _reached(self, cls: str, owner: str, method: str) -> Iterator[MethodFacts]:
         """The facts of ``owner``'s ``method`` and of every analysed ``self`` helper it reaches, each once."""

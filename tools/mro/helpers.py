@@ -96,7 +96,7 @@ class HelperObjects:
                 if rest:  # self.<attr>.<field>.<m>(): what the helper holds in <field>
                     why = self._unfollowed(what, head, rest, seen)
                 elif passive:  # a query-like name (``set``, ``join``, ``get``): what that very method does
-                    why = self._method_starts(what, last, seen)
+                    why = self.method_starts(what, last, seen)
                 else:
                     why = self._starts(what, seen)
                 if why is not None:
@@ -139,7 +139,7 @@ class HelperObjects:
                 found.append(what)
         return found
 
-    def _method_starts(self, helper: str, name: str, seen: tuple[tuple[str, str], ...]) -> str | None:
+    def method_starts(self, helper: str, name: str, seen: tuple[tuple[str, str], ...]) -> str | None:
         """Why ``<helper instance>.<name>()`` may start a transfer: that method, and the ``self`` methods it calls,
         of the analysed class ``helper`` (SlotTable of the nineteenth blind round: a ``set`` that submits a dump).
         None when none of them can, or when ``name`` comes from a base that was not analysed (``dict.get``)."""

@@ -37,7 +37,7 @@ from deferdump.tools.mro.behaviour import (
 )
 from deferdump.tools.mro.errors import JudgeError, ModelTimeout, MroError
 from deferdump.tools.mro.hierarchy import Hierarchy, build_hierarchy
-from deferdump.tools.mro.source import read_files
+from deferdump.tools.mro.source import HIDDEN_SUBMIT, read_files
 from deferdump.tools.mro.tla import (
     ASSIGNED_CONSTANTS,
     PROTOCOL_MODULE,
@@ -531,6 +531,9 @@ class Judge:
 
             if beyond:
                 return passed("unknown", beyond)
+            hidden = tuple(dict.fromkeys(r for l in labels for r in l.reasons if HIDDEN_SUBMIT in r))
+            if hidden:  # the worst label's dumps are the model's, kept where its waits look; the class's are not
+                return passed("unknown", hidden)
             outside = self._transfers_outside_the_model(cls, context.inner)
             if outside:  # more transfers can only add hazards: an unsafe verdict stands, a safe one cannot
                 return passed("unknown", outside)
