@@ -428,28 +428,19 @@ class EffectReader:
         polls or a ``commit`` that dumps and waits (nineteenth blind round) would be judged as what it is not."""
         found: list[str] = []
         for helper, name, line in facts.other_calls:
-            # a local the body made (``batch = DumpBatch(store)``, whose ``flush`` submits the dumps)
-            if helper not in self.helpers.helper_classes():
-                continue  # a class that was not analysed (a lock, a list): read by the call's name, as before
-            target = self.hierarchy.lookup(helper, name)
-            if target is None or self.hierarchy.classes[target].external or (target, name) in stack:
-                continue
-            why = self._helper_call_misread(helper, target, name, stack)
+            # a local the body made (``batch = DumpBatch(store)``, whose ``flush`` submits the dumps); a class that
+            # was not analysed (a lock, a list) is read by the call's name, as before
+            why = self._misread_on(helper, name, stack) if helper in self.helpers.helper_classes() else None
             if why is not None:
-                found.append(f"{owner}.{method} (line {line}) calls .{name}() on a local {helper}, and {why}: the "
-                             f"reader reads that call by its name ({', '.join(sorted(_store_acts_named(name))) or 'no store work'}), "
-                             "not by what it does")
+                found.append(f"{owner}.{method} (line {line}) calls .{name}() on a local {helper}, and {why}: "
+                             f"{_read_by_name(name)}")
         for receiver, name, line in facts.loose_calls:
             # a container's element, a loop variable, a parameter, a call's result: any helper class may be it
             for helper in self.helpers.helper_classes():
-                target = self.hierarchy.lookup(helper, name)
-                if target is None or self.hierarchy.classes[target].external or (target, name) in stack:
-                    continue
-                why = self._helper_call_misread(helper, target, name, stack)
+                why = self._misread_on(helper, name, stack)
                 if why is not None:
                     found.append(f"{owner}.{method} (line {line}) calls {receiver}.{name}(), whose class is not read "
-                                 f"and may be a {helper}, and {why}: the reader reads that call by its name "
-                                 f"({', '.join(sorted(_store_acts_named(name))) or 'no store work'}), not by what it does")
+                                 f"and may be a {helper}, and {why}: {_read_by_name(name)}")
                     break
         for attr, dotted, line in facts.attr_calls:
             *fields, path = dotted.split(".")
@@ -461,16 +452,12 @@ class EffectReader:
                 # a factory's result, a registry entry, a parameter: it may be any class the files define
                 helpers = [c for c in self.helpers.helper_classes() if self.hierarchy.lookup(c, path) is not None]
             for helper in helpers:
-                target = self.hierarchy.lookup(helper, path)
-                if target is None or self.hierarchy.classes[target].external or (target, path) in stack:
-                    continue
-                why = self._helper_call_misread(helper, target, path, stack)
+                why = self._misread_on(helper, path, stack)
                 if why is None:
                     continue
                 on = f"on what may be a {helper} (self.{attr} is not built by name)" if unresolved else f"on a {helper}"
                 found.append(f"{owner}.{method} (line {line}) calls self.{attr}.{dotted}() {on}, and {why}: "
-                             f"the reader reads that call by its name ({', '.join(sorted(_store_acts_named(path))) or 'no store work'})"
-                             ", not by what it does")
+                             f"{_read_by_name(path)}")
         return found
 
     def _helper_iterations(self, cls: str, owner: str, method: str, facts: MethodFacts) -> list[str]:
@@ -514,6 +501,15 @@ class EffectReader:
                              "which entries the loop's waits and submits see: the reader does not follow what it yields")
                 break
         return found
+
+    def _misread_on(self, helper: str, name: str, stack: tuple[tuple[str, str], ...]) -> str | None:
+        """What ``<helper instance>.<name>()`` does that its name does not say; None when ``helper`` has no analysed
+        ``name`` (a builtin's, a base's that was not read), when the call is one already being read, or when it
+        does what the name says."""
+        target = self.hierarchy.lookup(helper, name)
+        if target is None or self.hierarchy.classes[target].external or (target, name) in stack:
+            return None
+        return self._helper_call_misread(helper, target, name, stack)
 
     def _helper_call_misread(self, helper: str, target: str, name: str,
                              stack: tuple[tuple[str, str], ...]) -> str | None:
@@ -942,6 +938,12 @@ class EffectReader:
         if target == method:
             return DefinitionLabel(owner, method, "forward")
         return DefinitionLabel(owner, method, CROSS_FORWARD_LABELS[(method, target)])
+
+
+def _read_by_name(name: str) -> str:
+    """The end of a misread call's reason: what the reader would take a call named ``name`` to do."""
+    return (f"the reader reads that call by its name ({', '.join(sorted(_store_acts_named(name))) or 'no store work'}), "
+            "not by what it does")
 
 
 def _store_acts_named(name: str) -> frozenset[str]:
