@@ -102,3 +102,13 @@ def test_a_connector_method_assigned_on_the_instance_is_not_read_from_the_class(
     label = labels["Proto.handle_preemptions"]
     assert label.label == UNKNOWN and f"Proto.{where} assigns self.handle_preemptions" in label.reasons[0], label
     assert labels["Proto.get_finished"].label == "wait_finished"  # only the assigned name
+
+
+def test_a_connector_method_unpacked_onto_the_instance_is_not_read_from_the_class() -> None:
+    """Any store to ``self.<m>`` counts, a tuple's unpacking included, not only ``self.<m> = value``."""
+    hooks = """
+    def register_kv_caches(self, kv_caches):
+        self.handle_preemptions, self._fences = PreemptionFence(self.store, self._by_req), []
+    """
+    label = _labels(hooks, prelude=ITERATORS)["Proto.handle_preemptions"]
+    assert label.label == UNKNOWN and "Proto.register_kv_caches assigns self.handle_preemptions" in label.reasons[0]

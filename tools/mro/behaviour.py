@@ -217,6 +217,7 @@ class EffectReader:
         self.hierarchy = hierarchy
         self.helpers = HelperObjects(hierarchy)
         self._memo: dict[tuple[str, str, str, bool], Effect] = {}
+        self._stored: dict[str, dict[str, str]] = {}  # class -> attribute its code assigns on self -> where, first
 
     def transfer_started(self, cls: str, owner: str, method: str, inner: str | None = None) -> str | None:
         """What in ``owner``'s ``method`` (with the helpers it calls, on an instance of ``cls``) may start a
@@ -246,14 +247,13 @@ class EffectReader:
         (``batch = DumpBatch(store); batch.flush()``) or a receiver whose class is not read (a container's element,
         a loop variable, a parameter), which may be any helper class of the analysed files that has the method."""
         for facts in self._reached(cls, owner, method):
-            where = f"{facts.name} line"
             calls = [(helper, name, line, f"a local {helper}") for helper, name, line in facts.other_calls]
             calls += [(helper, name, line, f"{receiver}, which may be a {helper}")
                       for receiver, name, line in facts.loose_calls for helper in self.helpers.helper_classes()]
             for helper, name, line, on in calls:
                 why = self.helpers.method_starts(helper, name, ())
                 if why is not None:
-                    return f"{where} {line}: .{name}() on {on}, and {why}"
+                    return f"{facts.name} line {line}: .{name}() on {on}, and {why}"
         return None
 
     def _helper_does(self, cls: str, helper: str, calls: frozenset[str]) -> bool:
@@ -444,13 +444,12 @@ class EffectReader:
                     break
         for attr, dotted, line in facts.attr_calls:
             *fields, path = dotted.split(".")
-            helpers = self.helpers.analysed_helpers(cls, attr)
-            unresolved = not helpers and not fields and self.helpers.may_hold_anything(cls, attr)
-            for name in fields:  # self.<attr>.<field>.<m>(): what the helper holds in <field>
-                helpers = sorted({h for c in helpers for h in self.helpers.analysed_helpers(c, name)})
-            if unresolved:
-                # a factory's result, a registry entry, a parameter: it may be any class the files define
-                helpers = [c for c in self.helpers.helper_classes() if self.hierarchy.lookup(c, path) is not None]
+            if fields:  # self.<attr>.<field>.<m>(): what the helper holds in <field>
+                helpers, unresolved = self.helpers.analysed_helpers(cls, attr), False
+                for name in fields:
+                    helpers = sorted({h for c in helpers for h in self.helpers.analysed_helpers(c, name)})
+            else:  # a factory's result, a registry entry, a parameter: it may be any class the files define
+                helpers, unresolved = self.helpers.candidates(cls, attr)
             for helper in helpers:
                 why = self._misread_on(helper, path, stack)
                 if why is None:
@@ -470,17 +469,13 @@ class EffectReader:
             if kind == "class":
                 candidates = [what] if what in self.helpers.helper_classes() else []
             elif kind == "attr":
-                candidates = self.helpers.analysed_helpers(cls, what)
-                if not candidates and self.helpers.may_hold_anything(cls, what):
-                    candidates = self.helpers.helper_classes()
+                candidates, _ = self.helpers.candidates(cls, what)
             elif kind == "attr_item":
                 # an entry of a self container: a helper only if one is put there, so only classes the connector
                 # itself builds by name (a container of plain data holds no Retired nobody constructs); one whose
                 # class is not read (a factory's) may hold anything
-                candidates = self.helpers.analysed_helpers(cls, what)
-                if not candidates:
-                    candidates = self.helpers.helper_classes() if self.helpers.may_hold_anything(cls, what) \
-                        else self._built_helpers(cls)
+                candidates, _ = self.helpers.candidates(cls, what)
+                candidates = candidates or self._built_helpers(cls)
                 what = f"an entry of self.{what}"
             elif kind == "self_call":
                 called = self.hierarchy.lookup(cls, what)
@@ -637,15 +632,19 @@ class EffectReader:
         """Where an instance of ``cls`` may hold ``method`` itself (``self.handle_preemptions = PreemptionFence(...)``
         in ``__init__``, twentieth blind round): Python finds a function on the class only when the instance's own
         ``__dict__`` has no entry of that name, so what vLLM calls is the assigned object, whose code is not read."""
-        for owner in self.hierarchy.mro[cls]:
-            facts = self.hierarchy.classes[owner]
-            if facts.external:
-                continue
-            for name, defined in sorted(facts.methods.items()):
-                if any(attr == method for attr, _ in defined.attr_values) or method in defined.attr_stores:
-                    return (f"{owner}.{name} assigns self.{method}: the object it puts on the instance, not the class's "
-                            f"{method}, is what vLLM calls, and which it is the reader does not follow")
-        return None
+        if cls not in self._stored:  # every self.<x> = ... of the analysed MRO, with its first place: once per class
+            stored: dict[str, str] = {}
+            for owner in self.hierarchy.mro[cls]:
+                if not self.hierarchy.classes[owner].external:
+                    for name, defined in sorted(self.hierarchy.classes[owner].methods.items()):
+                        for attr in defined.attr_stores:
+                            stored.setdefault(attr, f"{owner}.{name}")
+            self._stored[cls] = stored
+        where = self._stored[cls].get(method)
+        if where is None:
+            return None
+        return (f"{where} assigns self.{method}: the object it puts on the instance, not the class's {method}, is "
+                "what vLLM calls, and which it is the reader does not follow")
 
     def _reached(self, cls: str, owner: str, method: str) -> Iterator[MethodFacts]:
         """The facts of ``owner``'s ``method`` and of every analysed ``self`` helper it reaches, each once."""

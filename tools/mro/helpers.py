@@ -123,6 +123,15 @@ class HelperObjects:
             return attr not in BASE_ATTRS
         return any(kind.startswith("opaque:") for kind in kinds)
 
+    def candidates(self, cls: str, attr: str) -> tuple[list[str], bool]:
+        """The helper classes ``self.<attr>`` (on an instance of ``cls``) may hold, and whether that is a guess: the
+        classes assigned to it by name, or, where a value's class is not read (a factory's, a registry's, a
+        parameter) or it is never assigned, every helper class of the analysed files."""
+        found = self.analysed_helpers(cls, attr)
+        if not found and self.may_hold_anything(cls, attr):
+            return self.helper_classes(), True
+        return found, False
+
     def helper_classes(self) -> list[str]:
         """Every class of the analysed files that is neither a connector nor external (a helper's candidates);
         computed once, as the hierarchy does not change."""

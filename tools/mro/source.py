@@ -2152,7 +2152,8 @@ def read_source(
     for name, facts in list(classes.items()):
         methods = {m: _with_misread_calls(_without_imported_receivers(method, imported), misread)
                    for m, method in facts.methods.items()}
-        classes[name] = dataclasses.replace(facts, methods=methods)
+        if any(methods[m] is not method for m, method in facts.methods.items()):
+            classes[name] = dataclasses.replace(facts, methods=methods)
     log.debug("%s: %d classes", file, len(classes))
     return classes
 
@@ -2186,12 +2187,14 @@ ITEM_GETTERS = frozenset({"pop", "get", "setdefault", "popitem", "popleft"})
 DICT_VIEWS = frozenset({"items", "keys", "values", "copy"})
 
 
+#: Calls on another object that submit, wait or poll a store task.
+_TASK_CALLS = STORE_SUBMITS | STORE_WAITS | {"check"}
+
+
 def _acts_on_tasks(call: ast.Call) -> bool:
     """Does ``call`` wait, poll or submit a store task, or call a ``self`` method (which may)?"""
     func = call.func
-    if isinstance(func, ast.Attribute):
-        return func.attr in STORE_SUBMITS | STORE_WAITS | {"check"} or _is_self(func.value)
-    return False
+    return isinstance(func, ast.Attribute) and (func.attr in _TASK_CALLS or _is_self(func.value))
 
 
 _DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
