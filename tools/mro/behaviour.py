@@ -17,6 +17,8 @@ from deferdump.tools.mro.hierarchy import Hierarchy
 from deferdump.tools.mro.source import (
     CONNECTOR_METHODS,
     HIDDEN_SUBMIT,
+    UNSEEN_KEEPING,
+    Delegation,
     Forward,
     MethodFacts,
     TaskFlow,
@@ -36,6 +38,22 @@ SPEC_METHODS: tuple[str, ...] = (
 )
 
 UNKNOWN = "unknown"
+
+#: Methods of the standard containers whose meaning the reader's task flow assumes (``append`` keeps, ``pop`` takes).
+CONTAINER_METHODS = frozenset({
+    "get", "items", "keys", "values", "pop", "popitem", "setdefault", "update", "clear", "copy", "add", "discard",
+    "remove", "append", "appendleft", "extend", "extendleft", "insert", "popleft", "put", "put_nowait", "get_nowait",
+    "task_done", "join", "qsize", "empty", "full",
+})
+#: Standard containers a helper may subclass (the builtins, ``collections``, ``queue``, ``collections.abc``).
+CONTAINER_BASES = frozenset({
+    "dict", "list", "set", "frozenset", "deque", "OrderedDict", "defaultdict", "Counter", "UserDict", "UserList",
+    "Queue", "SimpleQueue", "LifoQueue", "PriorityQueue", "MutableMapping", "MutableSet", "MutableSequence",
+})
+
+#: Builtin types whose methods (C code) do no store work and call no method a subclass overrides (``dict.pop`` never
+#: calls an overriding ``__delitem__``); ``UserDict``, ``OrderedDict`` and ``queue.Queue`` are not among them.
+BUILTIN_TYPES = frozenset({"object", "dict", "list", "set", "frozenset", "tuple", "str", "bytes", "bytearray", "int"})
 
 #: The methods that start the step's dumps in the model (a replaced task there is a lost one).
 SAVE_METHODS = ("save_kv_layer", "wait_for_save")
@@ -254,6 +272,10 @@ class EffectReader:
                 why = self.helpers.method_starts(helper, name, ())
                 if why is not None:
                     return f"{facts.name} line {line}: .{name}() on {on}, and {why}"
+            for line, target, name, receiver, back, conn_owner, acts in self._called_back(cls, facts, ()):
+                if "a store submit" in acts or "a hand-off to another thread or stream" in acts:
+                    return (f"{facts.name} line {line}: hands self to {target}.{name}(), which calls back "
+                            f"{receiver}.{back}(), and {conn_owner}.{back} does {', '.join(sorted(acts))}")
         return None
 
     def _helper_does(self, cls: str, helper: str, calls: frozenset[str]) -> bool:
@@ -375,14 +397,18 @@ class EffectReader:
                     )
                 continue
             target = self.hierarchy.delegation_target(cls, delegation)
+            if target is None and self._builtin_delegation(cls, delegation):
+                continue  # ``super().__setitem__(k, v)`` in a ``dict`` subclass: the builtin's, no store work
             if target is None:
                 reasons.append(f"{owner}.{method}: super().{delegation.method}() finds no definition")
                 continue
             delegated.append(self._effect(cls, target, delegation.method, True, inner))
         reasons += self._misread_helper_calls(cls, owner, method, facts, inner)
         reasons += self._helper_iterations(cls, owner, method, facts)
+        reasons += self._callbacks(cls, owner, method, facts, inner)
         everything = callees + delegated
-        only_delegates = len(delegated) == 1 and not callees and facts.body == "code" and not facts.tracking_ops
+        only_delegates = len(delegated) == 1 and not callees and facts.body == "code" and not facts.tracking_ops \
+            and not facts.own_returns
         constant = facts.constant_return
         if only_delegates and constant is None:
             constant = delegated[0].constant
@@ -418,6 +444,16 @@ class EffectReader:
         )
         self._memo[key] = result
         return result
+
+    def _builtin_delegation(self, cls: str, delegation: Delegation) -> bool:
+        """Does ``delegation`` reach a builtin type's method (``super().pop(k)`` in a ``dict`` subclass,
+        ``list.append(self, x)``)? Those do no store work and call no method a subclass overrides."""
+        if delegation.kind != "super":
+            return delegation.anchor in BUILTIN_TYPES
+        mro = self.hierarchy.mro[cls]
+        after = mro[mro.index(delegation.anchor) + 1:] if delegation.anchor in mro else []
+        external = [c for c in after if self.hierarchy.classes[c].external]
+        return any(c in BUILTIN_TYPES for c in external) and all(c in BUILTIN_TYPES for c in external)
 
     def _misread_helper_calls(
         self, cls: str, owner: str, method: str, facts: MethodFacts, stack: tuple[tuple[str, str], ...]
@@ -457,6 +493,56 @@ class EffectReader:
                 on = f"on what may be a {helper} (self.{attr} is not built by name)" if unresolved else f"on a {helper}"
                 found.append(f"{owner}.{method} (line {line}) calls self.{attr}.{dotted}() {on}, and {why}: "
                              f"{_read_by_name(path)}")
+        return found
+
+    def _callbacks(
+        self, cls: str, owner: str, method: str, facts: MethodFacts, stack: tuple[tuple[str, str], ...]
+    ) -> list[str]:
+        """Calls that hand ``self`` to a helper's method which calls back into the connector (twenty-first blind round:
+        ``plan.execute(self)``, whose ``RequestPlan.execute`` runs ``connector._dump(tag, blocks, key)``, was read as
+        no store work, so the class's only dumps were never seen and it was judged **safe**). A method the helper
+        calls on one of its parameters that the connector defines with store work makes the calling definition
+        ``unknown``: which of the connector's methods run, and with which tasks, is the helper's choice."""
+        found = []
+        for line, target, name, receiver, back, conn_owner, acts in self._called_back(cls, facts, stack):
+            hidden = f" ({HIDDEN_SUBMIT})" if "a store submit" in acts else ""
+            found.append(f"{owner}.{method} (line {line}) hands self to {target}.{name}(), which calls back "
+                         f"{receiver}.{back}(), and {conn_owner}.{back} does {', '.join(sorted(acts))}{hidden}: "
+                         "the reader does not follow a call back into the connector")
+        return found
+
+    def _called_back(
+        self, cls: str, facts: MethodFacts, stack: tuple[tuple[str, str], ...]
+    ) -> list[tuple[int, str, str, str, str, str, frozenset[str]]]:
+        """For each call in ``facts`` that hands ``self`` to a helper's method, the first method of the connector that
+        helper calls on one of its parameters with store work: (line, helper class, its method, the parameter, the
+        connector's method, its owner, the store work)."""
+        found = []
+        for kind, what, name, line in facts.handoffs:
+            if kind == "attr":
+                helpers, _ = self.helpers.candidates(cls, what)
+            elif kind == "class":
+                helpers = [what] if what in self.helpers.helper_classes() else []
+            else:
+                helpers = self.helpers.helper_classes()
+            for helper in helpers:
+                target = self.hierarchy.lookup(helper, name)
+                if target is None or self.hierarchy.classes[target].external:
+                    continue
+                called = self.hierarchy.method(target, name)
+                hit = None
+                for receiver, back, _ in called.loose_calls:
+                    conn_owner = self.hierarchy.lookup(cls, back) if receiver in called.param_names else None
+                    if conn_owner is None or self.hierarchy.classes[conn_owner].external \
+                            or (conn_owner, back) in stack:
+                        continue
+                    acts = _store_acts(self._effect(cls, conn_owner, back, True, stack))
+                    if acts:
+                        hit = (line, target, name, receiver, back, conn_owner, acts)
+                        break
+                if hit is not None:
+                    found.append(hit)
+                    break
         return found
 
     def _helper_iterations(self, cls: str, owner: str, method: str, facts: MethodFacts) -> list[str]:
@@ -504,7 +590,16 @@ class EffectReader:
         target = self.hierarchy.lookup(helper, name)
         if target is None or self.hierarchy.classes[target].external or (target, name) in stack:
             return None
-        return self._helper_call_misread(helper, target, name, stack)
+        why = self._helper_call_misread(helper, target, name, stack)
+        if why is None and (name in CONTAINER_METHODS or (name.startswith("__") and name.endswith("__"))):
+            # a container subclass's own extend/pop/__setitem__ (twenty-first blind round: StepBatch(list).extend
+            # replaces the batch, so a fence over it waits only the newest dumps): the reader's task flow reads the
+            # call as the builtin's
+            base = next((c for c in self.hierarchy.mro[helper] if c in CONTAINER_BASES), None)
+            if base is not None:
+                why = (f"{target}.{name} overrides {base}.{name}, so which entries it keeps or drops is its own, "
+                       f"not the container's ({UNSEEN_KEEPING})")
+        return why
 
     def _helper_call_misread(self, helper: str, target: str, name: str,
                              stack: tuple[tuple[str, str], ...]) -> str | None:
@@ -555,6 +650,12 @@ class EffectReader:
             method, owner, effect, self.saves_async(cls), self._reported_waits(cls, owner, method),
             own_unconditional=not facts.has_condition,
         )
+        if method == "request_finished_all_groups" and label == UNKNOWN \
+                and any(d.method == "request_finished" for d in facts.delegations):
+            # vllm-ascend's AscendMultiConnector: super().request_finished(request, block_ids[0]) when a child lacks
+            # HMA, its own answer otherwise; "does not delegate" would misdescribe it
+            reasons = (f"{owner}.request_finished_all_groups calls another class's request_finished on some paths "
+                       "and answers itself on others: the model has no label for an answer split that way",)
         hybrid: tuple[str, ...] = ()
         if method == "handle_preemptions" and label in ("wait_preempted", AMBIGUOUS_PREEMPT):
             if facts.switched_selections:

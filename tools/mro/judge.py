@@ -37,7 +37,7 @@ from deferdump.tools.mro.behaviour import (
 )
 from deferdump.tools.mro.errors import JudgeError, ModelTimeout, MroError
 from deferdump.tools.mro.hierarchy import Hierarchy, build_hierarchy
-from deferdump.tools.mro.source import HIDDEN_SUBMIT, read_files
+from deferdump.tools.mro.source import CONNECTOR_METHODS, HIDDEN_SUBMIT, UNSEEN_KEEPING, read_files
 from deferdump.tools.mro.tla import (
     ASSIGNED_CONSTANTS,
     PROTOCOL_MODULE,
@@ -357,13 +357,27 @@ class Judge:
                     attrs.setdefault(forward.attr, []).append(method)
         return attrs
 
+    def _init_assignments(self, cls: str) -> dict[str, tuple[str, ...]]:
+        """attr -> the classes ``cls``'s ``__init__`` may assign to it, the ``__init__``s it reaches through
+        ``super().__init__(...)`` included (vllm-ascend's ``AscendOffloadingConnector`` replaces only the worker its
+        base's ``__init__`` built; the scheduler it forwards to is the base's). An attribute the nearer ``__init__``
+        assigns keeps that one's classes."""
+        assigned: dict[str, tuple[str, ...]] = {}
+        owner, seen = self.hierarchy.lookup(cls, "__init__"), set()
+        while owner is not None and owner not in seen and not self.hierarchy.classes[owner].external:
+            seen.add(owner)
+            for attr, classes in self.hierarchy.classes[owner].inner_classes.items():
+                assigned.setdefault(attr, classes)
+            chained = [d for d in self.hierarchy.method(owner, "__init__").delegations if d.method == "__init__"]
+            owner = self.hierarchy.delegation_target(cls, chained[0]) if chained else None
+        return assigned
+
     def inner_choices(self, cls: str) -> tuple[list[str | None], list[str]]:
         """The inner classes a wrapper may hold ([None] for a plain connector) and why some are unknown."""
         attrs = self._forwarded_attrs(cls)
         if not attrs:
             return [None], []
-        init_owner = self.hierarchy.lookup(cls, "__init__")
-        assigned = self.hierarchy.classes[init_owner].inner_classes if init_owner else {}
+        assigned = self._init_assignments(cls)
         choices: list[str] = []
         reasons: list[str] = []
         for attr in attrs:
@@ -386,8 +400,7 @@ class Judge:
     def unanalysed_inners(self, cls: str) -> list[str]:
         """Inner classes ``cls``'s ``__init__`` may choose that the analysed files do not define."""
         attrs = self._forwarded_attrs(cls)
-        init_owner = self.hierarchy.lookup(cls, "__init__")
-        assigned = self.hierarchy.classes[init_owner].inner_classes if init_owner else {}
+        assigned = self._init_assignments(cls)
         return [c for attr in attrs for c in assigned.get(attr, ())
                 if c not in self.hierarchy.connectors
                 and (c not in self.hierarchy.classes or self.hierarchy.classes[c].external)]
@@ -467,9 +480,12 @@ class Judge:
             dynamic = self.hierarchy.lookup(concrete, "__getattr__")
             if dynamic is not None and not self.hierarchy.classes[dynamic].external:
                 for method in SPEC_METHODS:  # Python asks __getattr__ only for what the MRO lacks
+                    if method not in CONNECTOR_METHODS and not self._called_by(concrete, method):
+                        continue  # a model helper (UCM's _wait_pending_dump_task) no code of the class calls
                     if self.hierarchy.lookup(concrete, method) is None and (dynamic, method) not in labels:
                         labels[(dynamic, method)] = DefinitionLabel(dynamic, method, UNKNOWN, (
-                            f"{concrete} defines no {method}: {dynamic}.__getattr__ supplies it at run time",))
+                            f"{concrete} defines no {method}: Python asks {dynamic}.__getattr__ for it at run time, "
+                            "and what that returns is not read",))
         return list(labels.values())
 
     def _table(
@@ -531,7 +547,8 @@ class Judge:
 
             if beyond:
                 return passed("unknown", beyond)
-            hidden = tuple(dict.fromkeys(r for l in labels for r in l.reasons if HIDDEN_SUBMIT in r))
+            hidden = tuple(dict.fromkeys(r for l in labels for r in l.reasons
+                                         if HIDDEN_SUBMIT in r or UNSEEN_KEEPING in r))
             if hidden:  # the worst label's dumps are the model's, kept where its waits look; the class's are not
                 return passed("unknown", hidden)
             outside = self._transfers_outside_the_model(cls, context.inner)
@@ -658,6 +675,12 @@ class Judge:
             return None
         return (f"{owner}.get_finished_count sets how many ranks' reports free a request (vLLM's KVOutputAggregator "
                 "uses it instead of the world size): the MLA model frees a request only once every rank reported it")
+
+    def _called_by(self, concrete: str, method: str) -> bool:
+        """Does any analysed method in ``concrete``'s MRO call ``self.<method>()``?"""
+        return any(method in m.self_calls for owner in self.hierarchy.mro[concrete]
+                   if not self.hierarchy.classes[owner].external
+                   for m in self.hierarchy.classes[owner].methods.values())
 
     def _reported_elsewhere(self, concrete: str) -> str | None:
         """Why ``get_finished``'s label does not say what vLLM sees: vLLM 0.32's runners call

@@ -123,6 +123,13 @@ class MethodFacts:
     # ``<x>.<m>(...)`` on a receiver whose class is not read (a container's element, a loop variable, a parameter,
     # a call's result) as (receiver as written, m, line); receivers bound by a module's imports are left out
     loose_calls: tuple[tuple[str, str, int], ...] = ()
+    # calls that hand ``self`` (the connector) to an object's method, which may call back into it
+    # (``plan.execute(self)`` whose ``execute`` calls ``connector._dump(...)``), as (kind, what, method, line): kind
+    # "attr" (what: the self attribute), "class" (a local built by name: what is its class) or "loose" (the receiver)
+    handoffs: tuple[tuple[str, str, str, int], ...] = ()
+    # a ``return`` of an answer the body builds itself (a tuple, a literal, a comparison), not a value that may be a
+    # call's result: such a body does not "only delegate" even where its one call is ``super().<m>(...)``
+    own_returns: bool = False
     # loops (and comprehensions) whose body waits, polls, submits or calls a ``self`` method, over an object that may
     # be a helper with its own ``__iter__``, as (kind, what, line): ("class", C) for ``C(...)`` or a local bound to
     # one, ("attr", a) for ``self.a``, ("attr_item", a) for an entry of ``self.a`` (``self.a[k]``, ``self.a.pop(k)``),
@@ -452,8 +459,10 @@ class _MethodReader:
         self.self_call_uses: list[tuple[str, str]] = []
         self.other_calls: list[tuple[str, str, int]] = []
         self.loose_calls: list[tuple[str, str, int]] = []
+        self.handoffs: list[tuple[str, str, str, int]] = []
         self.plain_calls: set[str] = set()
         self.local_classes = _local_instances(func)
+        self.local_data = _local_data(func)
         self.attr_calls: list[tuple[str, str, int]] = []
 
     def read(self) -> MethodFacts:
@@ -466,6 +475,8 @@ class _MethodReader:
         self._value_equal_sets()
         self._deferred_store_calls()
         for node in _own_nodes(self.func):
+            for receiver, special in _special_calls(node):
+                self._read_special(receiver, special, node)
             if isinstance(node, ast.Call):
                 self._read_call(node)
             elif isinstance(node, ast.Attribute) and _is_self(node.value) and node.attr in self.tracking_attrs:
@@ -521,6 +532,10 @@ class _MethodReader:
             attr_calls=tuple(dict.fromkeys(self.attr_calls)),
             other_calls=tuple(dict.fromkeys(self.other_calls)),
             loose_calls=tuple(dict.fromkeys(self.loose_calls)),
+            handoffs=tuple(dict.fromkeys(self.handoffs)),
+            own_returns=any(isinstance(n, ast.Return) and n.value is not None and not isinstance(
+                n.value, (ast.Call, ast.Name, ast.Attribute, ast.Subscript, ast.Await)) and not (
+                isinstance(n.value, ast.Constant) and n.value.value is None) for n in _own_nodes(self.func)),
             iterations=self._iterations(),
             plain_calls=frozenset(self.plain_calls),
             attr_values=_attr_values(self.func),
@@ -944,14 +959,21 @@ class _MethodReader:
         if not _is_self(target) and not (isinstance(target, ast.Call) and _dotted(target.func) == "super"):
             self.calls.add(func.attr)
         held = self._held_attr(target)
+        hands_self = any(_is_self(a) for a in [*call.args, *(k.value for k in call.keywords)])
         if held is not None:
             self.attr_calls.append((held[0], ".".join((*held[1:], func.attr)), call.lineno))
+            if hands_self and len(held) == 1:
+                self.handoffs.append(("attr", held[0], func.attr, call.lineno))
         elif isinstance(target, ast.Name) and target.id in self.local_classes:
             for cls in self.local_classes[target.id]:
                 self.other_calls.append((cls, func.attr, call.lineno))
+                if hands_self:
+                    self.handoffs.append(("class", cls, func.attr, call.lineno))
         elif not _is_self(target) and not isinstance(target, ast.Constant) and not (
                 isinstance(target, ast.Call) and _dotted(target.func) == "super"):
             self.loose_calls.append((ast.unparse(target), func.attr, call.lineno))
+            if hands_self:
+                self.handoffs.append(("loose", ast.unparse(target), func.attr, call.lineno))
         if isinstance(target, ast.Call) and isinstance(target.func, ast.Name) and target.func.id == "super":
             self._read_super(call, func.attr, target)
         elif _is_self(target):
@@ -968,6 +990,25 @@ class _MethodReader:
             anchor = _dotted(target)
             if anchor is not None:
                 self.delegations.append(Delegation("explicit", func.attr, _simple(anchor)))
+
+    def _read_special(self, receiver: ast.expr, special: str, node: ast.AST) -> None:
+        """A special method Python calls for syntax (``t[k] = v`` calls ``t.__setitem__``), recorded as a call on
+        its receiver like any other: a helper class of the analysed files may define it with store work (the
+        twenty-first blind round's ``PolledDumpTable``, a ``dict`` whose ``__setitem__`` submits a dump). It never
+        counts as a store call by its name (``calls`` is left alone); builtins' special methods are not analysed."""
+        if _is_self(receiver) or isinstance(receiver, _LITERALS) or (
+                isinstance(receiver, ast.Name) and receiver.id in self.local_data) or (
+                isinstance(receiver, ast.Call) and _dotted(receiver.func) == "super"):
+            return
+        line = getattr(node, "lineno", receiver.lineno)
+        held = self._held_attr(receiver)
+        if held is not None:
+            self.attr_calls.append((held[0], ".".join((*held[1:], special)), line))
+        elif isinstance(receiver, ast.Name) and receiver.id in self.local_classes:
+            for cls in self.local_classes[receiver.id]:
+                self.other_calls.append((cls, special, line))
+        else:
+            self.loose_calls.append((ast.unparse(receiver), special, line))
 
     def _held_attr(self, target: ast.expr) -> tuple[str, ...] | None:
         """``self.<a>.<b>`` (or a local alias of ``self.<a>``, then ``.<b>``) as ``(a, b)``: the attribute a
@@ -2158,6 +2199,32 @@ def read_source(
     return classes
 
 
+#: Builtins and standard containers whose result is plain data of their own class (``dict()``, ``sorted(x)``).
+_DATA_CONSTRUCTORS = frozenset({"dict", "list", "set", "tuple", "frozenset", "sorted", "defaultdict", "OrderedDict",
+                                "deque", "Counter", "len", "str", "int", "float", "bool", "range"})
+
+
+def _local_data(func: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    """Locals every binding of which is a literal or a builtin container's constructor (``saves = {}``,
+    ``done = set(ids)``): their special methods are the builtin's. A parameter, a loop variable or any other
+    binding (a call's result, an element) may be a helper."""
+    other = {a.arg for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]}
+    other |= {a.arg for a in (func.args.vararg, func.args.kwarg) if a is not None}
+    plain_targets: dict[int, bool] = {}
+    for node in _own_nodes(func):
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
+            else []
+        if len(targets) == 1 and isinstance(targets[0], ast.Name) and value is not None:
+            plain_targets[id(targets[0])] = isinstance(value, _LITERALS) or (
+                isinstance(value, ast.Call) and _simple(_dotted(value.func) or "") in _DATA_CONSTRUCTORS)
+    data: set[str] = set()
+    for node in _own_nodes(func):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            (data if plain_targets.get(id(node), False) else other).add(node.id)
+    return frozenset(data - other)
+
+
 def _local_instances(func: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, set[str]]:
     """Locals the body binds to an instance of a class called by name (``batch = DumpBatch(store)``, ``with
     Scope(store) as scope``), each with every such class: a call on them is a call into that class."""
@@ -2181,6 +2248,67 @@ def _local_instances(func: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, 
 #: Builtins whose result a loop may iterate that are plain collections or iterators over their arguments.
 ITERATION_BUILTINS = frozenset({"sorted", "list", "set", "tuple", "range", "zip", "enumerate", "reversed", "dict",
                                 "frozenset", "map", "filter", "iter"})
+#: Receivers whose class is the literal's (a builtin's special methods, never a helper's).
+_LITERALS = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.DictComp,
+             ast.GeneratorExp, ast.JoinedStr)
+
+#: The special method each operator calls on its left operand (``a | b``: ``a.__or__``), in-place first for ``|=``.
+_OPERATOR_METHODS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.BitOr: "or", ast.BitAnd: "and",
+                     ast.BitXor: "xor", ast.LShift: "lshift", ast.RShift: "rshift", ast.Mod: "mod",
+                     ast.FloorDiv: "floordiv", ast.Div: "truediv", ast.MatMult: "matmul", ast.Pow: "pow"}
+_COMPARE_METHODS = {ast.Eq: "__eq__", ast.NotEq: "__ne__", ast.Lt: "__lt__", ast.LtE: "__le__", ast.Gt: "__gt__",
+                    ast.GtE: "__ge__"}
+#: Builtins that call one of their argument's special methods (``len(t)``: ``t.__len__``).
+_BUILTIN_SPECIALS = {"len": ("__len__",), "bool": ("__bool__", "__len__"), "hash": ("__hash__",),
+                     "next": ("__next__",), "reversed": ("__reversed__",), "abs": ("__abs__",)}
+
+
+def _special_calls(node: ast.AST) -> list[tuple[ast.expr, str]]:
+    """The special methods Python calls for ``node``'s own syntax, with the expression each is called on:
+    subscripts (``__getitem__`` and a ``dict`` subclass's ``__missing__``, ``__setitem__``, ``__delitem__``),
+    operators and augmented assignments, comparisons and ``in``, a truth test (``__bool__``, else ``__len__``)
+    and builtins such as ``len``. Loops (``__iter__``) and ``with`` (``__enter__``/``__exit__``) have rules of
+    their own."""
+    found: list[tuple[ast.expr, str]] = []
+    if isinstance(node, ast.Subscript):
+        if isinstance(node.ctx, ast.Store):
+            found.append((node.value, "__setitem__"))
+        elif isinstance(node.ctx, ast.Del):
+            found.append((node.value, "__delitem__"))
+        else:
+            found += [(node.value, "__getitem__"), (node.value, "__missing__")]
+    elif isinstance(node, ast.AugAssign) and type(node.op) in _OPERATOR_METHODS:
+        op = _OPERATOR_METHODS[type(node.op)]
+        found += [(node.target, f"__i{op}__"), (node.target, f"__{op}__")]
+    elif isinstance(node, ast.BinOp) and type(node.op) in _OPERATOR_METHODS:
+        op = _OPERATOR_METHODS[type(node.op)]
+        found += [(node.left, f"__{op}__"), (node.right, f"__r{op}__")]
+    elif isinstance(node, ast.Compare):
+        left = node.left
+        for op, right in zip(node.ops, node.comparators):
+            if isinstance(op, (ast.In, ast.NotIn)):
+                found.append((right, "__contains__"))
+            elif type(op) in _COMPARE_METHODS:
+                found.append((left, _COMPARE_METHODS[type(op)]))
+            left = right
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _BUILTIN_SPECIALS \
+            and len(node.args) == 1:
+        found += [(node.args[0], special) for special in _BUILTIN_SPECIALS[node.func.id]]
+    tests: list[ast.expr] = []
+    if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+        tests.append(node.test)
+    elif isinstance(node, ast.comprehension):
+        tests += node.ifs
+    elif isinstance(node, ast.BoolOp):
+        tests += node.values
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        tests.append(node.operand)
+    for test in tests:
+        if not isinstance(test, (ast.BoolOp, ast.UnaryOp, ast.Compare, ast.Constant)):
+            found += [(test, "__bool__"), (test, "__len__")]
+    return found
+
+
 #: Container methods that take one entry out of a container.
 ITEM_GETTERS = frozenset({"pop", "get", "setdefault", "popitem", "popleft"})
 #: Container methods whose result is a view or a copy of the container's own entries.
@@ -2222,6 +2350,11 @@ def _without_imported_receivers(method: MethodFacts, imported: frozenset[str]) -
 #: ``flush``, a module's ``submit_all``): the tasks it submits are kept where the reader does not look, so the waits
 #: it recognises elsewhere may never reach them, and a model run that passes proves nothing (the judge's rule).
 HIDDEN_SUBMIT = "a submit made out of the reader's sight, whose tasks the waits it recognises may never reach"
+
+#: Part of every reason for a call into a container subclass's own ``extend``/``pop``/``__setitem__``: which tasks it
+#: keeps is not the builtin's, so the waits the reader recognises over that container may miss some; a model run that
+#: passes proves nothing (the judge treats it as :data:`HIDDEN_SUBMIT`).
+UNSEEN_KEEPING = "tasks kept or dropped out of the reader's sight, which the waits it recognises may never reach"
 
 
 def named_store_acts(name: str) -> frozenset[str]:
