@@ -226,6 +226,26 @@ def wait_for_save(self):
     assert "calls back connector._dump()" in why and HIDDEN_SUBMIT in why, label
 
 
+def test_a_module_function_calling_back_into_the_connector_s_dump_is_a_hidden_submit() -> None:
+    """The same hand-off to a function of the module: ``run_plan(self, plan)`` whose body calls
+    ``conn._dump(...)``."""
+    prelude = PLANS + """
+def run_plan(conn, plan):
+    conn._dump(plan.req_id, plan.blocks)
+"""
+    hooks = CALLBACKS + """
+def wait_for_save(self):
+    meta = self._get_connector_metadata()
+    self._async_dump_req_ids.update(meta.saving)
+    for plan in meta.plans:
+        run_plan(self, plan)
+"""
+    label = _labels(hooks, prelude=prelude)["Proto.wait_for_save"]
+    assert label.label == UNKNOWN, label
+    why = next(r for r in label.reasons if "hands self to run_plan()" in r)
+    assert "calls ._dump() on its parameters" in why and HIDDEN_SUBMIT in why, label
+
+
 def test_a_helper_calling_back_only_into_plain_methods_changes_nothing() -> None:
     """The same hand-off to a method that calls back a connector method with no store work: the PR's reading."""
     hooks = CALLBACKS + """
@@ -309,7 +329,8 @@ def test_a_container_subclass_s_own_extend_is_not_read_as_the_builtin_s(batch: s
     """``LayerBatchConnector`` (twenty-first round) added each layer's dump with ``self._batch.extend([task])`` and
     fenced every step with ``for task in self._batch: wait(task)``; ``StepBatch.extend`` replaces the batch, so the
     fence waits the newest dump only. Read as ``list.extend``, the fence waited every dump: **safe** in every case
-    (truth unsafe). ``CountedBatch`` keeps ``list.extend``: the reading stands."""
+    (truth unsafe). ``CountedBatch`` keeps ``list.extend``: the reading stands. (The class itself is judged with TLC
+    by the corpus test: blind_set_list_task_trackers.py is in ``make test``'s sample.)"""
     hooks = f"""
 def __init__(self, vllm_config, role, kv_cache_config=None):
     super().__init__(vllm_config, role, kv_cache_config)
@@ -333,30 +354,3 @@ def handle_preemptions(self, metadata):
     assert label.label == UNKNOWN, label
     assert any("StepBatch.extend overrides list.extend" in r and UNSEEN_KEEPING in r for r in label.reasons), label
 
-
-def test_a_fence_over_a_batch_that_replaces_itself_is_not_judged_safe(tmp_path: Path) -> None:
-    """``LayerBatchConnector`` in small, judged with TLC: the fence's model waits every pending task, so each case
-    passes; the batch's own ``extend`` means the class's fence may not, and a pass proves nothing."""
-    path = tmp_path / "layer_batch.py"
-    path.write_text(HEADER + "from blockstore_client import BlockStore\n" + BATCHES + '''
-
-class LayerBatch(KVConnectorBase_V1):
-    def __init__(self, vllm_config, role, kv_cache_config=None):
-        super().__init__(vllm_config, role, kv_cache_config)
-        self._store = BlockStore("bs://local")
-        self._batch = StepBatch()
-
-    def build_connector_meta(self, scheduler_output):
-        return scheduler_output
-
-    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
-        for req_id, blocks in self._get_connector_metadata().saves.items():
-            self._batch.extend([self._store.dump(blocks)])
-
-    def handle_preemptions(self, metadata):
-        for task in self._batch:
-            self._store.wait(task)
-''', encoding="utf-8")
-    judged = judge_files([path], runner=ModelRunner(ModelBounds(), timeout=120)).connectors["LayerBatch"]
-    assert judged.verdict == "unknown", judged
-    assert all(j.verdict != "safe" for j in judged.judgements), [(j.context.key, j.verdict) for j in judged.judgements]

@@ -39,6 +39,9 @@ SPEC_METHODS: tuple[str, ...] = (
 
 UNKNOWN = "unknown"
 
+#: The "class" of a hand-off of ``self`` to a module-level function (:meth:`EffectReader._called_back`).
+MODULE_FUNCTION = "<module>"
+
 #: Methods of the standard containers whose meaning the reader's task flow assumes (``append`` keeps, ``pop`` takes).
 CONTAINER_METHODS = frozenset({
     "get", "items", "keys", "values", "pop", "popitem", "setdefault", "update", "clear", "copy", "add", "discard",
@@ -274,8 +277,8 @@ class EffectReader:
                     return f"{facts.name} line {line}: .{name}() on {on}, and {why}"
             for line, target, name, receiver, back, conn_owner, acts in self._called_back(cls, facts, ()):
                 if "a store submit" in acts or "a hand-off to another thread or stream" in acts:
-                    return (f"{facts.name} line {line}: hands self to {target}.{name}(), which calls back "
-                            f"{receiver}.{back}(), and {conn_owner}.{back} does {', '.join(sorted(acts))}")
+                    return (f"{facts.name} line {line}: {_callback_text(target, name, receiver, back)}, and "
+                            f"{conn_owner}.{back} does {', '.join(sorted(acts))}")
         return None
 
     def _helper_does(self, cls: str, helper: str, calls: frozenset[str]) -> bool:
@@ -506,9 +509,9 @@ class EffectReader:
         found = []
         for line, target, name, receiver, back, conn_owner, acts in self._called_back(cls, facts, stack):
             hidden = f" ({HIDDEN_SUBMIT})" if "a store submit" in acts else ""
-            found.append(f"{owner}.{method} (line {line}) hands self to {target}.{name}(), which calls back "
-                         f"{receiver}.{back}(), and {conn_owner}.{back} does {', '.join(sorted(acts))}{hidden}: "
-                         "the reader does not follow a call back into the connector")
+            found.append(f"{owner}.{method} (line {line}) {_callback_text(target, name, receiver, back)}, and "
+                         f"{conn_owner}.{back} does {', '.join(sorted(acts))}{hidden}: the reader does not follow a "
+                         "call back into the connector")
         return found
 
     def _called_back(
@@ -519,6 +522,17 @@ class EffectReader:
         connector's method, its owner, the store work)."""
         found = []
         for kind, what, name, line in facts.handoffs:
+            if kind == "function":  # a module function of the file: ``name`` holds the methods it calls on parameters
+                for back in name.split(","):
+                    conn_owner = self.hierarchy.lookup(cls, back)
+                    if conn_owner is None or self.hierarchy.classes[conn_owner].external \
+                            or (conn_owner, back) in stack:
+                        continue
+                    acts = _store_acts(self._effect(cls, conn_owner, back, True, stack))
+                    if acts:
+                        found.append((line, MODULE_FUNCTION, what, "", back, conn_owner, acts))
+                        break
+                continue
             if kind == "attr":
                 helpers, _ = self.helpers.candidates(cls, what)
             elif kind == "class":
@@ -1038,6 +1052,13 @@ class EffectReader:
         if target == method:
             return DefinitionLabel(owner, method, "forward")
         return DefinitionLabel(owner, method, CROSS_FORWARD_LABELS[(method, target)])
+
+
+def _callback_text(target: str, name: str, receiver: str, back: str) -> str:
+    """How a hand-off of ``self`` reaches back into the connector, in a reason's words."""
+    if target == MODULE_FUNCTION:
+        return f"hands self to {name}(), a function of the module that calls .{back}() on its parameters"
+    return f"hands self to {target}.{name}(), which calls back {receiver}.{back}()"
 
 
 def _read_by_name(name: str) -> str:

@@ -952,6 +952,8 @@ class _MethodReader:
         if isinstance(func, ast.Name):
             self.calls.add(func.id)  # a plain function: ``save_file(...)`` imported by name
             self.plain_calls.add(func.id)
+            if any(_is_self(a) for a in [*call.args, *(k.value for k in call.keywords)]):
+                self.handoffs.append(("function", func.id, "", call.lineno))  # its callbacks: read_source fills them
             return
         if not isinstance(func, ast.Attribute):
             return
@@ -2190,13 +2192,35 @@ def read_source(
         classes[node.name] = _read_class(node, file, tracking_attr, registries, transparent, functions, value_equal)
     misread = _misread_functions(functions)
     imported = _imported_names(tree)
+    callbacks = {name: _parameter_calls(func) for name, func in functions.items()}
     for name, facts in list(classes.items()):
-        methods = {m: _with_misread_calls(_without_imported_receivers(method, imported), misread)
+        methods = {m: _with_function_callbacks(
+                       _with_misread_calls(_without_imported_receivers(method, imported), misread), callbacks)
                    for m, method in facts.methods.items()}
         if any(methods[m] is not method for m, method in facts.methods.items()):
             classes[name] = dataclasses.replace(facts, methods=methods)
     log.debug("%s: %d classes", file, len(classes))
     return classes
+
+
+def _parameter_calls(func: ast.FunctionDef) -> str:
+    """The methods a module function calls on its parameters (``conn._dump(...)`` in ``def run_plan(conn, plan)``),
+    sorted and comma-joined: where a connector hands itself to the function, the connector methods it may run."""
+    params = {a.arg for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]}
+    return ",".join(sorted({n.func.attr for n in ast.walk(func) if isinstance(n, ast.Call)
+                            and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+                            and n.func.value.id in params}))
+
+
+def _with_function_callbacks(method: MethodFacts, callbacks: Mapping[str, str]) -> MethodFacts:
+    """``method`` with each hand-off of ``self`` to a module function of its file given the methods that function
+    calls on its parameters; a function defined elsewhere is left out (nothing of it is read)."""
+    if not any(kind == "function" for kind, *_ in method.handoffs):
+        return method
+    handoffs = tuple((kind, what, callbacks.get(what, "") if kind == "function" else name, line)
+                     for kind, what, name, line in method.handoffs
+                     if kind != "function" or callbacks.get(what))
+    return dataclasses.replace(method, handoffs=handoffs)
 
 
 #: Builtins and standard containers whose result is plain data of their own class (``dict()``, ``sorted(x)``).
