@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from dataclasses import dataclass, replace
 
-from deferdump.tools.mro.helpers import DATA_METHODS, HelperObjects
+from deferdump.tools.mro.helpers import DATA_METHODS, HelperObjects, is_special
 from deferdump.tools.mro.hierarchy import Hierarchy
 from deferdump.tools.mro.source import (
     CONNECTOR_METHODS,
@@ -523,15 +523,9 @@ class EffectReader:
         found = []
         for kind, what, name, line in facts.handoffs:
             if kind == "function":  # a module function of the file: ``name`` holds the methods it calls on parameters
-                for back in name.split(","):
-                    conn_owner = self.hierarchy.lookup(cls, back)
-                    if conn_owner is None or self.hierarchy.classes[conn_owner].external \
-                            or (conn_owner, back) in stack:
-                        continue
-                    acts = _store_acts(self._effect(cls, conn_owner, back, True, stack))
-                    if acts:
-                        found.append((line, MODULE_FUNCTION, what, "", back, conn_owner, acts))
-                        break
+                hit = self._first_callback(cls, [("", back) for back in name.split(",")], stack)
+                if hit is not None:
+                    found.append((line, MODULE_FUNCTION, what, *hit))
                 continue
             if kind == "attr":
                 helpers, _ = self.helpers.candidates(cls, what)
@@ -544,20 +538,26 @@ class EffectReader:
                 if target is None or self.hierarchy.classes[target].external:
                     continue
                 called = self.hierarchy.method(target, name)
-                hit = None
-                for receiver, back, _ in called.loose_calls:
-                    conn_owner = self.hierarchy.lookup(cls, back) if receiver in called.param_names else None
-                    if conn_owner is None or self.hierarchy.classes[conn_owner].external \
-                            or (conn_owner, back) in stack:
-                        continue
-                    acts = _store_acts(self._effect(cls, conn_owner, back, True, stack))
-                    if acts:
-                        hit = (line, target, name, receiver, back, conn_owner, acts)
-                        break
+                hit = self._first_callback(
+                    cls, [(r, back) for r, back, _ in called.loose_calls if r in called.param_names], stack)
                 if hit is not None:
-                    found.append(hit)
+                    found.append((line, target, name, *hit))
                     break
         return found
+
+    def _first_callback(
+        self, cls: str, calls: list[tuple[str, str]], stack: tuple[tuple[str, str], ...]
+    ) -> tuple[str, str, str, frozenset[str]] | None:
+        """The first of ``calls`` (receiver, method) whose method ``cls`` defines with store work, as (receiver, method,
+        its owner, the store work)."""
+        for receiver, back in calls:
+            owner = self.hierarchy.lookup(cls, back)
+            if owner is None or self.hierarchy.classes[owner].external or (owner, back) in stack:
+                continue
+            acts = _store_acts(self._effect(cls, owner, back, True, stack))
+            if acts:
+                return receiver, back, owner, acts
+        return None
 
     def _helper_iterations(self, cls: str, owner: str, method: str, facts: MethodFacts) -> list[str]:
         """Loops whose body waits, polls or submits over an object that may be a helper class of the analysed files
@@ -605,7 +605,7 @@ class EffectReader:
         if target is None or self.hierarchy.classes[target].external or (target, name) in stack:
             return None
         why = self._helper_call_misread(helper, target, name, stack)
-        if why is None and (name in CONTAINER_METHODS or (name.startswith("__") and name.endswith("__"))):
+        if why is None and (name in CONTAINER_METHODS or is_special(name)):
             # a container subclass's own extend/pop/__setitem__ (twenty-first blind round: StepBatch(list).extend
             # replaces the batch, so a fence over it waits only the newest dumps): the reader's task flow reads the
             # call as the builtin's

@@ -53,7 +53,7 @@ BASE_ATTRS = frozenset({"_connector_metadata", "_vllm_config", "_role", "_kv_tra
                         "_kv_cache_config"})
 
 
-def _is_special(name: str) -> bool:
+def is_special(name: str) -> bool:
     """``__setitem__``, ``__len__``: a special method, which syntax calls (a builtin's does no store work)."""
     return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
@@ -78,7 +78,7 @@ class HelperObjects:
         head, _, rest = path.partition(".")
         last = path.rsplit(".", 1)[-1]
         # a special method (``t[k] = v``) is what that very method does, as a query-like name is
-        passive = last in PASSIVE_METHODS or _is_special(last)
+        passive = last in PASSIVE_METHODS or is_special(last)
         if (cls, attr) in seen:
             return None  # a cycle adds nothing: each member is judged on its own code
         kinds = self._resolved(cls, attr)
