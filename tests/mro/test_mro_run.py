@@ -18,7 +18,7 @@ from deferdump.tools.mro.behaviour import DefinitionLabel, EffectReader
 from deferdump.tools.mro.judge import Context, ContextJudgement, MroReport, judge_files
 from deferdump.tools.mro.run.replay import ReplayOutcome
 from deferdump.tools.mro.run.runner import fold, run_report
-from deferdump.tools.mro.run.store import RecordingStore, StoreCallUnmodelled
+from deferdump.tools.mro.run.store import BlockId, RecordingStore, StoreCallUnmodelled
 from deferdump.tools.mro.run.stubs import StubMissing, stub_modules
 from support import FIXTURES
 from support.mro import RUN_TIMEOUT, judge_cases
@@ -52,8 +52,9 @@ def unwaited() -> MroReport:
 # ---- the recording store and the stubs -----------------------------------------------------------------
 def test_the_recording_store_tracks_what_each_task_reads_until_it_is_waited() -> None:
     store = RecordingStore()
-    first = store.dump(([1, 0, 2], [3]))  # per-group lists; 0 is the null block
-    second = store.dump_data(4)
+    b = [BlockId(n) for n in range(5)]
+    first = store.dump(([b[1], 0, b[2]], [b[3]]))  # per-group lists; 0 is the null block
+    second = store.dump_data(b[4])
     assert first.blocks == {1, 2, 3} and second.blocks == {4}
     assert [t.ordinal for t in store.running_readers(2)] == [1] and not store.check(first)
     store.wait(first)
@@ -65,6 +66,21 @@ def test_the_recording_store_tracks_what_each_task_reads_until_it_is_waited() ->
         store.wait(object())
     with pytest.raises(StoreCallUnmodelled, match="block ids"):
         store.dump(["b1"])
+
+
+def test_the_recording_store_reads_only_block_ids_vllm_handed_out() -> None:
+    """A dump of ints the class made (staging slots, ``int(b)``, offsets) names memory the replay does not model:
+    it is not taken for KV blocks, so a class that copies blocks to host slots and dumps the slots is never
+    called unsafe through slot numbers that equal block ids. Handed-out ids survive lists, slices and pickling."""
+    import pickle
+    store = RecordingStore()
+    handed = [BlockId(1), BlockId(2)]
+    carried = pickle.loads(pickle.dumps({"r1": handed[:1] + [0]}))  # metadata sent to a worker process
+    assert store.dump(carried["r1"]).blocks == {1}
+    for made in ([1], [int(handed[0])], [handed[0] + 0], (handed[1], 7)):
+        with pytest.raises(StoreCallUnmodelled, match="an int the class computed"):
+            store.dump(made)
+    assert len(store.tasks) == 1  # a refused dump starts no task
 
 
 def test_the_stub_request_answers_what_vllms_does_and_stops_on_anything_else() -> None:

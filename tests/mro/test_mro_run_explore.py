@@ -125,6 +125,15 @@ def test_the_explorer_never_reports_a_hazard_on_a_correct_case(path: Path, cls: 
         assert outcome.status == "diverged" and "no hazard in 400" in outcome.detail, (case, outcome)
 
 
+def test_a_class_dumping_host_staging_slots_is_not_judged_through_slot_numbers() -> None:
+    """`StagingCopyConnector` copies blocks into host slots in `wait_for_save` and dumps the slots: the forward
+    never writes what its store reads. Slot numbers once passed for block ids and the explorer reported the
+    forward overwriting "block 1" under a task reading slot 1, a hazard in a case its key calls safe."""
+    for case in ("single", "hybrid"):
+        outcome = explore(CORPUS / "blind_staging_copy.py", "StagingCopyConnector", case, schedules=30)
+        assert outcome.status == "not_runnable" and "an int the class computed" in outcome.detail, (case, outcome)
+
+
 def test_flush_on_reuse_broken_is_found_by_the_explorer_too() -> None:
     """`FlushPreemptedOnly` waits only for preempted requests: a finished request's blocks are handed on
     and rewritten under its running dump."""

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from deferdump.reference.errors import DeferDumpError
-from deferdump.tools.mro.run.store import NULL_BLOCK, RecordingStore, StoreCallUnmodelled
+from deferdump.tools.mro.run.store import NULL_BLOCK, BlockId, RecordingStore, StoreCallUnmodelled
 from deferdump.tools.mro.run.stubs import StubMissing, stub_modules
 
 __all__ = ["ReplayOutcome", "replay_counterexample", "run_class"]
@@ -73,11 +73,11 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _block(name: object) -> int:
+def _block(name: object) -> BlockId:
     text = str(name)
     if not text.startswith("b") or not text[1:].isdigit():
         raise _Stop(ReplayOutcome("not_runnable", f"a block named {text!r} in the trace"))
-    return int(text[1:])
+    return BlockId(text[1:])
 
 
 class _BlocksView:

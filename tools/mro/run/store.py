@@ -1,8 +1,12 @@
 """The recording store: stands in for a connector's store client and records which blocks each task reads.
 
 A task submitted with ``dump``/``dump_data`` reads the block ids in its first argument (an int, or lists and
-tuples of ints nested per KV-cache group; 0 is vLLM's null block and reads nothing). It runs until the
-connector waits it (``wait``/``wait_dump``) or the replay completes it (the model's ``task_complete``): the
+tuples of ints nested per KV-cache group; 0 is vLLM's null block and reads nothing). Only ids vLLM handed the
+class (:class:`BlockId`, kept through lists, slices, dicts and pickling) count as blocks of the KV cache: an int
+the class made itself (a staging slot, an offset, ``int(b)``) may name memory the forward never writes, so a
+dump of one is outside what a replay can judge and raises :class:`StoreCallUnmodelled`.
+
+A task runs until the connector waits it (``wait``/``wait_dump``) or the replay completes it (the model's ``task_complete``): the
 slowest store, which every real store may be. ``check`` says whether it is done. Every other store call is
 outside what the replay can judge and raises :class:`StoreCallUnmodelled`, so a run never guesses.
 """
@@ -15,11 +19,20 @@ from deferdump.reference.errors import DeferDumpError
 
 NULL_BLOCK = 0
 
-__all__ = ["NULL_BLOCK", "RecordingStore", "StoreCallUnmodelled", "StoreTask", "store_factory"]
+__all__ = ["NULL_BLOCK", "BlockId", "RecordingStore", "StoreCallUnmodelled", "StoreTask", "store_factory"]
 
 
 class StoreCallUnmodelled(DeferDumpError):
     """The connector called a store method the recording store does not model."""
+
+
+class BlockId(int):
+    """A KV-cache block id as the replay hands it to the class (block tables, ``update_state_after_alloc``,
+    ``request_finished``). Its type is its provenance: arithmetic and ``int()`` give plain ints, which the store
+    does not take for KV blocks (the explorer once called ``StagingCopyConnector`` unsafe because its dumps of
+    host staging slots 1, 2 … were read as KV blocks 1, 2 …)."""
+
+    __slots__ = ()
 
 
 @dataclass
@@ -41,6 +54,10 @@ def _block_ids(value: object) -> Iterable[int]:
     if isinstance(value, bool):
         raise StoreCallUnmodelled(f"a dump's blocks must be block ids, not {value!r}")
     if isinstance(value, int):
+        if value != NULL_BLOCK and not isinstance(value, BlockId):
+            raise StoreCallUnmodelled(
+                f"a dump names {value}, an int the class computed rather than a block id vLLM handed it (a staging "
+                "slot or an offset reads memory the replay does not model)")
         yield value
     elif isinstance(value, (list, tuple, set, frozenset)):
         for item in value:
