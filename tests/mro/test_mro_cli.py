@@ -27,7 +27,8 @@ def test_json_on_the_reference_connector_has_the_documented_shape() -> None:
     out = _mro(str(REFERENCE), "--json", "--class", "CPConnector")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    assert set(report) == {"classes", "connectors"}
+    assert set(report) == {"classes", "connectors", "imported_bases"}
+    assert report["imported_bases"] == []  # the reference connector defines its bases in the file
     assert all(set(entry) == {"bases", "mro", "defines"} for entry in report["classes"].values())
     assert report["classes"]["CPConnector"]["mro"] == ["CPConnector", "LayerWiseConnector", "DirectConnector", "object"]
     assert report["classes"]["LayerWiseConnector"]["bases"] == ["DirectConnector"]

@@ -69,7 +69,8 @@ def test_vllm_connector_sources_are_judged(name: str) -> None:
     files, expected = SOURCES[name]
     assert all(f.is_file() for f in files), files
     report = judge_files(files, runner=ModelRunner(ModelBounds(), timeout=120))
-    assert set(report.connectors) == set(report.hierarchy.connectors)  # every connector class judged
+    # every connector class of the files judged (classes of files read only for a base are not)
+    assert set(report.connectors) == set(report.hierarchy.connectors) & set(report.shown)
     verdicts = {cls: j.verdict for cls, j in report.connectors.items()}
     assert verdicts == expected, {cls: (j.verdict, j.violated, j.reasons) for cls, j in report.connectors.items()}
     for judgement in report.connectors.values():
@@ -83,3 +84,46 @@ def test_vllm_connector_sources_are_judged(name: str) -> None:
         assert any(HELPER_TRANSFERS[name] in r and "may start a transfer" in r for r in judgement.reasons), \
             judgement.reasons
     assert report.tlc_runs <= MAX_TLC_RUNS, f"{name}: {report.tlc_runs} TLC runs in {report.seconds:.1f}s"
+
+
+#: Subclasses of vLLM's ExampleConnector, as a user writes them: ExampleConnector's file is found in the installed
+#: vllm package and read (imported_bases.py), so what the subclass inherits is known.
+_ON_EXAMPLE = """
+from blockstore_client import BlockStore
+from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import ExampleConnector
+
+
+class CountedExample(ExampleConnector):
+    def build_connector_meta(self, scheduler_output):
+        self.steps = getattr(self, "steps", 0) + 1
+        return super().build_connector_meta(scheduler_output)
+
+
+class DeferredExample(ExampleConnector):
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        self.store = BlockStore()
+        self._tasks = []
+
+    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
+        meta = self._get_connector_metadata()
+        for req in meta.requests:
+            self._tasks.append(self.store.dump(req.slot_mapping, layer_name))
+
+    def wait_for_save(self):
+        return None
+"""
+
+
+def test_subclasses_of_vllms_example_connector_are_read_with_it(tmp_path: Path) -> None:
+    """ExampleConnector saves each layer synchronously (safetensors.torch.save_file in save_kv_layer) and never
+    delays a free: a subclass keeping that save is safe; one whose save_kv_layer submits dumps it never waits,
+    with the base's request_finished answering "free now", lets vLLM free the blocks under them (unsafe)."""
+    path = tmp_path / "on_example.py"
+    path.write_text(_ON_EXAMPLE, encoding="utf-8")
+    report = judge_files([path], runner=ModelRunner(ModelBounds(), timeout=120))
+    assert {(b.name, b.path.resolve() if b.path else None) for b in report.imported_bases} == {
+        ("ExampleConnector", (V1 / "example_connector.py").resolve())}
+    assert {cls: j.verdict for cls, j in report.connectors.items()} == {"CountedExample": "safe",
+                                                                        "DeferredExample": "unsafe"}
+    assert report.connectors["CountedExample"].resolves["save_kv_layer"] == "ExampleConnector"

@@ -37,7 +37,11 @@ def _render(report: MroReport, console: Console) -> None:
     """Per class: its bases and MRO; for a connector, a table of which definition of each connector method
     runs (with the model label it was judged by), the verdict per context, and why it is not safe."""
     hierarchy = report.hierarchy
-    for name in hierarchy.defined:
+    for base in report.imported_bases:
+        where = f"read from {base.path}" if base.path is not None else f"not read: {base.why}"
+        console.print(Text(f"base {base.name} (imported from {base.module} in {base.importer}): {where}",
+                           style="dim" if base.path is not None else "yellow"))
+    for name in report.shown:
         facts = hierarchy.classes[name]
         judgement = report.connectors.get(name)
         head = Text(name, style="bold")
@@ -170,6 +174,11 @@ def mro(
         "...) with vLLM's block ids: the recording store reads them as the blocks the task reads.",
     ),
     run_timeout: float = typer.Option(60.0, "--run-timeout", help="With --run: seconds allowed per replay."),
+    import_roots: Optional[List[Path]] = typer.Option(
+        None, "--import-root", help="A folder to find the modules connectors import their bases from (vLLM's "
+        "site-packages, a package's source tree; repeatable). Searched after each file's own folder and before "
+        "where this Python finds the package; a base found nowhere is not read and its subclasses are unknown.",
+    ),
 ) -> None:
     """Judge connector classes in FILE… with the model: MRO, method ownership, safe/unsafe/unknown."""
     if html is not None and not html.is_dir():
@@ -181,6 +190,9 @@ def mro(
         raise MroError("--store-module needs --run")
     if run_timeout <= 0:
         raise MroError(f"--run-timeout {run_timeout:g}: must be positive")
+    for root in import_roots or ():
+        if not root.is_dir():
+            raise MroError(f"--import-root {root}: not a directory")
     files = source_files(files)
     with console.status("judging connectors with TLC") as status:
         report = judge_files(
@@ -190,6 +202,7 @@ def mro(
             timeout=timeout,
             liveness=liveness,
             on_connector=lambda name: status.update(f"judging {name} with TLC"),
+            import_roots=import_roots or (),
         )
         if run:
             report = run_report(report, files, store_modules or (), run_timeout,

@@ -7,6 +7,9 @@ base is *opaque*: it may define connector methods the analysis cannot see, so ju
 """
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+
 from deferdump.tools.mro.source import CONNECTOR_METHODS, BodyKind, ClassFacts, MethodFacts
 
 ROOT_CONNECTOR = "KVConnectorBase_V1"
@@ -24,6 +27,9 @@ ABSTRACT_CONNECTOR_METHODS = frozenset(
         "build_connector_meta",
     }
 )
+#: Connector methods only a connector defines (a helper may have a ``shutdown`` or ``register_kv_caches`` too): a
+#: class defining one is a connector whatever its bases.
+CONNECTOR_SIGNS = frozenset(CONNECTOR_METHODS) - {"shutdown", "register_kv_caches"}
 _CONSTANTS = {"request_finished": "(False, None)", "get_finished": "(None, None)"}
 _NOOPS = frozenset({"handle_preemptions", "register_kv_caches", "shutdown", "update_connector_output"})
 _SELF_CALLS = {"get_transfer_results": frozenset({"get_finished"})}
@@ -58,6 +64,23 @@ def _external(name: str, bases: tuple[str, ...], methods: dict[str, MethodFacts]
         external=True,
         opaque=opaque,
     )
+
+
+#: A base named as a connector (``ExampleConnector``, ``LMCacheConnectorV1``), not ``KVConnectorStats``.
+CONNECTOR_NAME = re.compile(r"Connector(V\d+|_V\d+)?$")
+
+
+def connector_like(methods: Iterable[str], bases: Iterable[str]) -> bool:
+    """A class that defines a connector method, or names a base ``…Connector``: a connector, read or not."""
+    return bool(set(methods) & CONNECTOR_SIGNS) or any(CONNECTOR_NAME.search(base) for base in bases)
+
+
+def unread_connector_base(name: str) -> ClassFacts:
+    """An imported base of a connector-like class, not analysed: it derives from vLLM's base as far as the reader
+    knows, and may define any connector method (so every judgment through it is ``unknown``)."""
+    return _external(name, (ROOT_CONNECTOR,), {}, opaque=(
+        f"{name} is imported, not analysed, and its subclass defines connector methods (or names it a connector): "
+        "it may be a connector and define any connector method",))
 
 
 def known_external(name: str) -> ClassFacts:

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from deferdump.tools.mro.c3 import linearize
-from deferdump.tools.mro.errors import NoConnectorError
-from deferdump.tools.mro.externals import ABSTRACT_CONNECTOR_METHODS, HMA_MIXIN, ROOT_CONNECTOR, known_external
+from deferdump.tools.mro.errors import HierarchyError, NoConnectorError
+from deferdump.tools.mro.externals import (ABSTRACT_CONNECTOR_METHODS, HMA_MIXIN, ROOT_CONNECTOR, connector_like,
+                                           known_external, unread_connector_base)
 from deferdump.tools.mro.source import CONNECTOR_METHODS, ClassFacts, Delegation, MethodFacts
 
 
@@ -80,6 +81,30 @@ class Hierarchy:
         return [c for c in self.mro[cls] if self.classes[c].external and self.classes[c].opaque]
 
 
+def _unread_connector_bases(hierarchy: Hierarchy) -> Hierarchy:
+    """A class that defines connector methods (or names a ``…Connector`` base) but reaches no connector root
+    derives from a connector whose source was not read (``class Mine(ExampleConnector)`` without vLLM's file): its
+    unread bases become opaque connector bases, so the class is judged, and ``unknown``, instead of being passed
+    over as no connector at all."""
+    roots = set(hierarchy.roots)
+    unread = {base for name in hierarchy.defined
+              if not roots & set(hierarchy.mro[name]) and connector_like(hierarchy.classes[name].methods, hierarchy.classes[name].base_exprs)
+              for base in hierarchy.mro[name]
+              if hierarchy.classes[base].external and hierarchy.classes[base].opaque}
+    if not unread:
+        return hierarchy
+    classes = dict(hierarchy.classes)
+    classes.update({base: unread_connector_base(base) for base in unread})
+    classes.setdefault(ROOT_CONNECTOR, known_external(ROOT_CONNECTOR))
+    for name in list(classes[ROOT_CONNECTOR].bases):
+        classes.setdefault(name, known_external(name))
+    try:
+        mro = linearize({name: facts.bases for name, facts in classes.items()})
+    except HierarchyError:  # another class lists vLLM's base before that one: leave them as they were
+        return hierarchy
+    return Hierarchy(classes=classes, mro=mro)
+
+
 def build_hierarchy(
     defined: Mapping[str, ClassFacts], *, sources: Sequence[str] = (), require_connector: bool = True
 ) -> Hierarchy:
@@ -98,7 +123,7 @@ def build_hierarchy(
     if "object" not in classes:
         classes["object"] = known_external("object")
     mro = linearize({name: facts.bases for name, facts in classes.items()})
-    hierarchy = Hierarchy(classes=classes, mro=mro)
+    hierarchy = _unread_connector_bases(Hierarchy(classes=classes, mro=mro))
     if require_connector and not hierarchy.connectors:
         files = list(sources) or sorted({c.file for c in defined.values()}) or ["the given source"]
         raise NoConnectorError(

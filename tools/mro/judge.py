@@ -37,6 +37,7 @@ from deferdump.tools.mro.behaviour import (
 )
 from deferdump.tools.mro.errors import JudgeError, ModelTimeout, MroError
 from deferdump.tools.mro.hierarchy import Hierarchy, build_hierarchy
+from deferdump.tools.mro.imported_bases import BaseSource, imported_base_files
 from deferdump.tools.mro.source import CONNECTOR_METHODS, HIDDEN_SUBMIT, UNSEEN_KEEPING, read_files
 from deferdump.tools.mro.tla import (
     ASSIGNED_CONSTANTS,
@@ -199,6 +200,13 @@ class MroReport:
     tlc_runs: int
     cached_runs: int
     seconds: float
+    imported_bases: tuple[BaseSource, ...] = ()  # bases imported by the given files: read from where, or why not
+    given: frozenset[str] | None = None  # the files asked about (None: every analysed file)
+
+    @property
+    def shown(self) -> list[str]:
+        """The classes of the files asked about (not those of files read only for a base)."""
+        return [n for n in self.hierarchy.defined if self.given is None or self.hierarchy.classes[n].file in self.given]
 
     def to_json(self) -> dict[str, object]:
         classes = {
@@ -207,9 +215,13 @@ class MroReport:
                 "mro": list(self.hierarchy.mro[name]),
                 "defines": list(self.hierarchy.classes[name].methods),
             }
-            for name in self.hierarchy.defined
+            for name in self.shown
         }
-        return {"classes": classes, "connectors": {n: j.to_json() for n, j in self.connectors.items()}}
+        bases = [{"name": b.name, "module": b.module, "importer": b.importer,
+                  "read": str(b.path) if b.path is not None else None, "why_not": b.why or None}
+                 for b in self.imported_bases]
+        return {"classes": classes, "connectors": {n: j.to_json() for n, j in self.connectors.items()},
+                "imported_bases": bases}
 
 
 @dataclass(frozen=True)
@@ -846,8 +858,11 @@ def judge_files(
     liveness: bool = False,
     runner: ModelRunner | None = None,
     on_connector: Callable[[str], None] | None = None,
+    import_roots: Sequence[Path] = (),
 ) -> MroReport:
-    """Read ``paths`` (never importing them), linearize, and judge every connector class with TLC.
+    """Read ``paths`` (never importing them), with the files their connectors' imported bases come from
+    (:mod:`imported_bases`: found as Python would, ``import_roots`` searched first), linearize, and judge every
+    connector class of ``paths`` with TLC.
 
     Raises :class:`MroError` subclasses for a file that cannot be read or parsed, an impossible hierarchy,
     no connector classes, or a model TLC cannot check; any other :class:`UserError` from the TLC bridge
@@ -856,10 +871,15 @@ def judge_files(
     shared ``runner`` (which then decides ``bounds``/``timeout``/``liveness``) shares its cache of TLC runs.
     """
     started = time.perf_counter()
-    hierarchy = build_hierarchy(read_files(paths, tracking_attr), sources=[str(p) for p in paths])
-    selected = list(hierarchy.connectors)
+    followed, imported = imported_base_files([Path(p) for p in paths], import_roots)
+    for base in imported:
+        log.info("%s: base %s from %s %s", base.importer, base.name, base.module,
+                 f"read from {base.path}" if base.path is not None else f"not read: {base.why}")
+    hierarchy = build_hierarchy(read_files([*paths, *followed], tracking_attr), sources=[str(p) for p in paths])
+    given = frozenset(str(Path(p)) for p in paths)
+    selected = [name for name in hierarchy.connectors if hierarchy.classes[name].file in given]
     if only is not None:
-        missing = [name for name in only if name not in hierarchy.connectors]
+        missing = [name for name in only if name not in selected]
         if missing:
             raise MroError(f"not a connector class in the given files: {', '.join(missing)}")
         selected = [name for name in selected if name in only]
@@ -872,7 +892,8 @@ def judge_files(
             on_connector(cls)
         connectors[cls] = judge.judge(cls)
     return MroReport(
-        hierarchy, connectors, runner.runs - runs_before, runner.cached - cached_before, time.perf_counter() - started
+        hierarchy, connectors, runner.runs - runs_before, runner.cached - cached_before, time.perf_counter() - started,
+        tuple(imported), given,
     )
 
 
