@@ -356,6 +356,9 @@ class EffectReader:
         if (owner, method) in stack:  # recursion adds nothing new
             return Effect()
         facts = self.hierarchy.method(owner, method)
+        aliased, called = self.helpers.called_attributes(cls, facts)
+        if called:  # ``self._launch(queued)`` on a helper object: its ``__call__``, read as any call on it
+            facts = replace(facts, attr_calls=(*facts.attr_calls, *called))
         inner = stack + ((owner, method),)
         reasons = [f"{owner}.{method}: {r}" for r in facts.opaque]
         for why, callee in (*facts.counted_waits, *facts.partial_waits):
@@ -364,7 +367,7 @@ class EffectReader:
                                     and self._effect(cls, target, callee, True, inner).calls & WAIT_CALLS):
                 reasons.append(f"{owner}.{method}: {why}")
         callees: list[Effect] = []
-        for helper in sorted(facts.self_calls):
+        for helper in sorted({*facts.self_calls, *aliased}):  # a bound method kept in an attribute runs as itself
             target = self.hierarchy.lookup(cls, helper)
             if target is not None:
                 if self.hierarchy.method(target, helper).generator:

@@ -21,7 +21,7 @@ this checker judges.
 from __future__ import annotations
 
 from deferdump.tools.mro.hierarchy import Hierarchy
-from deferdump.tools.mro.source import CONNECTOR_METHODS, STORE_SUBMITS
+from deferdump.tools.mro.source import CONNECTOR_METHODS, STORE_SUBMITS, MethodFacts
 
 #: Methods of plain data, loggers and metrics: containers read or updated, a line logged, a counter stepped.
 DATA_METHODS = frozenset({
@@ -78,7 +78,8 @@ class HelperObjects:
         head, _, rest = path.partition(".")
         last = path.rsplit(".", 1)[-1]
         # a special method (``t[k] = v``) is what that very method does, as a query-like name is
-        passive = last in PASSIVE_METHODS or is_special(last)
+        # calling the object itself runs whatever its ``__call__`` does: never trusted by its name
+        passive = last in PASSIVE_METHODS or (is_special(last) and last != "__call__")
         if (cls, attr) in seen:
             return None  # a cycle adds nothing: each member is judged on its own code
         kinds = self._resolved(cls, attr)
@@ -116,6 +117,30 @@ class HelperObjects:
         if last in CONNECTOR_METHODS or not last.startswith(TRUSTED_PREFIXES):
             return unknown[0]
         return None
+
+    def called_attributes(self, cls: str, facts: MethodFacts) -> tuple[list[str], list[tuple[str, str, int]]]:
+        """``self.<m>(...)`` calls in ``facts`` where no class in ``cls``'s MRO defines ``m``: ``self.<m>`` is an
+        attribute holding a callable. A bound method of the class (``self._fn = self._flush``) runs that method
+        (returned first); any other value (``self._launch = Launcher(store)``, a partial, a parameter) runs its
+        ``__call__``, returned as ``(m, "__call__", line)`` calls on the helper object (twenty-second blind round:
+        ``CloseThenLaunchConnector``'s ``self._launch(queued)`` submitted the queued dumps in
+        ``handle_preemptions``, after its preemption wait, and was read as no store work at all). An attribute
+        never assigned stays what it was: a call that contributes nothing (docs/mro.md, Limits)."""
+        if any(self.hierarchy.classes[c].external and self.hierarchy.classes[c].opaque
+               for c in self.hierarchy.mro[cls]):
+            return [], []  # the unread base may define the method: the caller says so already
+        kinds = self._attr_kinds(cls)
+        methods: list[str] = []
+        calls: list[tuple[str, str, int]] = []
+        for name, line in facts.self_call_sites:
+            if self.hierarchy.lookup(cls, name) is not None or not kinds.get(name):
+                continue
+            bound = {k.partition(":")[2] for k in kinds[name] if k.startswith("alias:")
+                     and self.hierarchy.lookup(cls, k.partition(":")[2]) is not None}
+            methods += sorted(bound)
+            if any(k.partition(":")[2] not in bound for k in kinds[name]):
+                calls.append((name, "__call__", line))
+        return list(dict.fromkeys(methods)), list(dict.fromkeys(calls))
 
     def analysed_helpers(self, cls: str, attr: str) -> list[str]:
         """The classes of the analysed files (connectors left out) that ``cls``'s code assigns to ``self.<attr>``."""
@@ -175,11 +200,12 @@ class HelperObjects:
                 return f"{owner}.{name} hands work on ({method.async_hints[0]})"
             if method.opaque:
                 return f"{owner}.{name} cannot be followed ({method.opaque[0]})"
-            for attr, path, line in method.attr_calls:
+            aliased, called = self.called_attributes(helper, method)
+            for attr, path, line in (*method.attr_calls, *called):
                 inner = self._unfollowed(helper, attr, path, seen)
                 if inner is not None:
                     return f"{owner}.{name} (line {line}) calls self.{attr}.{path}(): {inner}"
-            for callee in sorted(method.self_calls):
+            for callee in sorted({*method.self_calls, *aliased}):
                 target = self.hierarchy.lookup(helper, callee)
                 if target is not None and not self.hierarchy.classes[target].external:
                     pending.append((target, callee))
@@ -208,7 +234,7 @@ class HelperObjects:
                 elif method.opaque:
                     why = f"{owner}.{name} cannot be followed ({method.opaque[0]})"
                 else:
-                    for attr, path, line in method.attr_calls:
+                    for attr, path, line in (*method.attr_calls, *self.called_attributes(helper, method)[1]):
                         inner = self._unfollowed(helper, attr, path, seen)
                         if inner is not None:
                             why = f"{owner}.{name} (line {line}) calls self.{attr}.{path}(): {inner}"

@@ -117,6 +117,9 @@ class MethodFacts:
     has_condition: bool = False  # any if/while/conditional expression in the body
     generator: bool = False  # the body yields: calling it runs nothing until the result is iterated
     self_call_uses: tuple[tuple[str, str], ...] = ()  # (helper, "dropped"/"consumed"/"held") per self.<m>() call
+    # (m, line) per ``self.<m>(...)`` call: where no class defines a method ``m``, ``self.<m>`` is an attribute
+    # holding a callable (a helper object's ``__call__``, a bound method, a partial), called there
+    self_call_sites: tuple[tuple[str, int], ...] = ()
     attr_calls: tuple[tuple[str, str, int], ...] = ()  # self.<attr>[.<x>].<m>(...) as (attr, "x.m", line)
     # ``x.<m>(...)`` on a local the body binds to ``C(...)`` (``batch = DumpBatch(store)``) as (C, m, line)
     other_calls: tuple[tuple[str, str, int], ...] = ()
@@ -447,6 +450,7 @@ class _MethodReader:
         self.inner_aliases: dict[str, str] = {}  # local name -> self attribute it holds
         self.delegations: list[Delegation] = []
         self.self_calls: set[str] = set()
+        self.self_call_sites: list[tuple[str, int]] = []
         self.tracking_ops: set[str] = set()
         self.forwards: list[Forward] = []
         self.calls: set[str] = set()
@@ -499,6 +503,7 @@ class _MethodReader:
             body=_body_kind(self.func),
             delegations=tuple(dict.fromkeys(self.delegations)),
             self_calls=frozenset(self.self_calls),
+            self_call_sites=tuple(dict.fromkeys(self.self_call_sites)),
             tracking_ops=frozenset(self.tracking_ops),
             forwards=tuple(dict.fromkeys(self.forwards)),
             constant_return=self._constant_return(),
@@ -981,6 +986,7 @@ class _MethodReader:
         elif _is_self(target):
             self.self_calls.add(func.attr)
             self.self_call_uses.append((func.attr, _call_use(call, self.parents)))
+            self.self_call_sites.append((func.attr, call.lineno))
         elif isinstance(target, ast.Attribute) and _is_self(target.value) and target.attr not in self.tracking_attrs:
             if func.attr in CONNECTOR_METHODS:
                 self.forwards.append(Forward(target.attr, func.attr, self._guards(call, target.attr)))
