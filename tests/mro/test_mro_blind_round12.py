@@ -113,7 +113,9 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
 
 class ShapeChecker(KVConnectorBase_V1):
     """Raises unless the scheduler output's block ids have vLLM 0.32's shapes (sched/output.py): a tuple of
-    per-group lists of ints for new requests and for each cached request's new blocks."""
+    per-group lists of ints for new requests and for each cached request's new blocks (ints, not ``type(b) is
+    int``: the replay's are ``BlockId``, an int subclass, so that the recording store can tell them from ints the
+    class made)."""
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         return 0, False
@@ -127,7 +129,7 @@ class ShapeChecker(KVConnectorBase_V1):
         tables += [ids for ids in cached.new_block_ids if ids is not None]
         for table in tables:
             if not (isinstance(table, tuple) and all(
-                    isinstance(group, list) and all(type(b) is int for b in group) for group in table)):
+                    isinstance(group, list) and all(isinstance(b, int) for b in group) for group in table)):
                 raise TypeError(f"block ids {table!r}")
         return KVConnectorMetadata()
 

@@ -66,24 +66,19 @@ def handle_preemptions(self, metadata):
     assert any("Launcher.__call__ submits a store dump()" in why for why in outside), outside
 
 
+COUNTING = """
+def register_kv_caches(self, kv_caches):
+    self._tick = Tally()
+def handle_preemptions(self, metadata):
+    self._tick(metadata)
+    self._settle(metadata.preempted_req_ids)
+"""
+
+
 def test_a_callable_helper_that_only_counts_adds_nothing() -> None:
-    plain = _labels("")
-    counted = _labels("""
-def register_kv_caches(self, kv_caches):
-    self._tick = Tally()
-def handle_preemptions(self, metadata):
-    self._tick(metadata)
-    self._settle(metadata.preempted_req_ids)
-""", prelude=CALLABLES)
-    assert counted["Proto.handle_preemptions"].label == plain["Proto.handle_preemptions"].label
-    judge = _judge("""
-def register_kv_caches(self, kv_caches):
-    self._tick = Tally()
-def handle_preemptions(self, metadata):
-    self._tick(metadata)
-    self._settle(metadata.preempted_req_ids)
-""")
-    assert judge._transfers_outside_the_model("Proto", None) == ()  # noqa: SLF001
+    counted = _labels(COUNTING, prelude=CALLABLES)
+    assert counted["Proto.handle_preemptions"].label == _labels("")["Proto.handle_preemptions"].label
+    assert _judge(COUNTING)._transfers_outside_the_model("Proto", None) == ()  # noqa: SLF001
 
 
 def test_a_callable_helper_that_waits_is_not_read_as_no_wait() -> None:

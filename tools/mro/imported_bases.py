@@ -72,7 +72,8 @@ def _imports(tree: ast.Module) -> dict[str, _Import]:
     return found
 
 
-def _top_classes(tree: ast.Module) -> Iterator[ast.ClassDef]:
+def _classes(tree: ast.Module) -> Iterator[ast.ClassDef]:
+    """Every class statement, nested ones included (a name defined anywhere in a file counts as defined there)."""
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
             yield node
@@ -178,7 +179,7 @@ def _definition(name: str, path: Path, roots: Sequence[Path], hops: int = 4) -> 
     tree = _parse(path)
     if tree is None:
         return None
-    if any(node.name == name for node in _top_classes(tree)):
+    if any(node.name == name for node in _classes(tree)):
         return path, name
     bound = _imports(tree).get(name)
     if bound is None or bound.name is None or hops == 0:
@@ -199,7 +200,7 @@ def imported_base_files(paths: Sequence[Path], roots: Sequence[Path] = ()) -> tu
         tree = _parse(path)
         if tree is not None:
             trees[path] = tree
-            owner.update({node.name: path for node in _top_classes(tree)})
+            owner.update({node.name: path for node in _classes(tree)})
     followed: list[Path] = []
     bases: list[BaseSource] = []
     pending: list[tuple[Path, ast.Module, set[str] | None]] = [(p, t, None) for p, t in trees.items()]
@@ -213,9 +214,9 @@ def imported_base_files(paths: Sequence[Path], roots: Sequence[Path] = ()) -> tu
     while pending:
         path, tree, needed = pending.pop(0)
         imports = _imports(tree)
-        local = {node.name for node in _top_classes(tree)}
+        local = {node.name for node in _classes(tree)}
         own_package = _own_package(path)
-        for node in _top_classes(tree):
+        for node in _classes(tree):
             if needed is not None and node.name not in needed:
                 continue
             for base in node.bases:
@@ -242,7 +243,7 @@ def imported_base_files(paths: Sequence[Path], roots: Sequence[Path] = ()) -> tu
                 if found.resolve() in given:
                     continue
                 found_tree = _parse(found)
-                clash = sorted(n for n in ({c.name for c in _top_classes(found_tree)} if found_tree else set())
+                clash = sorted(n for n in ({c.name for c in _classes(found_tree)} if found_tree else set())
                                if n in owner and owner[n] != found)
                 if found_tree is None or clash or (found not in followed and len(followed) >= MAX_FOLLOWED):
                     why = (f"{found} cannot be parsed" if found_tree is None else
@@ -254,6 +255,6 @@ def imported_base_files(paths: Sequence[Path], roots: Sequence[Path] = ()) -> tu
                 bases.append(BaseSource(name, written, str(path), found))
                 if found not in followed:
                     followed.append(found)
-                    owner.update({c.name: found for c in _top_classes(found_tree)})
+                    owner.update({c.name: found for c in _classes(found_tree)})
                 queue(found, found_tree, name)
     return followed, bases
