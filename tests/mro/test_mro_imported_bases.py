@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from deferdump.tools.mro.imported_bases import imported_base_files
 from deferdump.tools.mro.judge import ModelRunner, judge_files
 from deferdump.tools.mro.tla import ModelBounds
@@ -120,11 +118,11 @@ def test_cli_reports_where_each_base_was_read_and_refuses_a_missing_root(tmp_pat
     assert "Traceback" not in bad.stderr
 
 
-@pytest.mark.parametrize("name", ["CountingSync"])
-def test_run_says_why_a_base_outside_the_files_folders_cannot_be_imported(name: str) -> None:
+def test_run_says_why_a_base_outside_the_files_folders_cannot_be_imported() -> None:
     """--run imports the given files' folders only: a base from an import root is not importable there, and the
     reading verdict stands with the reason."""
     from deferdump.tools.mro.run.runner import run_report
+    name = "CountingSync"
     report = judge_files([USER], only=[name], runner=RUNNER, import_roots=[SITE])
     ran = run_report(report, [USER], ["blockstore_client"], 60)
     judgement = ran.connectors[name]

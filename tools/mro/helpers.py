@@ -126,8 +126,7 @@ class HelperObjects:
         ``CloseThenLaunchConnector``'s ``self._launch(queued)`` submitted the queued dumps in
         ``handle_preemptions``, after its preemption wait, and was read as no store work at all). An attribute
         never assigned stays what it was: a call that contributes nothing (docs/mro.md, Limits)."""
-        if any(self.hierarchy.classes[c].external and self.hierarchy.classes[c].opaque
-               for c in self.hierarchy.mro[cls]):
+        if self.hierarchy.opaque_ancestors(cls):
             return [], []  # the unread base may define the method: the caller says so already
         kinds = self._attr_kinds(cls)
         methods: list[str] = []

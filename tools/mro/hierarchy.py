@@ -87,10 +87,9 @@ def _unread_connector_bases(hierarchy: Hierarchy) -> Hierarchy:
     unread bases become opaque connector bases, so the class is judged, and ``unknown``, instead of being passed
     over as no connector at all."""
     roots = set(hierarchy.roots)
-    unread = {base for name in hierarchy.defined
-              if not roots & set(hierarchy.mro[name]) and connector_like(hierarchy.classes[name].methods, hierarchy.classes[name].base_exprs)
-              for base in hierarchy.mro[name]
-              if hierarchy.classes[base].external and hierarchy.classes[base].opaque}
+    orphans = [name for name in hierarchy.defined if not roots & set(hierarchy.mro[name])
+               and connector_like(hierarchy.classes[name].methods, hierarchy.classes[name].base_exprs)]
+    unread = {base for name in orphans for base in hierarchy.opaque_ancestors(name)}
     if not unread:
         return hierarchy
     classes = dict(hierarchy.classes)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,10 +44,6 @@ class BaseSource:
     importer: str  # the file whose class derives from it
     path: Path | None
     why: str = ""
-
-    @property
-    def found(self) -> bool:
-        return self.path is not None
 
 
 @dataclass(frozen=True)
@@ -173,10 +169,11 @@ def _parse(path: Path) -> ast.Module | None:
         return None
 
 
-def _definition(name: str, path: Path, roots: Sequence[Path], hops: int = 4) -> tuple[Path, str] | None:
+def _definition(name: str, path: Path, roots: Sequence[Path], parse: Callable[[Path], ast.Module | None],
+                hops: int = 4) -> tuple[Path, str] | None:
     """The file defining the class ``path`` defines or re-exports as ``name`` (``__init__.py`` re-exports), and
     the class's name there."""
-    tree = _parse(path)
+    tree = parse(path)
     if tree is None:
         return None
     if any(node.name == name for node in _classes(tree)):
@@ -185,7 +182,7 @@ def _definition(name: str, path: Path, roots: Sequence[Path], hops: int = 4) -> 
     if bound is None or bound.name is None or hops == 0:
         return None
     module = _module_file(bound, path, roots)
-    return _definition(bound.name, module, roots, hops - 1) if module is not None else None
+    return _definition(bound.name, module, roots, parse, hops - 1) if module is not None else None
 
 
 def imported_base_files(paths: Sequence[Path], roots: Sequence[Path] = ()) -> tuple[list[Path], list[BaseSource]]:
@@ -194,10 +191,17 @@ def imported_base_files(paths: Sequence[Path], roots: Sequence[Path] = ()) -> tu
     read file defines too is not followed: which class a name means would then depend on imports the reader does
     not resolve, so the base stays unread and its subclasses ``unknown``."""
     given = {p.resolve() for p in paths}
+    parsed: dict[Path, ast.Module | None] = {}
+
+    def parse(path: Path) -> ast.Module | None:  # each file once: re-exports and bases meet the same files
+        if path not in parsed:
+            parsed[path] = _parse(path)
+        return parsed[path]
+
     owner: dict[str, Path] = {}  # class name -> the read file defining it
     trees: dict[Path, ast.Module] = {}
     for path in paths:
-        tree = _parse(path)
+        tree = parse(path)
         if tree is not None:
             trees[path] = tree
             owner.update({node.name: path for node in _classes(tree)})
@@ -231,7 +235,7 @@ def imported_base_files(paths: Sequence[Path], roots: Sequence[Path] = ()) -> tu
                     continue
                 written = "." * bound.level + bound.module
                 module = _module_file(bound, path, roots)
-                definition = _definition(name, module, roots) if module is not None else None
+                definition = _definition(name, module, roots, parse) if module is not None else None
                 if definition is None:
                     bases.append(BaseSource(name, written, str(path), None, f"no source file for {written or name} "
                                             "was found (pass its folder with --import-root)"))
@@ -242,7 +246,7 @@ def imported_base_files(paths: Sequence[Path], roots: Sequence[Path] = ()) -> tu
                     continue
                 if found.resolve() in given:
                     continue
-                found_tree = _parse(found)
+                found_tree = parse(found)
                 clash = sorted(n for n in ({c.name for c in _classes(found_tree)} if found_tree else set())
                                if n in owner and owner[n] != found)
                 if found_tree is None or clash or (found not in followed and len(followed) >= MAX_FOLLOWED):
