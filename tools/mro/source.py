@@ -409,7 +409,28 @@ def _transparent_decorator(func: ast.FunctionDef) -> bool:
                 return False  # an error of the body may be swallowed
             places += stmt.body
     # the call is the statement's whole value: ``return fn(...) if ready else None`` may skip the body
-    return any(isinstance(stmt, (ast.Return, ast.Assign, ast.Expr)) and stmt.value is calls[0] for stmt in places)
+    holder = next((stmt for stmt in places
+                   if isinstance(stmt, (ast.Return, ast.Assign, ast.Expr)) and stmt.value is calls[0]), None)
+    return holder is not None and not _may_leave_early(wrapper, holder)
+
+
+def _may_leave_early(wrapper: ast.FunctionDef, holder: ast.stmt) -> bool:
+    """Can ``wrapper`` end without reaching ``holder``, the statement that calls the decorated function? A
+    ``return`` before it (``if key in seen: return None``: a once-per-request or flag guard), a ``raise`` before it
+    that is not a handler's re-raise, or a ``yield`` anywhere (the body runs only when someone iterates) can."""
+    before: list[ast.stmt] = []
+    for stmt in wrapper.body:
+        if stmt is holder:
+            break
+        if isinstance(stmt, ast.Try) and holder in stmt.body:
+            before += stmt.body[:stmt.body.index(holder)]
+            break
+        before.append(stmt)
+    shell = ast.FunctionDef(name="", args=wrapper.args, body=before, decorator_list=[])
+    reraise = {id(handler.body[-1]) for node in _own_nodes(shell) if isinstance(node, ast.Try)
+               for handler in node.handlers}
+    return (any(isinstance(node, (ast.Return, ast.Raise)) and id(node) not in reraise for node in _own_nodes(shell))
+            or any(isinstance(node, (ast.Yield, ast.YieldFrom)) for node in _own_nodes(wrapper)))
 
 
 def _is_none(node: ast.expr) -> bool:
