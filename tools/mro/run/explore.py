@@ -81,8 +81,14 @@ class _Explorer:
         self.handed: list[str] = []  # the finished ids this step's schedule handed to the workers
 
     # -- blocks ----------------------------------------------------------------------------------------------
+    def _available(self) -> list[int]:
+        """The free blocks vLLM may hand out: not those the class holds a reference on (BlockPool.touch keeps
+        a block out of the free queue until the class frees it, block_pool.py ~752-806)."""
+        pool = self.replay.block_pool
+        return [b for b in self.free if pool is None or not pool.pinned(b)]
+
     def _take(self) -> int:
-        block = self.rng.choice(self.free)
+        block = self.rng.choice(self._available())
         self.free.remove(block)
         return block
 
@@ -152,7 +158,7 @@ class _Explorer:
             # or the lowest priority: any of them), the request itself when there is no other
             if self.sliding:
                 sw_freed += self._sliding_out(req)
-            while len(self.free) < self._per_block():
+            while len(self._available()) < self._per_block():
                 victims = [r for r in self.reqs if r.state == "running" and r is not req
                            and all(r is not s for s, _ in scheduled)]
                 self._preempt(self.rng.choice(victims) if victims else req, preempted)
@@ -164,7 +170,7 @@ class _Explorer:
             if req.state not in ("waiting", "preempted") or req.arrival > index:
                 continue
             need = (req.progress + 1) * self._per_block()  # a preempted request recomputes what it had
-            if len(self.free) < need:
+            if len(self._available()) < need:
                 break
             req.state = "running"
             scheduled.append((req, [self._allocate(req) for _ in range(req.progress + 1)]))
@@ -224,10 +230,10 @@ class _Explorer:
                 stopping.append(req)
         for req in stopping:
             self._sliding_finish(req)
-        emitted = set(self.replay.step_emitted)
         self.replay.update_from_output({"calls": [
             {"name": "request_finished", "reqs": [r.name for r in stopping]},
-            {"name": "_update_from_kv_xfer_finished", "finished_sending": sorted(emitted)}]})
+            {"name": "_update_from_kv_xfer_finished", "finished_sending": sorted(self.replay.step_emitted)}]})
+        emitted = set(self.replay.step_emitted)  # what vLLM frees: after the class's update_connector_output
         for req in stopping:
             self._finished(req)
         for req in self.reqs:  # _update_from_kv_xfer_finished: the delayed requests every report freed

@@ -188,11 +188,14 @@ class _Replay:
         self.seen: set[str] = set()
         self.resumed: set[str] = set()
         self.delayed: set[str] = set()  # requests the class delayed that vLLM has not freed yet
+        self.delayed_ids: dict[str, tuple[list[int], ...]] = {}  # their block ids, which vLLM still holds
         self.remaining: dict[str, int] = {}  # KVOutputAggregator's count of reports still needed, per request
         self.step_emitted: set[str] = set()  # the ids the aggregator passed to the scheduler this step
         self.handed_finished: set[str] = set()  # ids build_connector_meta was told finished, since last scheduled new
         self.meta: Any = None
         self.step = 0
+        self.block_pool: Any = None  # the scheduler's GPU block pool (block_pool.BlockPool), bound after __init__
+        self.worker_meta: Any = None  # this step's worker metadata, aggregated over the ranks as vLLM does
         # Followed as a MultiConnector child (path "multi"), the engine plays the parent and a sibling that delays
         # every request (the model's multi case): the parent's request_finished delays every finish, its
         # get_transfer_results passes a report on only once no extra async save of the id is pending
@@ -214,6 +217,14 @@ class _Replay:
             window = stubs.BLOCK_SIZE if self.hybrid else None
             self.sched = self._call("scheduler", "__init__", lambda: cls(
                 stubs.vllm_config(0, world, window), stubs.KVConnectorRole.SCHEDULER, self.layout))
+            # vLLM binds its KV-cache manager (and so the GPU block pool) once both are built (scheduler.py
+            # ~358-360); a class that pins blocks there keeps them from being handed out (block_pool.py)
+            manager = stubs.kv_cache_manager(_NUM_BLOCKS, self._held_ids)
+            self.block_pool = manager.block_pool
+            if self._overrides("bind_kv_cache_manager") or self._overrides("bind_gpu_block_pool"):
+                self._call("scheduler", "bind_kv_cache_manager", lambda: self.sched.bind_kv_cache_manager(manager))
+            else:
+                self.sched.bind_kv_cache_manager(manager)  # the base's: it keeps the manager, nothing else
             for rank in self.ranks:
                 # With two ranks each worker is a process of its own (vLLM's multiprocessing executor), apart
                 # from the engine core's scheduler: its module state (class attributes, module globals) is its
@@ -248,7 +259,7 @@ class _Replay:
         self.stubs.TENSOR_PARALLEL.update(rank=rank, world_size=len(self.ranks))
         self.calls.append(f"step {self.step}: {role}.{method}({shown})")
         try:
-            return thunk()
+            result = thunk()
         except (StubMissing, StoreCallUnmodelled) as error:
             raise _Stop(ReplayOutcome("not_runnable", f"{role}.{method}: {error}", step=self.step)) from None
         except _Stop:
@@ -258,6 +269,10 @@ class _Replay:
             raise _Stop(ReplayOutcome(
                 "diverged", f"{role}.{method} raised {type(error).__name__}: {error} "
                 f"({Path(where.filename).name}:{where.lineno})", step=self.step)) from None
+        if self.block_pool is not None and self.block_pool.log:
+            self.calls[-1] += "".join(f" [block pool: {entry}]" for entry in self.block_pool.log)
+            self.block_pool.log.clear()
+        return result
 
     def _overrides(self, method: str) -> bool:
         base = self.stubs.KVConnectorBase_V1
@@ -271,6 +286,13 @@ class _Replay:
         if not self.hybrid:
             return (fa,)
         return (fa, sw) if self.path == "hma" else (sw,)
+
+    def _held_ids(self, req: str) -> tuple[list[int], ...]:
+        """KVCacheManager.get_block_ids: a running request's blocks, a delayed one's until vLLM frees them, else
+        an empty list per group (single_type_kv_cache_manager.py: ``req_to_blocks`` is emptied by the free)."""
+        if req in self.fa or req not in self.delayed:
+            return self._ids(req)
+        return tuple(list(ids) for ids in self.delayed_ids.get(req, self._ids(req)))
 
     def _request(self, req: str) -> Any:
         tokens = list(range(16 * max(1, len(self.fa.get(req, [])))))
@@ -294,6 +316,10 @@ class _Replay:
                 raise _Stop(ReplayOutcome("not_runnable", "the trace loads a store hit: the replay drives no loads",
                                           step=self.step))
             req = str(alloc["req"])
+            for held in (alloc["block"], alloc.get("sw")):
+                if held is not None and self.block_pool is not None and self.block_pool.pinned(_block(held)):
+                    raise self._diverged(f"the schedule allocates {held} to {req}, which the class holds a reference "
+                                         "on (BlockPool.touch): vLLM does not hand such a block out")
             fresh = req not in self.fa
             self.fa.setdefault(req, []).append(_block(alloc["block"]))
             if self.hybrid and alloc.get("sw") is not None:
@@ -363,10 +389,13 @@ class _Replay:
         if self.meta is None:
             raise self._diverged("a forward before any schedule")
         self.step_emitted = set()
+        self.worker_meta = None
         delayed_before = set(self.delayed)
         for rank in self.ranks:
             self._execute_rank(rank, ranks[rank], delayed_before)
         self.delayed -= self.step_emitted
+        for req in self.step_emitted:
+            self.delayed_ids.pop(req, None)
 
     def _metadata_for(self, rank: int) -> Any:
         """The step's metadata as ``rank``'s worker gets it: the scheduler's object with one worker in the
@@ -452,6 +481,7 @@ class _Replay:
             raise self._diverged(f"get_transfer_results returned {answer!r}, not the transfer results")
         sending = set(answer.finished_sending or ())
         self.calls[-1] += f" -> sent {sorted(sending)}" if sending else ""
+        self._worker_meta(rank)
         if self.sibling_plays:
             sending = self._multi_sending(sending, set(record.get("sibling_sending", ())))
         # KVOutputAggregator.aggregate (kv_connector/utils.py ~87-99): a request passes to the scheduler once
@@ -474,6 +504,29 @@ class _Replay:
         if not self.follow and sending != expected:
             raise self._diverged(f"get_finished reported {sorted(sending)} as sent; the counterexample needs "
                                  f"{sorted(expected)}")
+
+    def _worker_meta(self, rank: int) -> None:
+        """The rank's ``build_connector_worker_meta`` (kv_connector_model_runner_mixin.py ~104, after the transfer
+        results), sent to the engine core and aggregated there: the first rank's object accumulates the others'
+        through ``aggregate`` (kv_connector/utils.py ~144-152)."""
+        if not self._overrides("build_connector_worker_meta"):
+            return
+        own = self._call("worker", "build_connector_worker_meta", self.workers[rank].build_connector_worker_meta,
+                         rank=rank)
+        if rank in self.processes:
+            try:
+                with _as_process(self.processes[rank]):
+                    sent = pickle.dumps(own)
+                with _as_process(self.processes["scheduler"]):
+                    own = pickle.loads(sent)
+            except Exception as error:
+                raise _Stop(ReplayOutcome("not_runnable", f"the worker metadata does not pickle ({type(error).__name__}"
+                                          f": {error}); vLLM sends it to the engine core", step=self.step)) from None
+        if self.worker_meta is None:
+            self.worker_meta = own
+        elif own:
+            accumulated = self.worker_meta
+            self.worker_meta = self._call("scheduler", "aggregate", lambda: accumulated.aggregate(own), rank=rank)
 
     def _multi_sending(self, own: set[str], sibling: set[str]) -> set[str]:
         """MultiConnector.get_transfer_results (multi_connector.py ~357-376) over the class's reports and the
@@ -508,9 +561,38 @@ class _Replay:
                 # vLLM hands the step's aggregated output to the scheduler-side connector first (scheduler.py
                 # ~3209-3219, _update_from_kv_xfer_finished)
                 sent = self.step_emitted if self.follow else sent
-                output = self.stubs.KVConnectorOutput(finished_sending=sent or None, finished_recving=None)
+                output = self.stubs.KVConnectorOutput(finished_sending=set(sent) or None, finished_recving=None,
+                                                      kv_connector_worker_meta=self.worker_meta or None)
                 self._call("scheduler", "update_connector_output", lambda: self.sched.update_connector_output(output),
                            f"finished_sending={sorted(sent)}")
+                self._frees_after_update(output, set(sent))
+
+    def _frees_after_update(self, output: Any, sent: set[str]) -> None:
+        """vLLM frees the ids ``finished_sending`` holds *after* the scheduler-side ``update_connector_output``
+        (scheduler.py ~3218-3235): a class that takes ids out (holding a request until its workers' metadata
+        says every job ended) or puts ids in changes what is freed. An id freed that is not delayed (never, or
+        freed already) is the scheduler's assertion."""
+        try:
+            freed = set(output.finished_sending or ())
+        except TypeError:
+            raise self._diverged(f"update_connector_output left finished_sending {output.finished_sending!r}, "
+                                 "not a set of ids") from None
+        if freed == sent:
+            return
+        self.calls[-1] += f" -> vLLM frees {sorted(freed)}"
+        if not self.follow:
+            raise self._diverged(f"update_connector_output changed the ids vLLM frees to {sorted(freed)}; the "
+                                 f"counterexample frees {sorted(sent)}")
+        held = self.delayed | (sent & self.step_emitted)  # execute_model already dropped the reported ids
+        unexpected = sorted(freed - held)
+        if unexpected:
+            raise _Stop(ReplayOutcome(
+                "reproduced", f"update_connector_output passes {unexpected} to vLLM as sent, which request_finished "
+                "never delayed (vLLM asserts on it)", hazard="NoUnexpectedReportInv", step=self.step))
+        self.delayed = held - freed
+        self.step_emitted = freed
+        for req in freed:
+            self.delayed_ids.pop(req, None)
 
     def _request_finished(self, record: Mapping[str, Any], status: Any) -> None:
         expected_delayed = set(record.get("ucm_delayed", record.get("delayed", ())))
@@ -533,6 +615,7 @@ class _Replay:
                                      f"{req in expected_delayed}")
             if answer[0] or self.sibling_plays:
                 self.delayed.add(req)
+                self.delayed_ids[req] = ids
             if self.sibling_plays:
                 # MultiConnector._aggregate_request_finished (multi_connector.py ~549-567): the sibling's True and
                 # the class's make two async saves, one extra; vLLM sends it to the workers with the next

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deferdump.reference.errors import DeferDumpError
+from deferdump.tools.mro.run.block_pool import BlockPool, KVCacheManager
 from deferdump.tools.mro.run.cuda_standin import cuda_standins
 from deferdump.tools.mro.run.store import RecordingStore, store_factory
 
@@ -143,6 +144,17 @@ class KVConnectorBase_V1(ABC):  # noqa: N801 - vLLM's name
 
     def update_connector_output(self, connector_output: Any) -> None:
         return
+
+    def bind_kv_cache_manager(self, kv_cache_manager: Any) -> None:
+        """base.py ~474-478: vLLM's scheduler binds its KV-cache manager once it is built (scheduler.py ~358-360)."""
+        self._kv_cache_manager = kv_cache_manager
+        self.bind_gpu_block_pool(kv_cache_manager.block_pool)
+
+    def bind_gpu_block_pool(self, gpu_block_pool: Any) -> None:
+        return
+
+    def build_connector_worker_meta(self) -> KVConnectorWorkerMetadata | None:
+        return None
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, Any]:
         return False, None
@@ -443,8 +455,26 @@ def vllm_config(rank: int = 0, world_size: int = 1, sliding_window: int | None =
 
 @dataclass
 class KVConnectorOutput:
+    """v1/outputs.py ~214-233, the fields a replay fills."""
+
     finished_sending: set[str] | None = None
     finished_recving: set[str] | None = None
+    kv_connector_stats: Any = None
+    kv_cache_events: Any = None
+    kv_connector_worker_meta: Any = None
+    invalid_block_ids: set[int] = field(default_factory=set)
+    failed_recving: set[str] = field(default_factory=set)
+    expected_finished_count: int = 0
+
+
+def missing(what: str) -> StubMissing:
+    return StubMissing(f"the connector used {what}, which the stub vLLM does not provide")
+
+
+def kv_cache_manager(num_blocks: int, block_ids: Callable[[str], tuple[list[int], ...]]) -> KVCacheManager:
+    """The scheduler's KV-cache manager with a pool of ``num_blocks`` blocks (block 0 the null block);
+    ``block_ids`` answers ``get_block_ids(request_id)``."""
+    return KVCacheManager(BlockPool(num_blocks, missing), block_ids)
 
 
 # ---- the module tree -----------------------------------------------------------------------------------
@@ -455,7 +485,7 @@ class _Placeholder:
         self._qualname = qualname
 
     def __call__(self, *args: object, **kwargs: object) -> Any:
-        raise StubMissing(f"the connector used {self._qualname}, which the stub vLLM does not provide")
+        raise missing(self._qualname)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
