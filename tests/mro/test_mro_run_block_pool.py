@@ -16,6 +16,7 @@ from deferdump.tools.mro.run import block_pool
 from deferdump.tools.mro.run.explore import explore_class
 from deferdump.tools.mro.run.replay import run_class
 from deferdump.tools.mro.run.stubs import StubMissing, missing
+from support.mro import QUIET_METHODS
 
 KVBM = Path(__file__).parents[1] / "fixtures" / "mro" / "corpus" / "blind_kvbm_leader_pins.py"
 
@@ -57,19 +58,9 @@ class Pinner(KVConnectorBase_V1):
         for new in scheduler_output.scheduled_new_reqs:
             self.pool.touch([self.pool.blocks[b] for b in new.block_ids[0]])
         return KVConnectorMetadata()
-    def get_num_new_matched_tokens(self, request, num_computed_tokens):
-        return 0, False
-    def update_state_after_alloc(self, request, blocks, num_external_tokens):
-        pass
-    def start_load_kv(self, forward_context, **kwargs):
-        pass
-    def wait_for_layer_load(self, layer_name):
-        pass
-    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
-        pass
     def wait_for_save(self):
         pass
-"""
+""" + QUIET_METHODS
 
 
 def test_a_trace_that_allocates_a_block_the_class_pinned_is_not_a_run_of_vllm(tmp_path: Path) -> None:

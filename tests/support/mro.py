@@ -10,7 +10,22 @@ from deferdump.tools.mro.judge import Judge, ModelRunner, MroReport
 from deferdump.tools.mro.source import read_files
 from deferdump.tools.mro.tla import ModelBounds
 
-__all__ = ["RUN_TIMEOUT", "assert_safe_but_on_sliding_window", "judge_cases"]
+__all__ = ["QUIET_METHODS", "RUN_TIMEOUT", "assert_safe_but_on_sliding_window", "judge_cases"]
+
+#: The connector methods a `--run` test class leaves doing nothing (no loads, nothing per layer), as class-body source
+#: at one level of indentation: a class that defines the rest of its protocol around them can be built and run.
+QUIET_METHODS = """
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        return 0, False
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        pass
+    def start_load_kv(self, forward_context, **kwargs):
+        pass
+    def wait_for_layer_load(self, layer_name):
+        pass
+    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
+        pass
+"""
 
 #: Seconds the `--run` tests allow one replay or exploration child (`run_report`'s ``timeout``; the CLI's default is
 #: 60). What they check is what the class does, not how fast: on a loaded machine (`make test`'s workers beside other

@@ -76,6 +76,26 @@ class Hierarchy:
         found = {m: self.lookup(cls, m) for m in CONNECTOR_METHODS}
         return {m: owner for m, owner in found.items() if owner is not None}
 
+    def abstract_left(self, cls: str) -> tuple[str, ...]:
+        """The ``@abstractmethod`` defs of the analysed classes that ``cls`` leaves abstract (its first binding
+        of the name in the MRO is the abstract def), as ``Owner.name``: a connector is an ABC (``KVConnectorBase_V1``
+        derives from ``ABC``), so building it raises TypeError. Empty where that cannot be read: an unread base
+        (it may bind the name), a metaclass, a class decorator that is not benign, ``__init_subclass__`` or
+        ``__new__`` (any of them may change the check)."""
+        mro = self.mro[cls]
+        if ROOT_CONNECTOR not in mro or self.opaque_ancestors(cls):
+            return ()
+        analysed = [self.classes[c] for c in mro if not self.classes[c].external]
+        if any(facts.construct_hooks for facts in analysed):
+            return ()
+        left = []
+        for name in sorted({n for facts in analysed for n in facts.abstract_names}):
+            binder = next((self.classes[c] for c in mro if name in (
+                self.classes[c].methods if self.classes[c].external else self.classes[c].bound_names)), None)
+            if binder is not None and not binder.external and name in binder.abstract_names:
+                left.append(f"{binder.name}.{name}")
+        return tuple(left)
+
     def opaque_ancestors(self, cls: str) -> list[str]:
         """External classes in ``cls``'s MRO whose source was not analysed (they could define anything)."""
         return [c for c in self.mro[cls] if self.classes[c].external and self.classes[c].opaque]

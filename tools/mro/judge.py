@@ -625,6 +625,9 @@ class Judge:
             if facts is not None and facts.external and facts.methods["request_finished_all_groups"].body == "abstract":
                 why.append(f"{hma}.request_finished_all_groups is an @abstractmethod {concrete} does not define: "
                            f"constructing {concrete} raises TypeError, so no run reaches a reused block")
+            why += [f"{left} is an @abstractmethod {concrete} does not override: constructing {concrete} raises "
+                    "TypeError (a connector is an ABC), so no run reaches a reused block"
+                    for left in self.hierarchy.abstract_left(concrete)]
             for method in EVERY_STEP_METHODS:
                 label = by_key.get((owners.get(method, ""), method))
                 if label is not None and any(ABSTRACT_REASON in r for r in label.reasons):
@@ -655,6 +658,13 @@ class Judge:
                                    "class dumps blocks at the finish, which its delay holds, while the model dumps "
                                    "them as each step computes them")
         why += [r for concrete in [cls] + ([inner] if inner else []) if (r := block_references(self.hierarchy, concrete))]
+        for concrete in [cls] + ([inner] if inner else []):  # frees decided on the scheduler side (round 24)
+            for owner in self.hierarchy.mro[concrete]:
+                facts = self.hierarchy.classes[owner]
+                if not facts.external and "update_connector_output" in facts.methods:
+                    why += [f"{owner}.{r[r.index(':') + 2:]} ({r[:r.index(':')]}): vLLM frees what the output's "
+                            "finished_sending holds after that call, so the class's scheduler side decides frees the "
+                            "model's get_finished reports do not" for r in facts.methods["update_connector_output"].report_rewrites]
         why += [f"{l.reasons[0]}; it drains every task it holds each step, so that no dump outlives its step"
                 for l in labels if l.method == "get_finished" and l.label == UNKNOWN and l.reasons
                 and UNSELECTED_REPORT_WAITS in l.reasons[0]

@@ -104,6 +104,8 @@ class MethodFacts:
     finally_calls: frozenset[str] = frozenset()  # every method called inside a ``finally:`` block
     opaque: tuple[str, ...] = ()  # constructs the analysis could not follow, each as a short reason
     lost_tasks: tuple[str, ...] = ()  # where a kept store task can be dropped unwaited (beyond the model)
+    # update_connector_output only: where it may change the ids vLLM then frees (its output's finished_sending)
+    report_rewrites: tuple[str, ...] = ()
     attr_stores: frozenset[str] = frozenset()  # ``self.<x> = ...``: runs a property setter if one exists
     attr_loads: frozenset[str] = frozenset()  # ``self.<x>`` read (not called): runs a property getter
     is_property: bool = False  # a ``@property`` getter (stored under its name; setters as ``<x>.setter``)
@@ -297,6 +299,11 @@ class ClassFacts:
     unresolved_inits: frozenset[str] = frozenset()  # attrs __init__ also assigns from a call naming no class
     external: bool = False
     opaque: tuple[str, ...] = ()
+    bound_names: frozenset[str] = frozenset()  # every name the class body binds (defs, assignments, classes)
+    abstract_names: frozenset[str] = frozenset()  # names whose last binding is a def marked @abstractmethod
+    # what may change Python's abstract-method check for the class (a metaclass, a class decorator that is not
+    # benign, ``__init_subclass__``, ``__new__``): where any is present, an abstract method left proves nothing
+    construct_hooks: tuple[str, ...] = ()
 
 
 def _dotted(node: ast.expr) -> str | None:
@@ -433,6 +440,56 @@ def _may_leave_early(wrapper: ast.FunctionDef, holder: ast.stmt) -> bool:
             or any(isinstance(node, (ast.Yield, ast.YieldFrom)) for node in _own_nodes(wrapper)))
 
 
+#: The fields of vLLM's KVConnectorOutput whose ids the scheduler acts on after update_connector_output.
+_REPORT_FIELDS = frozenset({"finished_sending", "finished_recving"})
+_MUTATORS = frozenset({"add", "discard", "remove", "update", "clear", "pop", "difference_update",
+                       "intersection_update", "symmetric_difference_update", "__ior__", "__isub__", "__iand__"})
+#: Calls that look at an object without changing it: builtins, logging, and container methods that take it as
+#: an element or an iterable (``self._recving.difference_update(finished)``).
+_LOOKS = frozenset({"isinstance", "getattr", "hasattr", "len", "bool", "repr", "str", "id", "type", "print", "set",
+                    "frozenset", "list", "sorted", "tuple", "debug", "info", "warning", "error", "exception",
+                    "add", "discard", "remove", "append", "extend", "update", "difference_update",
+                    "intersection_update", "symmetric_difference_update", "union", "difference", "intersection",
+                    "issubset", "issuperset", "isdisjoint", "get", "setdefault"})
+
+
+def _report_rewrites(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...]:
+    """Where ``update_connector_output(self, connector_output)`` may change what vLLM frees: vLLM frees the ids
+    left in ``connector_output.finished_sending`` after the call (scheduler.py ~3218-3235), so a class that
+    reassigns or mutates that set (or a name bound to it), or hands the output object to other code, decides
+    frees the model's ``get_finished`` does not. Copies (``set(out.finished_sending or ())``) and reads are not."""
+    params = [a.arg for a in func.args.args[1:]]
+    if not params:
+        return ()
+    output = params[0]
+    aliases = {t.id for n in ast.walk(func) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute)
+               and n.value.attr in _REPORT_FIELDS for t in n.targets if isinstance(t, ast.Name)}
+    why: list[str] = []
+    for node in ast.walk(func):
+        where = f"line {getattr(node, 'lineno', func.lineno)}"
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        for target in targets:
+            if isinstance(target, ast.Attribute) and target.attr in _REPORT_FIELDS:
+                why.append(f"{where}: update_connector_output assigns {ast.unparse(target)}")
+            elif isinstance(node, ast.AugAssign) and isinstance(target, ast.Name) and target.id in aliases:
+                why.append(f"{where}: update_connector_output changes {target.id}, a report set it took")
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id == output:
+            why.append(f"{where}: update_connector_output keeps {output} under another name")
+        if not isinstance(node, ast.Call):
+            continue
+        callee = node.func
+        if isinstance(callee, ast.Attribute) and callee.attr in _MUTATORS and (
+                (isinstance(callee.value, ast.Attribute) and callee.value.attr in _REPORT_FIELDS)
+                or (isinstance(callee.value, ast.Name) and callee.value.id in aliases)):
+            why.append(f"{where}: update_connector_output calls {ast.unparse(callee)}")
+        name = callee.attr if isinstance(callee, ast.Attribute) else _simple(_dotted(callee) or "")
+        if name == "setattr" or (name not in _LOOKS and name != "update_connector_output" and any(
+                isinstance(a, ast.Name) and a.id == output for a in [*node.args, *(k.value for k in node.keywords)])):
+            why.append(f"{where}: update_connector_output hands {output} to {ast.unparse(callee)}")
+    return tuple(dict.fromkeys(why))
+
+
 def _is_none(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and node.value is None
 
@@ -543,6 +600,7 @@ class _MethodReader:
             attr_stores=frozenset(self.attr_stores),
             attr_loads=frozenset(self.attr_loads),
             is_property=any(_simple(_dotted(d) or "") == "property" for d in self.func.decorator_list),
+            report_rewrites=_report_rewrites(self.func) if self.func.name == "update_connector_output" else (),
             async_hints=tuple(dict.fromkeys(self.async_hints)),
             task_flow=_task_flow(self.func),
             attr_ops=tuple(sorted((a, frozenset(o)) for a, o in self.attr_ops.items())),
@@ -2110,6 +2168,7 @@ def _read_class(
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and not stmt.decorator_list:
             defined[stmt.name] = stmt
     _apply_class_decorators(node, methods, functions or {}, tracking_attr, transparent, value_equal)
+    bound, abstract = _abstract_bindings(node)
     return ClassFacts(
         name=node.name,
         file=file,
@@ -2120,7 +2179,45 @@ def _read_class(
         inner_classes=inner,
         unresolved_inits=frozenset(unresolved),
         opaque=tuple(opaque),
+        bound_names=bound,
+        abstract_names=abstract,
+        construct_hooks=_construct_hooks(node),
     )
+
+
+#: Decorators that keep a function's ``__isabstractmethod__`` (abc.py: property and the method kinds copy it).
+_ABSTRACT_KEEPING = frozenset({"abstractmethod", "property", "classmethod", "staticmethod", "abstractproperty"})
+
+
+def _abstract_bindings(node: ast.ClassDef) -> tuple[frozenset[str], frozenset[str]]:
+    """The names the class body binds, and those whose last binding is an ``@abstractmethod`` def whose other
+    decorators keep it abstract: what Python's ABC check (``__abstractmethods__``) reads from this class."""
+    last_abstract: dict[str, bool] = {}
+    for stmt in node.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [stmt.name]
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            names = [(a.asname or a.name).split(".")[0] for a in stmt.names]
+        else:  # every name stored anywhere in it (tuple targets, loops, ``with ... as``), defs nested in an ``if``
+            names = [n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+            names += [d.name for d in ast.walk(stmt) if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                     ast.ClassDef))]
+        decorators = [_simple(_dotted(d.func if isinstance(d, ast.Call) else d) or "")
+                      for d in getattr(stmt, "decorator_list", [])]
+        abstract = (isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and "abstractmethod" in decorators
+                    and set(decorators) <= _ABSTRACT_KEEPING)
+        for name in names:
+            last_abstract[name] = abstract
+    return frozenset(last_abstract), frozenset(n for n, a in last_abstract.items() if a)
+
+
+def _construct_hooks(node: ast.ClassDef) -> tuple[str, ...]:
+    hooks = [f"line {node.lineno}: metaclass {ast.unparse(k.value)}" for k in node.keywords if k.arg == "metaclass"]
+    hooks += [f"line {d.lineno}: class decorator @{ast.unparse(d)}" for d in node.decorator_list
+              if _simple(_dotted(d.func if isinstance(d, ast.Call) else d) or "") not in BENIGN_CLASS_DECORATORS]
+    hooks += [f"line {s.lineno}: {s.name}" for s in node.body
+              if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name in ("__init_subclass__", "__new__")]
+    return tuple(hooks)
 
 
 #: Class decorators that return the class as it is (or only add dunder/ordering methods).
