@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from deferdump.tools.mro.run.explore import explore_class
+from support.mro import QUIET_METHODS
 
 HOLDING = """
 from dataclasses import dataclass, field
@@ -35,10 +36,6 @@ class Holding(KVConnectorBase_V1):
         super().__init__(vllm_config, role, kv_cache_config)
         self._saving, self._parked, self._tasks, self._closing = set(), set(), [], set()
         self._store = BlockStore() if role == KVConnectorRole.WORKER else None
-    def get_num_new_matched_tokens(self, request, num_computed_tokens):
-        return 0, False
-    def update_state_after_alloc(self, request, blocks, num_external_tokens):
-        pass
     def build_connector_meta(self, scheduler_output):
         meta = Saves({n.req_id: list(n.block_ids[0]) for n in scheduler_output.scheduled_new_reqs},
                      set(scheduler_output.preempted_req_ids or ()))
@@ -52,12 +49,6 @@ class Holding(KVConnectorBase_V1):
         held = request.request_id in self._saving
         self._saving.discard(request.request_id)
         return held, None
-    def start_load_kv(self, forward_context, **kwargs):
-        pass
-    def wait_for_layer_load(self, layer_name):
-        pass
-    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
-        pass
     def handle_preemptions(self, metadata):
         for rid, task in self._tasks:
             if rid in metadata.preempted:
@@ -72,7 +63,7 @@ class Holding(KVConnectorBase_V1):
         self._tasks = [(rid, task) for rid, task in self._tasks if not self._store.check(task)]
         return Running({rid for rid, _ in self._tasks})
 HOOK
-"""
+""" + QUIET_METHODS
 
 UPDATE = """
     def update_connector_output(self, connector_output):
@@ -110,3 +101,23 @@ def test_a_scheduler_side_that_passes_on_a_request_it_never_delayed_is_the_sched
                             "connector_output.finished_sending = (ready | {'r9'}) or None")
     status, detail = _explore(tmp_path, textwrap.indent(textwrap.dedent(adding), "    "), "single")
     assert status == "reproduced" and "update_connector_output passes ['r9']" in detail, detail
+
+
+HISPARSE = Path(__file__).parents[1] / "fixtures" / "mro" / "corpus" / "blind_hisparse_style.py"
+
+
+def test_short_of_blocks_vllm_waits_for_the_frees_a_class_says_are_pending_instead_of_preempting(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``FencedSpillConnector`` pins nothing: while a spill runs, ``has_pending_block_frees`` is True and vLLM 0.32
+    schedules no more running requests rather than preempt one (scheduler.py ~787-791), so a running spill's blocks
+    are never handed out with one group. The explorer preempted anyway: a false hazard in every case keyed safe (the
+    whole-corpus explorer of 2026-12-06, once ``get_block_ids`` let the class run). The sliding-window case stays
+    unsafe: out-of-window frees are no preemption."""
+    def explore(case: str) -> str:
+        return explore_class([str(HISPARSE)], "FencedSpillConnector", "hma", case, ["blockstore_client"],
+                             schedules=30).status
+
+    assert explore("single") == "diverged" and explore("hybrid") == "reproduced"
+    from deferdump.tools.mro.run import replay
+    monkeypatch.setattr(replay._Replay, "scheduler_asks", lambda self, method: False)  # noqa: SLF001
+    assert explore("single") == "reproduced"

@@ -116,7 +116,7 @@ class _Explorer:
         the workers, or finished requests whose free the connector delays."""
         return bool(self.finished_ids) or any(
             r.state in ("running", "preempted", "delayed") or (r.state == "waiting" and r.arrival <= index)
-            for r in self.reqs)
+            for r in self.reqs) or self.replay.scheduler_asks("has_pending_push_work")
 
     def _aborts(self) -> None:
         """Scheduler.finish_requests between steps: an abort of a request the connector has seen."""
@@ -158,12 +158,18 @@ class _Explorer:
             # or the lowest priority: any of them), the request itself when there is no other
             if self.sliding:
                 sw_freed += self._sliding_out(req)
+            blocked = False
             while len(self._available()) < self._per_block():
+                if self.replay.scheduler_asks("has_pending_block_frees"):
+                    blocked = True  # the class's transfers will free blocks: vLLM preempts nothing and schedules
+                    break  # no more running requests this step (scheduler.py ~787-791, ~845-847)
                 victims = [r for r in self.reqs if r.state == "running" and r is not req
                            and all(r is not s for s, _ in scheduled)]
                 self._preempt(self.rng.choice(victims) if victims else req, preempted)
                 if not victims:
                     break
+            if blocked:
+                break
             if req.state == "running":
                 scheduled.append((req, [self._allocate(req)]))
         for req in self.reqs:  # waiting and preempted requests, in arrival order, as room allows

@@ -287,6 +287,14 @@ class _Replay:
             return (fa,)
         return (fa, sw) if self.path == "hma" else (sw,)
 
+    def scheduler_asks(self, method: str) -> bool:
+        """A scheduler-side yes/no vLLM asks each step, where the class answers it (the base says False):
+        ``has_pending_block_frees`` (scheduler.py ~787-791: short of blocks, vLLM stops scheduling running requests
+        instead of preempting one) and ``has_pending_push_work`` (~2833: the engine keeps stepping)."""
+        if not self._overrides(method):
+            return False
+        return bool(self._call("scheduler", method, getattr(self.sched, method)))
+
     def _held_ids(self, req: str) -> tuple[list[int], ...]:
         """KVCacheManager.get_block_ids: a running request's blocks, a delayed one's until vLLM frees them, else
         an empty list per group (single_type_kv_cache_manager.py: ``req_to_blocks`` is emptied by the free)."""

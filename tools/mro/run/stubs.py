@@ -156,6 +156,12 @@ class KVConnectorBase_V1(ABC):  # noqa: N801 - vLLM's name
     def build_connector_worker_meta(self) -> KVConnectorWorkerMetadata | None:
         return None
 
+    def has_pending_block_frees(self) -> bool:
+        return False
+
+    def has_pending_push_work(self) -> bool:
+        return False  # base.py ~663-673 (the request counts it falls back on are the engine's, never the class's)
+
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, Any]:
         return False, None
 
