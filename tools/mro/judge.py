@@ -662,9 +662,10 @@ class Judge:
             for owner in self.hierarchy.mro[concrete]:
                 facts = self.hierarchy.classes[owner]
                 if not facts.external and "update_connector_output" in facts.methods:
-                    why += [f"{owner}.{r[r.index(':') + 2:]} ({r[:r.index(':')]}): vLLM frees what the output's "
+                    why += [f"{owner}.update_connector_output {what} (line {line}): vLLM frees what the output's "
                             "finished_sending holds after that call, so the class's scheduler side decides frees the "
-                            "model's get_finished reports do not" for r in facts.methods["update_connector_output"].report_rewrites]
+                            "model's get_finished reports do not"
+                            for line, what in facts.methods["update_connector_output"].report_rewrites]
         why += [f"{l.reasons[0]}; it drains every task it holds each step, so that no dump outlives its step"
                 for l in labels if l.method == "get_finished" and l.label == UNKNOWN and l.reasons
                 and UNSELECTED_REPORT_WAITS in l.reasons[0]

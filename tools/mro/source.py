@@ -104,8 +104,8 @@ class MethodFacts:
     finally_calls: frozenset[str] = frozenset()  # every method called inside a ``finally:`` block
     opaque: tuple[str, ...] = ()  # constructs the analysis could not follow, each as a short reason
     lost_tasks: tuple[str, ...] = ()  # where a kept store task can be dropped unwaited (beyond the model)
-    # update_connector_output only: where it may change the ids vLLM then frees (its output's finished_sending)
-    report_rewrites: tuple[str, ...] = ()
+    # update_connector_output only: (line, what) where it may change the ids vLLM then frees
+    report_rewrites: tuple[tuple[int, str], ...] = ()
     attr_stores: frozenset[str] = frozenset()  # ``self.<x> = ...``: runs a property setter if one exists
     attr_loads: frozenset[str] = frozenset()  # ``self.<x>`` read (not called): runs a property getter
     is_property: bool = False  # a ``@property`` getter (stored under its name; setters as ``<x>.setter``)
@@ -345,7 +345,12 @@ def _rebinding(node: ast.AST) -> tuple[set[str], ast.AST] | None:
 
 def _own_nodes(func: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
     """Every node of a function body, without descending into nested functions, lambdas or classes."""
-    stack: list[ast.AST] = [stmt for stmt in reversed(func.body)
+    return _statement_nodes(func.body)
+
+
+def _statement_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
+    """Every node of ``body``'s statements, without descending into nested functions, lambdas or classes."""
+    stack: list[ast.AST] = [stmt for stmt in reversed(body)
                             if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
     while stack:
         node = stack.pop()
@@ -433,10 +438,10 @@ def _may_leave_early(wrapper: ast.FunctionDef, holder: ast.stmt) -> bool:
             before += stmt.body[:stmt.body.index(holder)]
             break
         before.append(stmt)
-    shell = ast.FunctionDef(name="", args=wrapper.args, body=before, decorator_list=[])
-    reraise = {id(handler.body[-1]) for node in _own_nodes(shell) if isinstance(node, ast.Try)
+    reraise = {id(handler.body[-1]) for node in _statement_nodes(before) if isinstance(node, ast.Try)
                for handler in node.handlers}
-    return (any(isinstance(node, (ast.Return, ast.Raise)) and id(node) not in reraise for node in _own_nodes(shell))
+    return (any(isinstance(node, (ast.Return, ast.Raise)) and id(node) not in reraise
+                for node in _statement_nodes(before))
             or any(isinstance(node, (ast.Yield, ast.YieldFrom)) for node in _own_nodes(wrapper)))
 
 
@@ -453,7 +458,7 @@ _LOOKS = frozenset({"isinstance", "getattr", "hasattr", "len", "bool", "repr", "
                     "issubset", "issuperset", "isdisjoint", "get", "setdefault"})
 
 
-def _report_rewrites(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...]:
+def _report_rewrites(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[int, str], ...]:
     """Where ``update_connector_output(self, connector_output)`` may change what vLLM frees: vLLM frees the ids
     left in ``connector_output.finished_sending`` after the call (scheduler.py ~3218-3235), so a class that
     reassigns or mutates that set (or a name bound to it), or hands the output object to other code, decides
@@ -464,29 +469,29 @@ def _report_rewrites(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str,
     output = params[0]
     aliases = {t.id for n in ast.walk(func) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute)
                and n.value.attr in _REPORT_FIELDS for t in n.targets if isinstance(t, ast.Name)}
-    why: list[str] = []
+    why: list[tuple[int, str]] = []
     for node in ast.walk(func):
-        where = f"line {getattr(node, 'lineno', func.lineno)}"
+        where = getattr(node, "lineno", func.lineno)
         targets = (node.targets if isinstance(node, ast.Assign)
                    else [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
         for target in targets:
             if isinstance(target, ast.Attribute) and target.attr in _REPORT_FIELDS:
-                why.append(f"{where}: update_connector_output assigns {ast.unparse(target)}")
+                why.append((where, f"assigns {ast.unparse(target)}"))
             elif isinstance(node, ast.AugAssign) and isinstance(target, ast.Name) and target.id in aliases:
-                why.append(f"{where}: update_connector_output changes {target.id}, a report set it took")
+                why.append((where, f"changes {target.id}, a report set it took"))
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id == output:
-            why.append(f"{where}: update_connector_output keeps {output} under another name")
+            why.append((where, f"keeps {output} under another name"))
         if not isinstance(node, ast.Call):
             continue
         callee = node.func
         if isinstance(callee, ast.Attribute) and callee.attr in _MUTATORS and (
                 (isinstance(callee.value, ast.Attribute) and callee.value.attr in _REPORT_FIELDS)
                 or (isinstance(callee.value, ast.Name) and callee.value.id in aliases)):
-            why.append(f"{where}: update_connector_output calls {ast.unparse(callee)}")
+            why.append((where, f"calls {ast.unparse(callee)}"))
         name = callee.attr if isinstance(callee, ast.Attribute) else _simple(_dotted(callee) or "")
         if name == "setattr" or (name not in _LOOKS and name != "update_connector_output" and any(
                 isinstance(a, ast.Name) and a.id == output for a in [*node.args, *(k.value for k in node.keywords)])):
-            why.append(f"{where}: update_connector_output hands {output} to {ast.unparse(callee)}")
+            why.append((where, f"hands {output} to {ast.unparse(callee)}"))
     return tuple(dict.fromkeys(why))
 
 
@@ -1987,11 +1992,14 @@ def _module_classes(body: Iterable[ast.stmt]) -> Iterator[ast.ClassDef]:
 
 
 def _bound_names(stmt: ast.stmt) -> list[str]:
-    """The names a class-body statement (re)binds."""
+    """The names a class-body statement (re)binds: a def or class, an import, and every name stored anywhere in
+    any other statement (tuple targets, loops, ``with ... as``, defs nested in an ``if``)."""
     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return [stmt.name]
-    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
-    return [t.id for t in targets if isinstance(t, ast.Name)]
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return [(a.asname or a.name).split(".")[0] for a in stmt.names]
+    return ([n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+            + [d.name for d in ast.walk(stmt) if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))])
 
 
 #: Calls whose result holds no code of its own that could start a transfer: containers, synchronisation
@@ -2194,19 +2202,11 @@ def _abstract_bindings(node: ast.ClassDef) -> tuple[frozenset[str], frozenset[st
     decorators keep it abstract: what Python's ABC check (``__abstractmethods__``) reads from this class."""
     last_abstract: dict[str, bool] = {}
     for stmt in node.body:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names = [stmt.name]
-        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
-            names = [(a.asname or a.name).split(".")[0] for a in stmt.names]
-        else:  # every name stored anywhere in it (tuple targets, loops, ``with ... as``), defs nested in an ``if``
-            names = [n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
-            names += [d.name for d in ast.walk(stmt) if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                                     ast.ClassDef))]
         decorators = [_simple(_dotted(d.func if isinstance(d, ast.Call) else d) or "")
                       for d in getattr(stmt, "decorator_list", [])]
         abstract = (isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and "abstractmethod" in decorators
                     and set(decorators) <= _ABSTRACT_KEEPING)
-        for name in names:
+        for name in _bound_names(stmt):
             last_abstract[name] = abstract
     return frozenset(last_abstract), frozenset(n for n, a in last_abstract.items() if a)
 

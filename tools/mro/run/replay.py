@@ -188,7 +188,8 @@ class _Replay:
         self.seen: set[str] = set()
         self.resumed: set[str] = set()
         self.delayed: set[str] = set()  # requests the class delayed that vLLM has not freed yet
-        self.delayed_ids: dict[str, tuple[list[int], ...]] = {}  # their block ids, which vLLM still holds
+        # block ids each request had when the class delayed it (vLLM holds them while it is in ``delayed``)
+        self.delayed_ids: dict[str, tuple[list[int], ...]] = {}
         self.remaining: dict[str, int] = {}  # KVOutputAggregator's count of reports still needed, per request
         self.step_emitted: set[str] = set()  # the ids the aggregator passed to the scheduler this step
         self.handed_finished: set[str] = set()  # ids build_connector_meta was told finished, since last scheduled new
@@ -402,8 +403,6 @@ class _Replay:
         for rank in self.ranks:
             self._execute_rank(rank, ranks[rank], delayed_before)
         self.delayed -= self.step_emitted
-        for req in self.step_emitted:
-            self.delayed_ids.pop(req, None)
 
     def _metadata_for(self, rank: int) -> Any:
         """The step's metadata as ``rank``'s worker gets it: the scheduler's object with one worker in the
@@ -599,8 +598,6 @@ class _Replay:
                 "never delayed (vLLM asserts on it)", hazard="NoUnexpectedReportInv", step=self.step))
         self.delayed = held - freed
         self.step_emitted = freed
-        for req in freed:
-            self.delayed_ids.pop(req, None)
 
     def _request_finished(self, record: Mapping[str, Any], status: Any) -> None:
         expected_delayed = set(record.get("ucm_delayed", record.get("delayed", ())))
