@@ -94,8 +94,11 @@ def test_the_stub_request_answers_what_vllms_does_and_stops_on_anything_else() -
     assert request.status == stubs.RequestStatus.RUNNING and not request.is_finished()
     request.status = stubs.RequestStatus.FINISHED_ABORTED
     assert request.is_finished() and str(request.status) == "FINISHED_ABORTED"
-    with pytest.raises(StubMissing, match="Request.sampling_params"):
-        _ = request.sampling_params
+    assert request.sampling_params.extra_args is None  # served since 2026-12-06 (the explorer's not_runnable cases)
+    with pytest.raises(StubMissing, match="SamplingParams.max_tokens"):
+        _ = request.sampling_params.max_tokens  # the replay's schedule decides a request's length, never a guess
+    with pytest.raises(StubMissing, match="Request.lora_request"):
+        _ = request.lora_request
 
 
 def test_stub_vllm_imports_a_connector_module_and_leaves_sys_modules_as_it_was(tmp_path: Path) -> None:

@@ -19,7 +19,8 @@ def test_the_base_class_has_vllms_abstract_methods_and_defaults() -> None:
     assert {r.name: r.value for r in stubs.KVConnectorRole} == {r.name: r.value for r in real_base.KVConnectorRole}
     for method in ("request_finished", "get_finished", "handle_preemptions", "bind_connector_metadata",
                    "clear_connector_metadata", "has_connector_metadata", "update_connector_output",
-                   "get_block_ids_with_load_errors", "register_kv_caches", "shutdown"):
+                   "get_block_ids_with_load_errors", "register_kv_caches", "shutdown", "get_kv_connector_stats",
+                   "get_kv_connector_kv_cache_events", "take_events", "reset_cache"):
         real = inspect.signature(getattr(real_base.KVConnectorBase_V1, method))
         stub = inspect.signature(getattr(stubs.KVConnectorBase_V1, method))
         assert list(stub.parameters) == list(real.parameters), method
@@ -66,7 +67,7 @@ def test_the_config_and_layout_stubs_carry_only_what_vllm_has() -> None:
 
     pairs = {stubs.VllmConfig: real_config.VllmConfig, stubs.CacheConfig: real_config.CacheConfig,
              stubs.ParallelConfig: real_config.ParallelConfig, stubs.ModelConfig: real_config.ModelConfig,
-             stubs.SchedulerConfig: real_config.SchedulerConfig}
+             stubs.SchedulerConfig: real_config.SchedulerConfig, stubs.KVTransferConfig: real_config.KVTransferConfig}
     for stub, real in pairs.items():
         real_names = {f.name for f in dataclasses.fields(real)} | {name for name, _ in inspect.getmembers(real)}
         stub_names = {f.name for f in dataclasses.fields(stub)}
@@ -86,3 +87,43 @@ def test_the_config_and_layout_stubs_carry_only_what_vllm_has() -> None:
     layout = stubs.kv_cache_config(["full", "sliding"], 2, num_blocks=64)
     assert [g.layer_names for g in layout.kv_cache_groups] == [["layer.0", "layer.1"], ["layer.2", "layer.3"]]
     assert isinstance(layout.kv_cache_groups[1].kv_cache_spec, stubs.SlidingWindowSpec)
+
+
+def test_the_distributed_events_metrics_and_helpers_stubs_are_vllms() -> None:
+    """What `--run` serves beyond the connector API, as real connectors import it: the KV event records (their
+    fields in vLLM's order, so positional construction means the same), the events container's abstract methods,
+    the metrics base class, the process groups' attributes, `cdiv`, a request's `sampling_params.extra_args` and the
+    model's layer count."""
+    from vllm.distributed import kv_events as real_events
+    from vllm.distributed import parallel_state
+    from vllm.distributed.kv_transfer.kv_connector.v1 import metrics as real_metrics
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils import math_utils
+
+    for name in ("BlockStored", "BlockRemoved", "AllBlocksCleared", "KVEventBatch"):
+        real = list(getattr(real_events, name).__struct_fields__)
+        stub = [f.name for f in dataclasses.fields(getattr(stubs, name))]
+        assert stub == real, name
+    for name in ("MEDIUM_GPU", "MEDIUM_CPU", "MEDIUM_STORAGE"):
+        assert getattr(stubs, name) == getattr(real_events, name)
+    assert stubs.KVConnectorKVEvents.__abstractmethods__ == real_events.KVConnectorKVEvents.__abstractmethods__
+    assert [f.name for f in dataclasses.fields(stubs.KVConnectorStats)] == [
+        f.name for f in dataclasses.fields(real_metrics.KVConnectorStats)]
+    for method in ("to_dict", "reset", "aggregate", "reduce", "is_empty"):
+        assert list(inspect.signature(getattr(stubs.KVConnectorStats, method)).parameters) == list(
+            inspect.signature(getattr(real_metrics.KVConnectorStats, method)).parameters), method
+    members = {name for name, _ in inspect.getmembers(parallel_state.GroupCoordinator)}
+    for name in ("rank", "ranks", "local_rank", "world_size", "rank_in_group"):
+        assert f"self.{name} =" in inspect.getsource(parallel_state.GroupCoordinator), name
+    for name in ("first_rank", "last_rank", "is_first_rank", "is_last_rank"):
+        assert name in members, name
+    for a, b in ((0, 16), (1, 16), (16, 16), (17, 16)):
+        assert stubs.cdiv(a, b) == math_utils.cdiv(a, b)
+        assert stubs.round_up(a, b) == math_utils.round_up(a, b)
+        assert stubs.round_down(a, b) == math_utils.round_down(a, b)
+    from vllm.model_executor.models.utils import extract_layer_index
+    for name in ("layer.0", "layer.3", "model.layers.7.self_attn.attn", "encoder.layers.1.sub"):
+        assert stubs.extract_layer_index(name) == extract_layer_index(name), name
+    assert stubs.extract_layer_index("model.layers.2.attn.1", 2) == extract_layer_index("model.layers.2.attn.1", 2)
+    assert {f.name for f in dataclasses.fields(stubs.SamplingParams)} <= set(SamplingParams.__struct_fields__)
+    assert stubs.vllm_config(layers=3).model_config.get_total_num_hidden_layers() == 3

@@ -197,6 +197,8 @@ class _Replay:
         self.step = 0
         self.block_pool: Any = None  # the scheduler's GPU block pool (block_pool.BlockPool), bound after __init__
         self.worker_meta: Any = None  # this step's worker metadata, aggregated over the ranks as vLLM does
+        self.worker_stats: Any = None  # this step's get_kv_connector_stats, aggregated likewise
+        self.worker_events: Any = None  # this step's get_kv_connector_kv_cache_events, combined likewise
         # Followed as a MultiConnector child (path "multi"), the engine plays the parent and a sibling that delays
         # every request (the model's multi case): the parent's request_finished delays every finish, its
         # get_transfer_results passes a report on only once no extra async save of the id is pending
@@ -216,8 +218,9 @@ class _Replay:
         self.processes: dict[int | str, dict[str, types.ModuleType]] = {}  # each process's copy of the modules
         try:  # vLLM builds one instance per role and rank (factory.py); a class that cannot be built is not run
             window = stubs.BLOCK_SIZE if self.hybrid else None
+            hidden = len(self.layer_names)  # one hidden layer per attention layer of the layout
             self.sched = self._call("scheduler", "__init__", lambda: cls(
-                stubs.vllm_config(0, world, window), stubs.KVConnectorRole.SCHEDULER, self.layout))
+                stubs.vllm_config(0, world, window, hidden), stubs.KVConnectorRole.SCHEDULER, self.layout))
             # vLLM binds its KV-cache manager (and so the GPU block pool) once both are built (scheduler.py
             # ~358-360); a class that pins blocks there keeps them from being handed out (block_pool.py)
             manager = stubs.kv_cache_manager(_NUM_BLOCKS, self._held_ids)
@@ -237,7 +240,7 @@ class _Replay:
                 else:
                     own = cls
                 self.workers[rank] = self._call("worker", "__init__", lambda rank=rank, own=own: own(
-                    stubs.vllm_config(rank, world, window), stubs.KVConnectorRole.WORKER, self.layout), rank=rank)
+                    stubs.vllm_config(rank, world, window, hidden), stubs.KVConnectorRole.WORKER, self.layout), rank=rank)
             # vLLM's executor builds its KVOutputAggregator from the scheduler-side connector
             # (executor/abstract.py ~331-335, kv_connector/utils.py ~76-77): `get_finished_count() or world_size`
             count = self._call("scheduler", "get_finished_count", self.sched.get_finished_count) \
@@ -398,7 +401,7 @@ class _Replay:
         if self.meta is None:
             raise self._diverged("a forward before any schedule")
         self.step_emitted = set()
-        self.worker_meta = None
+        self.worker_meta = self.worker_stats = self.worker_events = None
         delayed_before = set(self.delayed)
         for rank in self.ranks:
             self._execute_rank(rank, ranks[rank], delayed_before)
@@ -488,7 +491,7 @@ class _Replay:
             raise self._diverged(f"get_transfer_results returned {answer!r}, not the transfer results")
         sending = set(answer.finished_sending or ())
         self.calls[-1] += f" -> sent {sorted(sending)}" if sending else ""
-        self._worker_meta(rank)
+        self._worker_outputs(rank)
         if self.sibling_plays:
             sending = self._multi_sending(sending, set(record.get("sibling_sending", ())))
         # KVOutputAggregator.aggregate (kv_connector/utils.py ~87-99): a request passes to the scheduler once
@@ -512,28 +515,67 @@ class _Replay:
             raise self._diverged(f"get_finished reported {sorted(sending)} as sent; the counterexample needs "
                                  f"{sorted(expected)}")
 
-    def _worker_meta(self, rank: int) -> None:
-        """The rank's ``build_connector_worker_meta`` (kv_connector_model_runner_mixin.py ~104, after the transfer
-        results), sent to the engine core and aggregated there: the first rank's object accumulates the others'
-        through ``aggregate`` (kv_connector/utils.py ~144-152)."""
-        if not self._overrides("build_connector_worker_meta"):
-            return
-        own = self._call("worker", "build_connector_worker_meta", self.workers[rank].build_connector_worker_meta,
-                         rank=rank)
-        if rank in self.processes:
-            try:
-                with _as_process(self.processes[rank]):
-                    sent = pickle.dumps(own)
-                with _as_process(self.processes["scheduler"]):
-                    own = pickle.loads(sent)
-            except Exception as error:
-                raise _Stop(ReplayOutcome("not_runnable", f"the worker metadata does not pickle ({type(error).__name__}"
-                                          f": {error}); vLLM sends it to the engine core", step=self.step)) from None
-        if self.worker_meta is None:
-            self.worker_meta = own
-        elif own:
-            accumulated = self.worker_meta
-            self.worker_meta = self._call("scheduler", "aggregate", lambda: accumulated.aggregate(own), rank=rank)
+    def _worker_outputs(self, rank: int) -> None:
+        """What vLLM asks the rank's worker after its transfer results, in order (kv_connector_model_runner_mixin.py
+        ~100-104): ``get_block_ids_with_load_errors``, ``get_kv_connector_stats``, ``get_kv_connector_kv_cache_events``
+        and ``build_connector_worker_meta``, each only where the class overrides the base's (which answer nothing
+        and touch nothing). A class may poll, wait or drop store tasks in any of them. The answers reach the engine
+        core (pickled, with a process per rank) and are aggregated over the ranks as KVOutputAggregator does
+        (kv_connector/utils.py ~130-170): the first rank's stats and metadata accumulate the others' through
+        ``aggregate``, the first rank's events take the others' through ``add_events`` / ``increment_workers``."""
+        worker = self.workers[rank]
+        if self._overrides("get_block_ids_with_load_errors"):
+            invalid = self._call("worker", "get_block_ids_with_load_errors", worker.get_block_ids_with_load_errors,
+                                 rank=rank)
+            if invalid:
+                # vLLM would reschedule the requests holding them (scheduler.py ~2062); the replay drives no loads
+                raise self._diverged(f"get_block_ids_with_load_errors answered {sorted(invalid)}; the replay drives "
+                                     "no loads")
+        if self._overrides("get_kv_connector_stats"):
+            stats = self._to_engine_core(rank, self._call("worker", "get_kv_connector_stats",
+                                                          worker.get_kv_connector_stats, rank=rank), "stats")
+            self.worker_stats = self._accumulated(self.worker_stats, stats, "stats", rank)
+        if self._overrides("get_kv_connector_kv_cache_events"):
+            events = self._to_engine_core(rank, self._call("worker", "get_kv_connector_kv_cache_events",
+                                                           worker.get_kv_connector_kv_cache_events, rank=rank),
+                                          "KV cache events")
+            if self.worker_events is None:
+                self.worker_events = events
+            elif events:
+                combined = self.worker_events
+
+                def merge() -> None:
+                    combined.add_events(events.get_all_events())
+                    combined.increment_workers(1)
+                self._call("scheduler", "add_events", merge, "KV cache events", rank=rank)
+        if self._overrides("build_connector_worker_meta"):
+            own = self._to_engine_core(rank, self._call("worker", "build_connector_worker_meta",
+                                                        worker.build_connector_worker_meta, rank=rank),
+                                       "worker metadata")
+            self.worker_meta = self._accumulated(self.worker_meta, own, "worker metadata", rank)
+
+    def _accumulated(self, held: Any, new: Any, what: str, rank: int) -> Any:
+        """KVOutputAggregator's rule for the ranks' stats and worker metadata (kv_connector/utils.py ~130-152): the
+        first object (None or not) is the accumulator, a later non-empty one is folded in through ``aggregate``."""
+        if held is None:
+            return new
+        if not new:
+            return held
+        return self._call("scheduler", "aggregate", lambda: held.aggregate(new), what, rank=rank)
+
+    def _to_engine_core(self, rank: int, value: Any, what: str) -> Any:
+        """A worker's answer as the engine core gets it: with a process per rank, a pickled copy in the
+        scheduler process's classes (vLLM sends the model runner's output there)."""
+        if rank not in self.processes:
+            return value
+        try:
+            with _as_process(self.processes[rank]):
+                sent = pickle.dumps(value)
+            with _as_process(self.processes["scheduler"]):
+                return pickle.loads(sent)
+        except Exception as error:
+            raise _Stop(ReplayOutcome("not_runnable", f"the worker's {what} do not pickle ({type(error).__name__}: "
+                                      f"{error}); vLLM sends them to the engine core", step=self.step)) from None
 
     def _multi_sending(self, own: set[str], sibling: set[str]) -> set[str]:
         """MultiConnector.get_transfer_results (multi_connector.py ~357-376) over the class's reports and the
@@ -563,16 +605,33 @@ class _Replay:
                     # from the model's count of ranks): the trace's later allocations are not this run's
                     raise self._diverged(f"vLLM frees {sorted(self.step_emitted)} on the class's reports; the "
                                          f"counterexample frees {sorted(sent)}")
-                if not self._overrides("update_connector_output"):
-                    continue
-                # vLLM hands the step's aggregated output to the scheduler-side connector first (scheduler.py
-                # ~3209-3219, _update_from_kv_xfer_finished)
-                sent = self.step_emitted if self.follow else sent
-                output = self.stubs.KVConnectorOutput(finished_sending=set(sent) or None, finished_recving=None,
-                                                      kv_connector_worker_meta=self.worker_meta or None)
-                self._call("scheduler", "update_connector_output", lambda: self.sched.update_connector_output(output),
-                           f"finished_sending={sorted(sent)}")
-                self._frees_after_update(output, set(sent))
+                if self._overrides("update_connector_output"):
+                    # vLLM hands the step's aggregated output to the scheduler-side connector first (scheduler.py
+                    # ~3209-3219, _update_from_kv_xfer_finished)
+                    sent = self.step_emitted if self.follow else sent
+                    output = self.stubs.KVConnectorOutput(
+                        finished_sending=set(sent) or None, finished_recving=None,
+                        kv_connector_stats=self.worker_stats, kv_cache_events=self.worker_events,
+                        kv_connector_worker_meta=self.worker_meta or None)
+                    self._call("scheduler", "update_connector_output",
+                               lambda: self.sched.update_connector_output(output), f"finished_sending={sorted(sent)}")
+                    self._frees_after_update(output, set(sent))
+                self._scheduler_outputs()
+
+    def _scheduler_outputs(self) -> None:
+        """What vLLM asks the scheduler-side instance after the frees, each step (scheduler.py ~2340-2380): its
+        own ``get_kv_connector_stats`` (aggregated into the workers' when not ``is_empty()``), then ``take_events``.
+        Only where the class overrides them; a class may poll or drop store tasks there too."""
+        if self._overrides("get_kv_connector_stats"):
+            stats = self._call("scheduler", "get_kv_connector_stats", self.sched.get_kv_connector_stats)
+            if stats is not None and not self._call("scheduler", "is_empty", stats.is_empty, "stats"):
+                if self.worker_stats is not None:
+                    workers = self.worker_stats
+                    self._call("scheduler", "aggregate", lambda: workers.aggregate(stats), "stats")
+        if self._overrides("take_events"):
+            events = self._call("scheduler", "take_events", self.sched.take_events)
+            if events:
+                self._call("scheduler", "take_events", lambda: list(events), "consumed")
 
     def _frees_after_update(self, output: Any, sent: set[str]) -> None:
         """vLLM frees the ids ``finished_sending`` holds *after* the scheduler-side ``update_connector_output``

@@ -133,6 +133,20 @@ class KVConnectorBase_V1(ABC):  # noqa: N801 - vLLM's name
     def shutdown(self) -> None:
         return None
 
+    def get_kv_connector_stats(self) -> Any:
+        """base.py ~438-440; vLLM asks both roles each step (kv_connector_model_runner_mixin.py ~102,
+        scheduler.py ~2342)."""
+        return None
+
+    def get_kv_connector_kv_cache_events(self) -> Any:
+        return None  # base.py ~442-447; the worker's, each step (kv_connector_model_runner_mixin.py ~103)
+
+    def take_events(self) -> Any:
+        return ()  # base.py ~650-657; the scheduler's, each step after the stats (scheduler.py ~2375)
+
+    def reset_cache(self) -> bool | None:
+        return None
+
     @abstractmethod
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int | None, bool]: ...
 
@@ -267,6 +281,7 @@ class Request(_Partial):
     status: RequestStatus = RequestStatus.RUNNING
     priority: int = 0
     output_token_ids: list[int] = field(default_factory=list)  # the replay's steps compute prompt blocks only
+    sampling_params: "SamplingParams | None" = field(default_factory=lambda: SamplingParams())
 
     def is_finished(self) -> bool:
         return RequestStatus.is_finished(self.status)
@@ -299,12 +314,24 @@ class Request(_Partial):
 
 
 @dataclass
+class SamplingParams(_Partial):
+    """A request's sampling parameters as far as a connector reads them: ``extra_args`` (None: the replay's
+    requests ask for nothing of a connector there). The rest (``max_tokens``, stop conditions) is the replay's
+    schedule, never guessed."""
+
+    extra_args: dict[str, Any] | None = None
+
+
+@dataclass
 class KVTransferConfig(_Partial):
     kv_connector: str = "replayed"
     engine_id: str = "replayed-engine"  # vLLM fills a uuid in when none is configured (config/kv_transfer.py ~111)
     kv_role: str = "kv_both"
+    kv_port: int = 14579  # vLLM's default (config/kv_transfer.py ~75)
     kv_connector_extra_config: dict[str, Any] = field(default_factory=dict)
     kv_connector_module_path: str | None = None
+    enable_permute_local_kv: bool = False
+    kv_load_failure_policy: str = "fail"
 
     @property
     def is_kv_producer(self) -> bool:
@@ -346,6 +373,7 @@ class HfTextConfig(_Partial):
     """The Hugging Face text config, as far as the replay's model has one: its sliding window (or none)."""
 
     sliding_window: int | None = None
+    num_hidden_layers: int = 1
 
 
 @dataclass
@@ -354,10 +382,25 @@ class ModelConfig(_Partial):
     max_model_len: int = 4096
     use_mla: bool = False  # a property of vLLM's ModelConfig
     hf_text_config: "HfTextConfig" = field(default_factory=lambda: HfTextConfig())
+    hf_config: "HfTextConfig | None" = None  # a text model's HF config is its text config
+
+    def __post_init__(self) -> None:
+        if self.hf_config is None:
+            self.hf_config = self.hf_text_config
 
     def get_sliding_window(self) -> int | None:
         """As vLLM's (config/model.py ~1612-1614): the HF text config's window, if any."""
         return self.hf_text_config.sliding_window
+
+    def get_total_num_hidden_layers(self) -> int:
+        """The model's attention layers: the replay's layout names one layer per hidden layer (config/model.py
+        ~1692-1693)."""
+        return self.hf_text_config.num_hidden_layers
+
+    def get_num_layers(self, parallel_config: Any) -> int:
+        """One pipeline stage holds every layer (config/model.py ~1710-1712; the replay has no pipeline
+        parallelism)."""
+        return self.get_total_num_hidden_layers()
 
 
 @dataclass
@@ -451,12 +494,194 @@ def get_tensor_model_parallel_world_size() -> int:
     return TENSOR_PARALLEL["world_size"]
 
 
-def vllm_config(rank: int = 0, world_size: int = 1, sliding_window: int | None = None) -> VllmConfig:
+def vllm_config(rank: int = 0, world_size: int = 1, sliding_window: int | None = None,
+                layers: int = 1) -> VllmConfig:
     """The config one role of one rank is built with: an MLA model (``use_mla``) when there are two ranks, a
-    model with a sliding window (of one block) on the hybrid case."""
+    model with a sliding window (of one block) on the hybrid case, ``layers`` hidden layers (the layout's)."""
+    text = HfTextConfig(sliding_window=sliding_window, num_hidden_layers=layers)
     return VllmConfig(parallel_config=ParallelConfig(tensor_parallel_size=world_size, rank=rank, world_size=world_size),
-                      model_config=ModelConfig(use_mla=world_size > 1,
-                                               hf_text_config=HfTextConfig(sliding_window=sliding_window)))
+                      model_config=ModelConfig(use_mla=world_size > 1, hf_text_config=text))
+
+
+@dataclass
+class GroupCoordinator(_Partial):
+    """A process group as a connector asks about it (distributed/parallel_state.py ~426-660): the ranks in it,
+    the caller's place. The replay has tensor parallelism only (one or two ranks) and no pipeline stages."""
+
+    rank: int
+    ranks: list[int]
+    local_rank: int
+
+    @property
+    def world_size(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def rank_in_group(self) -> int:
+        return self.ranks.index(self.rank)
+
+    @property
+    def first_rank(self) -> int:
+        return self.ranks[0]
+
+    @property
+    def last_rank(self) -> int:
+        return self.ranks[-1]
+
+    @property
+    def is_first_rank(self) -> bool:
+        return self.rank == self.first_rank
+
+    @property
+    def is_last_rank(self) -> bool:
+        return self.rank == self.last_rank
+
+
+def get_tp_group() -> GroupCoordinator:
+    """The caller's tensor-parallel group: every rank of the replay."""
+    rank = TENSOR_PARALLEL["rank"]
+    return GroupCoordinator(rank=rank, ranks=list(range(TENSOR_PARALLEL["world_size"])), local_rank=rank)
+
+
+def get_pp_group() -> GroupCoordinator:
+    """The caller's pipeline-parallel group: one stage, the caller alone (vLLM groups ranks of one
+    tensor-parallel index across stages)."""
+    rank = TENSOR_PARALLEL["rank"]
+    return GroupCoordinator(rank=rank, ranks=[rank], local_rank=rank)
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division, as vllm/utils/math_utils.py ~12-14."""
+    return -(a // -b)
+
+
+def round_up(x: int, y: int) -> int:
+    return ((x + y - 1) // y) * y
+
+
+def round_down(x: int, y: int) -> int:
+    return (x // y) * y
+
+
+def extract_layer_index(layer_name: str, num_attn_module: int = 1) -> int:
+    """A layer's index from its module name (model_executor/models/utils.py ~1010-1042): the replay's names are
+    ``layer.<i>``. A name with no index, or more than the function allows, fails vLLM's assertion here too."""
+    numbers = [int(part) for part in layer_name.split(".") if part.lstrip("-").isdigit()]
+    if num_attn_module == 1 or "attn" not in layer_name:
+        assert len(numbers) == 1, f"layer name {layer_name} should only contain one integer"
+        return numbers[0]
+    assert len(numbers) <= 2, f"layer name {layer_name} should contain most two integers"
+    return numbers[0] * num_attn_module + numbers[1] if len(numbers) == 2 else numbers[0]
+
+
+# ---- the KV events a connector publishes (vllm/distributed/kv_events.py, msgspec structs there) --------------
+MEDIUM_GPU = "GPU"
+MEDIUM_CPU = "CPU"
+MEDIUM_STORAGE = "STORAGE"
+
+
+class KVCacheEvent:
+    """Base class of the event records."""
+
+    def __hash__(self) -> int:
+        return hash(tuple(tuple(v) if isinstance(v, list) else v for v in vars(self).values()))
+
+
+@dataclass(eq=True)
+class BlockStored(KVCacheEvent):
+    block_hashes: list[Any]
+    parent_block_hash: Any
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+    extra_keys: list[Any] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+    session_id: str | None = None
+    __hash__ = KVCacheEvent.__hash__
+
+
+@dataclass(eq=True)
+class BlockRemoved(KVCacheEvent):
+    block_hashes: list[Any]
+    medium: str | None
+    group_idx: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+    __hash__ = KVCacheEvent.__hash__
+
+
+@dataclass(eq=True)
+class AllBlocksCleared(KVCacheEvent):
+    __hash__ = KVCacheEvent.__hash__
+
+
+@dataclass
+class KVEventBatch:
+    ts: float
+    events: list[Any]
+    data_parallel_rank: int | None = None
+
+
+class KVConnectorKVEvents(ABC):
+    """The container a worker's ``get_kv_connector_kv_cache_events`` returns; vLLM merges the ranks' through
+    these methods (kv_connector/utils.py ~160-170)."""
+
+    @abstractmethod
+    def add_events(self, events: list[KVCacheEvent]) -> None:
+        raise NotImplementedError
+
+    @abstractmethod
+    def aggregate(self) -> "KVConnectorKVEvents":
+        raise NotImplementedError
+
+    @abstractmethod
+    def increment_workers(self, count: int = 1) -> None:
+        raise NotImplementedError
+
+    @abstractmethod
+    def get_all_events(self) -> list[KVCacheEvent]:
+        raise NotImplementedError
+
+    @abstractmethod
+    def get_number_of_workers(self) -> int:
+        raise NotImplementedError
+
+    @abstractmethod
+    def clear_events(self) -> None:
+        raise NotImplementedError
+
+    def merge(self, other: "KVConnectorKVEvents") -> "KVConnectorKVEvents":
+        self.add_events(other.get_all_events())
+        return self
+
+
+@dataclass
+class KVConnectorStats:
+    """The metrics base class (kv_connector/v1/metrics.py ~19-50): a worker's stats travel to the engine core,
+    where vLLM aggregates the ranks' and the scheduler-side instance's."""
+
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.data
+
+    def reset(self) -> None:
+        raise NotImplementedError
+
+    def aggregate(self, other: "KVConnectorStats") -> "KVConnectorStats":
+        raise NotImplementedError
+
+    def reduce(self) -> dict[str, int | float]:
+        raise NotImplementedError
+
+    def is_empty(self) -> bool:
+        raise NotImplementedError
 
 
 @dataclass
@@ -554,9 +779,22 @@ _CONTENTS: dict[str, dict[str, Any]] = {
         "MambaSpec": MambaSpec,
     },
     "vllm.distributed.parallel_state": {"get_tensor_model_parallel_rank": get_tensor_model_parallel_rank,
-                                        "get_tensor_model_parallel_world_size": get_tensor_model_parallel_world_size},
+                                        "get_tensor_model_parallel_world_size": get_tensor_model_parallel_world_size,
+                                        "get_tp_group": get_tp_group, "get_pp_group": get_pp_group,
+                                        "GroupCoordinator": GroupCoordinator},
     "vllm.distributed": {"get_tensor_model_parallel_rank": get_tensor_model_parallel_rank,
-                         "get_tensor_model_parallel_world_size": get_tensor_model_parallel_world_size},
+                         "get_tensor_model_parallel_world_size": get_tensor_model_parallel_world_size,
+                         "get_tp_group": get_tp_group, "get_pp_group": get_pp_group},
+    "vllm.distributed.kv_events": {
+        "KVCacheEvent": KVCacheEvent, "BlockStored": BlockStored, "BlockRemoved": BlockRemoved,
+        "AllBlocksCleared": AllBlocksCleared, "KVEventBatch": KVEventBatch,
+        "KVConnectorKVEvents": KVConnectorKVEvents, "MEDIUM_GPU": MEDIUM_GPU, "MEDIUM_CPU": MEDIUM_CPU,
+        "MEDIUM_STORAGE": MEDIUM_STORAGE,
+    },
+    "vllm.distributed.kv_transfer.kv_connector.v1.metrics": {"KVConnectorStats": KVConnectorStats},
+    "vllm.utils.math_utils": {"cdiv": cdiv, "round_up": round_up, "round_down": round_down},
+    "vllm.model_executor.models.utils": {"extract_layer_index": extract_layer_index},
+    "vllm.sampling_params": {"SamplingParams": SamplingParams},
     "vllm.v1.core.sched.output": {
         "SchedulerOutput": SchedulerOutput, "NewRequestData": NewRequestData,
         "CachedRequestData": CachedRequestData, "KVConnectorBlockState": KVConnectorBlockState,
