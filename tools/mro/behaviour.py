@@ -8,6 +8,8 @@ so the model itself does the dispatch. What the syntax cannot settle is ``unknow
 """
 from __future__ import annotations
 
+import ast
+
 from collections.abc import Iterator
 
 from dataclasses import dataclass, replace
@@ -18,6 +20,7 @@ from deferdump.tools.mro.source import (
     CONNECTOR_METHODS,
     HIDDEN_SUBMIT,
     UNSEEN_KEEPING,
+    DelayGuard,
     Delegation,
     Forward,
     MethodFacts,
@@ -144,6 +147,22 @@ EVERY_STEP_METHODS = ("build_connector_meta", "start_load_kv", "wait_for_save", 
 OUTSIDE_METHODS = ("bind_connector_metadata", "handle_preemptions", "start_load_kv", "wait_for_layer_load",
                    "get_finished", "clear_connector_metadata", "get_block_ids_with_load_errors",
                    "build_connector_worker_meta")
+
+#: Worker methods vLLM 0.32 calls in every step that the model has no action for (kv_connector_model_runner_mixin.py
+#: ~72-105): the metadata bound before the forward, the per-layer load waits, ``start_load_kv`` after the forward (no
+#: synchronous loads), and after the transfer results the load errors, stats, events, worker metadata and the clear.
+#: A store wait in one of them ends dumps the model leaves running, so a counterexample may be no run of the class.
+UNMODELLED_STEP_METHODS = ("bind_connector_metadata", "wait_for_layer_load", "start_load_kv",
+                           "get_block_ids_with_load_errors", "get_kv_connector_stats",
+                           "get_kv_connector_kv_cache_events", "build_connector_worker_meta",
+                           "clear_connector_metadata")
+
+#: Scheduler-side methods vLLM 0.32 calls that the model has no action for: the output of each step
+#: (``update_connector_output``, then the stats and ``take_events``, scheduler.py ~2329-2380), the allocation hooks
+#: around ``build_connector_meta`` and the questions it asks while scheduling (~787-791, ~2833).
+UNMODELLED_SCHEDULER_METHODS = ("update_connector_output", "get_kv_connector_stats", "take_events",
+                                "get_num_new_matched_tokens", "update_state_after_alloc", "has_pending_block_frees",
+                                "has_pending_push_work")
 
 #: The benign reading of an unrecognised finish: it delays every finished request (a safety invariant can
 #: only lose violations by delaying more: nothing is freed before it is reported, and no report is unexpected).
@@ -658,7 +677,8 @@ class EffectReader:
             return DefinitionLabel(owner, method, "super")
         effect = self.effect(cls, owner, method)
         paired = self._layer_pair(cls, owner, method, effect)
-        replacing = sorted(r for f in effect.flows for r in f.replaced) if method in SAVE_METHODS else []
+        replacing = sorted({*(r for f in effect.flows for r in f.replaced), *self._replaced_in_helpers(cls, effect)}
+                           ) if method in SAVE_METHODS else []
         if paired is not None:
             if paired.label == UNKNOWN or all(any("layer" in n for n in names) for _, names in replacing):
                 return paired  # a per-layer key, waited (every entry) in the same step: nothing is replaced
@@ -719,6 +739,14 @@ class EffectReader:
                 f"{owner}.{method} answers False (free the blocks now) when `{facts.false_when_member[0]}`: a request "
                 "its set holds, whose dump may still run, is freed undelayed (BestEffortPersistConnector, sixth "
                 "blind round)",))
+        standing = self._standing_guard(cls, facts, ()) if method in ("request_finished", "request_finished_all_groups") \
+            and label == "delay_if_tracked" else None
+        if standing is not None:
+            line, test = standing
+            return DefinitionLabel(owner, method, UNKNOWN, (
+                f"{owner}.{method} line {line}: its answer also rests on `{test}`, not only on the tracking set: a "
+                "tracked request whose dump may still run can be answered False (freed at once), which the label "
+                "\"delay if tracked\" does not say (FirstTokenChunkSaveConnector, twenty-fifth blind round)",))
         if method == "handle_preemptions" and label == "wait_all_always":
             undrained = self._undrained_kept(cls, owner, effect)
             if undrained:
@@ -947,6 +975,88 @@ class EffectReader:
                     found.append(f"{owner}.{name}")
         return found
 
+    def _standing_guard(self, cls: str, facts: MethodFacts, seen: tuple[str, ...]) -> tuple[int, str] | None:
+        """The first condition of ``facts.delay_guards`` that may make a tracked request's answer False on an
+        instance of ``cls``: one reading anything but the tracking set, the request's id, class constants
+        (``DELAY_FREE = True``, never assigned on the instance) and ``self`` helpers answering from those alone."""
+        for guard in facts.delay_guards:
+            if guard.foreign:
+                return guard.line, guard.text
+            for helper in sorted(guard.helpers):
+                owner = self.hierarchy.lookup(cls, helper)
+                if owner is None or self.hierarchy.classes[owner].external or helper in seen or len(seen) > 3:
+                    return guard.line, guard.text
+                target = self.hierarchy.method(owner, helper)
+                if not target.answers_read or target.generator or target.opaque \
+                        or self._standing_guard(cls, target, (*seen, helper)) is not None:
+                    return guard.line, guard.text
+            loading = _membership_set(guard)
+            if loading is not None and self._async_load_set(cls, loading):
+                continue
+            constants = {flag: self._class_constant(cls, flag) for flag in guard.flags}
+            if _guard_value(guard, constants) == "other":
+                return guard.line, guard.text
+        return None
+
+    def _async_load_set(self, cls: str, attr: str) -> bool:
+        """Is ``self.<attr>`` the set of requests whose asynchronous load runs, as the reference connector keeps
+        it: every method that puts a request in also takes it out of the tracking set (its dumps were waited at
+        the preemption before the load, as the model's ``AsyncAdmit`` untracks it), and a method takes requests
+        out by ``finished_recving`` (before vLLM runs them again, scheduler.py ~3222-3231)? While a request waits
+        for its load vLLM holds its blocks itself (``finish_requests`` ~2702-2708), so a finish answering False for
+        it frees nothing a dump reads."""
+        adders, emptied = [], False
+        for owner in self.hierarchy.mro[cls]:
+            facts = self.hierarchy.classes[owner]
+            if facts.external:
+                continue
+            for name, method in facts.methods.items():
+                if self.hierarchy.lookup(cls, name) != owner:
+                    continue
+                ops = dict(method.attr_ops).get(attr, frozenset())
+                if ops & {"add"}:
+                    adders.append(method)
+                if ops & {"remove"} and "finished_recving" in method.words:
+                    emptied = True
+        return bool(adders) and emptied and all("remove" in method.tracking_ops for method in adders)
+
+    def _class_constant(self, cls: str, name: str) -> object:
+        """``name``'s literal value as a class attribute of ``cls`` (the first class in the MRO binding it), when no
+        analysed method assigns ``self.<name>``; ``_NOT_CONSTANT`` otherwise."""
+        for owner in self.hierarchy.mro[cls]:
+            facts = self.hierarchy.classes[owner]
+            if facts.external:
+                continue
+            if any(name in m.attr_stores for m in facts.methods.values()):
+                return _NOT_CONSTANT
+        for owner in self.hierarchy.mro[cls]:
+            facts = self.hierarchy.classes[owner]
+            if facts.external:
+                return _NOT_CONSTANT
+            if name in facts.bound_names:
+                value = dict(facts.constants).get(name)
+                return ast.literal_eval(value) if value is not None else _NOT_CONSTANT
+        return _NOT_CONSTANT
+
+    def _replaced_in_helpers(self, cls: str, effect: Effect) -> set[tuple[str, frozenset[str]]]:
+        """Tasks a save hands to a ``self`` helper (``self._track(rid, task)``) that keeps its parameter one per
+        key (``self._tasks[rid] = [task]``): replaced like a task the save keeps so itself."""
+        found: set[tuple[str, frozenset[str]]] = set()
+        for flow in effect.flows:
+            for helper, position in flow.passed:
+                owner = self.hierarchy.lookup(cls, helper)
+                if owner is None or self.hierarchy.classes[owner].external:
+                    continue
+                facts = self.hierarchy.method(owner, helper)
+                if isinstance(position, int):
+                    if position >= len(facts.param_names):
+                        continue
+                    param = facts.param_names[position]
+                else:
+                    param = position
+                found |= {(attr, names) for kept, attr, names in facts.replacing_params if kept == param}
+        return found
+
     @staticmethod
     def _replacing(owner: str, method: str, label: str, replacing: list[tuple[str, frozenset[str]]]) -> DefinitionLabel:
         """A save keeping one task per key loses the earlier task when a key comes again; the model keeps
@@ -1082,6 +1192,59 @@ def _store_acts(effect: Effect) -> frozenset[str]:
     if _pending_hints(effect):
         acts.add("a hand-off to another thread or stream")
     return frozenset(acts)
+
+
+_NOT_CONSTANT = object()
+
+
+def _membership_set(guard: DelayGuard) -> str | None:
+    """``x`` when the guard is exactly ``<the request's id> in self.x``."""
+    try:
+        expr = ast.parse(guard.text, mode="eval").body
+    except SyntaxError:
+        return None
+    if not (isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.ops[0], ast.In)):
+        return None
+    left, right = expr.left, expr.comparators[0]
+    ident = (isinstance(left, ast.Attribute) and left.attr in ("request_id", "req_id")) or (
+        isinstance(left, ast.Name) and left.id in guard.plain)
+    if ident and isinstance(right, ast.Attribute) and isinstance(right.value, ast.Name) and right.value.id == "self":
+        return right.attr
+    return None
+
+
+def _guard_value(guard: DelayGuard, constants: dict[str, object]) -> str:
+    """A guard with its flags replaced by their class constants: ``"const"`` (it no longer depends on the request),
+    ``"track"`` (it reads only the tracking set, the request's id and helpers already found to do so) or
+    ``"other"``."""
+    def value(node: ast.expr) -> tuple[str, bool | None]:
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self" \
+                and node.attr in constants:
+            constant = constants[node.attr]
+            return ("other", None) if constant is _NOT_CONSTANT else ("const", bool(constant))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            kind, truth = value(node.operand)
+            return (kind, None if truth is None else not truth)
+        if isinstance(node, ast.BoolOp):
+            stop = isinstance(node.op, ast.Or)  # the operand value that decides the whole
+            rest = []
+            for operand in node.values:
+                kind, truth = value(operand)
+                if kind == "const" and truth is stop:
+                    return "const", stop
+                if kind != "const":
+                    rest.append(kind)
+            if not rest:
+                return "const", not stop
+            return ("track", None) if all(k == "track" for k in rest) else ("other", None)
+        reads = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                 and n.value.id == "self"} & set(constants)
+        return ("other", None) if reads else ("track", None)
+    try:
+        expr = ast.parse(guard.text, mode="eval").body
+    except SyntaxError:
+        return "other"
+    return value(expr)[0]
 
 
 def _pending_hints(effect: Effect) -> list[str]:

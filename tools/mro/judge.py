@@ -30,6 +30,8 @@ from deferdump.tools.mro.behaviour import (
     OPTIMISTIC_SYNC,
     OUTSIDE_METHODS,
     PESSIMISTIC,
+    UNMODELLED_SCHEDULER_METHODS,
+    UNMODELLED_STEP_METHODS,
     SPEC_METHODS,
     UNKNOWN,
     DefinitionLabel,
@@ -666,11 +668,29 @@ class Judge:
                             "finished_sending holds after that call, so the class's scheduler side decides frees the "
                             "model's get_finished reports do not"
                             for line, what in facts.methods["update_connector_output"].report_rewrites]
+        why += self._tracking_dropped_outside_the_model(cls, inner)
         why += [f"{l.reasons[0]}; it drains every task it holds each step, so that no dump outlives its step"
                 for l in labels if l.method == "get_finished" and l.label == UNKNOWN and l.reasons
                 and UNSELECTED_REPORT_WAITS in l.reasons[0]
                 and self._sweeps_every_task(cls, l.owner)]
         return tuple(dict.fromkeys(why))
+
+    def _tracking_dropped_outside_the_model(self, cls: str, inner: str | None) -> list[str]:
+        """A method vLLM calls where the model has no action that takes requests out of the tracking set (the
+        twenty-fifth blind round's ``CompletionAwareDumpConnector`` drops them in ``update_connector_output`` on the
+        workers' word that a dump landed, while a later dump of the same request runs): the class's finish answers
+        False for requests the model's tracking still holds. Judged safe on the model's tracking before."""
+        why: list[str] = []
+        for concrete in [cls] + ([inner] if inner else []):
+            for method in UNMODELLED_SCHEDULER_METHODS:  # the finish reads the scheduler side's set
+                owner = self.hierarchy.lookup(concrete, method)
+                if owner is None or self.hierarchy.classes[owner].external:
+                    continue
+                if self.reader.effect(concrete, owner, method).tracking_ops & {"remove", "assign"}:
+                    why.append(f"{owner}.{method} takes requests out of the tracking set: vLLM calls it every step "
+                               "where the model has no action, so the class may free at once a request the model "
+                               "still tracks (and delays)")
+        return why
 
     def _sweeps_every_task(self, cls: str, owner: str) -> bool:
         """Does ``owner``'s ``get_finished`` (or a helper it reaches) wait, in an unconditional loop over a whole
@@ -784,6 +804,42 @@ class Judge:
                                "there may read blocks vLLM frees in a way no model run follows")
         return tuple(dict.fromkeys(why))
 
+    def _waits_outside_the_model(self, cls: str, inner: str | None) -> tuple[str, ...]:
+        """Why a counterexample may leave running a dump ``cls`` (holding ``inner``) has ended: a worker method vLLM
+        calls every step, where the model has no action, waits store tasks (the twenty-fifth blind round's
+        ``ReleaseSettledLayerConnector`` waits the step's layer dumps in ``clear_connector_metadata``, before the step's
+        output reaches the scheduler: judged unsafe on a model with no wait at all). Empty when none does."""
+        why: list[str] = []
+        for concrete in [cls] + ([inner] if inner else []):
+            holders = self._dump_holders(concrete)
+            for method in UNMODELLED_STEP_METHODS:
+                owner = self.hierarchy.lookup(concrete, method)
+                if owner is None or self.hierarchy.classes[owner].external:
+                    continue
+                if not self.reader.effect(concrete, owner, method).calls & WAIT_CALLS:
+                    continue
+                # a wait over the table the saves keep their tasks in (a load wait in wait_for_layer_load reads
+                # another one); a save keeping its tasks where the reader cannot see counts every wait
+                read = {a for f in self.reader._reached(concrete, owner, method)  # noqa: SLF001
+                        for a, _ in f.attr_ops}
+                touched = sorted(read & holders)
+                if touched:
+                    why.append(f"{owner}.{method} waits store tasks of self.{touched[0]}, which its saves fill: vLLM "
+                               "calls it in every step "
+                               "(kv_connector_model_runner_mixin.py ~72-105) where the model has no action, so the "
+                               "counterexample may leave running a dump the class has ended by then")
+        return tuple(dict.fromkeys(why))
+
+    def _dump_holders(self, cls: str) -> set[str]:
+        """The ``self`` attributes ``cls``'s saves (``save_kv_layer``, ``wait_for_save`` and their helpers) put
+        their store tasks into."""
+        holders: set[str] = set()
+        for method in ("save_kv_layer", "wait_for_save"):
+            owner = self.hierarchy.lookup(cls, method)
+            if owner is not None and not self.hierarchy.classes[owner].external:
+                holders |= self.reader.effect(cls, owner, method).kept_in
+        return holders
+
     def _finish_raises(self, cls: str, context: Context, labels: Sequence[DefinitionLabel]) -> str | None:
         """Why a finish on ``context``'s path never returns: the method vLLM calls there (``request_finished_all_groups``
         on the HMA path, ``request_finished`` otherwise) is the class's own and only raises (its label carries
@@ -806,7 +862,12 @@ class Judge:
         ``can_handle_kv_cache_config``), the hybrid model may be served by one of them instead: unknown.
         A counterexample that passes a finish whose method only raises is no run either (``_finish_raises``;
         the model's ``request_finished`` call records mark a finish, spec/README.md "Call records"): unknown;
-        one that reaches its violation before any finish stands."""
+        one that reaches its violation before any finish stands. A class waiting store tasks where the model has no
+        action (``_waits_outside_the_model``) may have ended the dump the counterexample overwrites: unknown."""
+        waited = self._waits_outside_the_model(cls, context.inner)
+        if waited:  # the counterexample stays: --run replays it, with every method vLLM calls
+            return ContextJudgement(context, "unknown", outcome.violated, waited, shown, outcome.result, outcome.model,
+                                    outcome.files)
         raising = self._finish_raises(cls, context, labels)
         trace = outcome.result.trace if outcome.result is not None else []
         if raising and any("request_finished" in str(state.values.get("action")) for state in trace):

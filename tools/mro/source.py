@@ -87,6 +87,21 @@ class Forward:
 
 
 @dataclass(frozen=True)
+class DelayGuard:
+    """A condition deciding an answer (see ``MethodFacts.delay_guards``): its text, the locals holding the
+    request's id or tracking-only values there, the ``self`` attributes it reads beyond the tracking set (flags a
+    class may fix as constants), the ``self`` helpers it calls with tracking-only arguments, and whether it reads
+    anything else (a parameter like ``block_ids``, the request's params or status, a call)."""
+
+    line: int
+    text: str
+    plain: frozenset[str]
+    flags: frozenset[str]
+    helpers: frozenset[str]
+    foreign: bool
+
+
+@dataclass(frozen=True)
 class MethodFacts:
     """What one method definition does, as far as its syntax shows."""
 
@@ -154,6 +169,12 @@ class MethodFacts:
     # ``if r in self.<x>: ... return False, ...``: a finish answering "free now" for a request a self set holds
     # (the tests, as source text)
     false_when_member: tuple[str, ...] = ()
+    # each condition on the way to an answer that may be False (an ``if`` around or before a return, a
+    # ``not``/``and``/``or``/``if-else`` in the answer or in what the answer's name is bound to) reading more than
+    # the tracking set and the request's id, as a DelayGuard: a finish's delay (or a helper's answer it returns)
+    # then rests on something else too, unless that is a class constant or a helper answering from the set alone
+    delay_guards: tuple["DelayGuard", ...] = ()
+    answers_read: bool = False  # every return's answer is one ``delay_guards`` was computed from
     # ``self.<m>()`` calls that always run (statements of the body, of ``with`` and ``try`` bodies, not under a
     # test or loop): a preemption handler's unconditional extra work
     top_self_calls: frozenset[str] = frozenset()
@@ -167,6 +188,9 @@ class MethodFacts:
     # parameters whose values the body keeps in ``self`` state (``self.x[r] = list(block_ids)``,
     # ``self.x.append(block_ids)``, through locals): a finish that keeps its block ids dumps them later
     kept_params: frozenset[str] = frozenset()
+    # (parameter, attribute, names the key reads) where a parameter's value is stored as ``self.x[key] = ...p...``
+    # or ``self.x = ...p...`` without the old value: one per key, a later call replaces what the earlier kept
+    replacing_params: tuple[tuple[str, str, frozenset[str]], ...] = ()
     param_names: tuple[str, ...] = ()  # the positional parameters after ``self``, in order
     # ``self`` helpers (or ``"wait"``) called with the loop variable of an unconditional loop over every entry of a
     # ``self`` attribute (``for r in list(self._tasks): self._wait_req(r)``): a sweep of the whole table
@@ -278,6 +302,9 @@ class TaskFlow:
     # submits waited in the call only under a condition (``if self._sync: wait(t)``): neither a synchronous save
     # nor a deferred one, depending on a value the reader does not evaluate
     waited_if: int = 0
+    # tasks not waited in the call that it hands to a ``self.<m>(...)`` helper, as (m, position after self, or the
+    # keyword): the helper may keep them one per key (its ``replacing_params``)
+    passed: frozenset[tuple[str, int | str]] = frozenset()
 
     @property
     def synchronous(self) -> bool:
@@ -304,6 +331,8 @@ class ClassFacts:
     # what may change Python's abstract-method check for the class (a metaclass, a class decorator that is not
     # benign, ``__init_subclass__``, ``__new__``): where any is present, an abstract method left proves nothing
     construct_hooks: tuple[str, ...] = ()
+    # ``NAME = <literal>`` in the class body (its last binding), as (name, the literal's repr): a flag a finish tests
+    constants: tuple[tuple[str, str], ...] = ()
 
 
 def _dotted(node: ast.expr) -> str | None:
@@ -592,10 +621,13 @@ class _MethodReader:
             constant_return=self._constant_return(),
             delay_answer=self._delay_answer(),
             false_when_member=self._false_when_member(),
+            delay_guards=self._delay_guards(),
+            answers_read=self._answers_read(),
             top_self_calls=frozenset(_top_self_calls(self.func.body, _param_derived(self.func))),
             switched_selections=self._switched_selections(),
             switched_waits=self._switched_waits(),
             kept_params=self._kept_params(),
+            replacing_params=self._replacing_params(),
             param_names=tuple(a.arg for a in self.func.args.args[1:]),
             full_sweeps=self._full_sweeps(),
             calls=frozenset(self.calls),
@@ -1253,6 +1285,30 @@ class _MethodReader:
                 kept |= set().union(set(), *(reached(a) for a in [*node.args, *(k.value for k in node.keywords)]))
         return frozenset(kept)
 
+    def _replacing_params(self) -> tuple[tuple[str, str, frozenset[str]], ...]:
+        """See the field (KeyedChunkSaveConnector, twenty-fifth blind round: ``_track_task(rid, task)`` storing
+        ``self._tasks[rid] = [task]`` keeps only a request's newest dump)."""
+        params = [a.arg for a in self.func.args.args[1:]] + [a.arg for a in self.func.args.kwonlyargs]
+        bound = _local_bindings(self.func)
+        found: list[tuple[str, str, frozenset[str]]] = []
+        for node in _own_nodes(self.func):
+            if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for param in params:
+                if not _reaches(node.value, param, bound):
+                    continue
+                for target in targets:
+                    note = _note_replacing(target, node.value, set())
+                    if note is None or param in _names_in(getattr(target, "slice", ast.Constant(None))):
+                        continue
+                    # the new value built from the old one through a local (``old = self.x.get(k)``) keeps it
+                    olds = [v for name in _names_in(node.value) for v in bound.get(name, ())]
+                    if any(_self_attr(n) == note[0] for v in olds for n in ast.walk(v)):
+                        continue
+                    found.append((param, *note))
+        return tuple(dict.fromkeys(found))
+
     def _switched_waits(self) -> tuple[tuple[str, str], ...]:
         """Each wait (store wait or ``self`` helper call) with the first switch it runs under (see the field)."""
         found: list[tuple[str, str]] = []
@@ -1313,6 +1369,121 @@ class _MethodReader:
                 found.append(ast.unparse(node.test))
         return tuple(found)
 
+    def _answers(self) -> list[tuple[ast.Return, ast.expr]] | None:
+        """Each return with the answer it gives: a finish's first tuple element, another method's value; None when
+        a return gives none or the body may end without one."""
+        returns = self._every_return()
+        if returns is None:
+            return None
+        finish = self.func.name in FINISH_METHODS
+        found: list[tuple[ast.Return, ast.expr]] = []
+        for ret in returns:
+            if finish:
+                if not (isinstance(ret.value, ast.Tuple) and ret.value.elts):
+                    return None
+                found.append((ret, ret.value.elts[0]))
+            elif ret.value is None:
+                return None
+            else:
+                found.append((ret, ret.value))
+        return found
+
+    def _answers_read(self) -> bool:
+        return self._answers() is not None
+
+    def _delay_guards(self) -> tuple[DelayGuard, ...]:
+        """See the field. A finish that answers ``held = rid in self._saving and params.get("remote")`` (the
+        twenty-fifth blind round's ``FirstTokenChunkSaveConnector``) or returns ``(False, ...)`` early under a flag
+        frees some tracked requests at once; read as "delay if tracked" it was judged safe. A helper's parameters
+        count as the request's id (the caller's arguments are checked where it is called)."""
+        answers = self._answers()
+        if not answers:
+            return ()
+        bound = _local_bindings(self.func)
+        plain = self._request_id_names(bound)
+        if self.func.name not in FINISH_METHODS:
+            plain |= {a.arg for a in self.func.args.args[1:]}
+        tests: list[ast.expr] = []
+        for ret, answer in answers:
+            if isinstance(answer, ast.Constant) and answer.value is True:
+                continue
+            tests += self._path_tests(ret)
+            if not isinstance(answer, ast.Constant):
+                tests += _decisions(answer, bound, set())
+        found: list[DelayGuard] = []
+        for test in tests:
+            flags, helpers, foreign = self._guard_reads(test, plain)
+            if flags or helpers or foreign:
+                found.append(DelayGuard(test.lineno, ast.unparse(test), frozenset(plain), frozenset(flags),
+                                        frozenset(helpers), foreign))
+        return tuple(dict.fromkeys(found))
+
+    def _guard_reads(self, expr: ast.expr, plain: set[str]) -> tuple[set[str], set[str], bool]:
+        """What ``expr`` reads beyond the tracking set and the request's id: ``self`` attributes (flags), ``self``
+        helpers called with such arguments, and whether anything else."""
+        flags: set[str] = set()
+        helpers: set[str] = set()
+        foreign = False
+        calls = {id(n.func) for n in ast.walk(expr) if isinstance(n, ast.Call)}
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _is_self(node.func.value) \
+                    and node.func.attr not in self.tracking_attrs:
+                helpers.add(node.func.attr)
+            elif isinstance(node, ast.Attribute):
+                if _is_self(node.value):
+                    if node.attr not in self.tracking_attrs and id(node) not in calls:
+                        flags.add(node.attr)
+                elif node.attr not in ("request_id", "req_id") and not (isinstance(node.value, ast.Attribute) and _is_self(
+                        node.value.value) and node.value.attr in self.tracking_attrs) and id(node) not in calls:
+                    foreign = True
+                elif id(node) in calls and not (_is_self(node.value) or (isinstance(node.value, ast.Attribute)
+                                                and _is_self(node.value.value)
+                                                and node.value.attr in self.tracking_attrs)):
+                    foreign = True
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                if node.id not in plain and node.id not in self.tracking_aliases and node.id not in _ID_BUILTINS \
+                        and node.id not in ("self", "request", "req", "request_id", "req_id"):
+                    foreign = True
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in _ID_BUILTINS:
+                foreign = True
+            elif isinstance(node, (ast.Subscript, ast.Lambda, ast.NamedExpr, ast.Await)):
+                foreign = True
+        return flags, helpers, foreign
+
+    def _only_tracking(self, expr: ast.expr, plain: set[str]) -> bool:
+        flags, helpers, foreign = self._guard_reads(expr, plain)
+        return not (flags or helpers or foreign)
+
+    def _request_id_names(self, bound: dict[str, list[ast.expr]]) -> set[str]:
+        """Locals that hold the request's id or a tracking-only value (``rid = request.request_id``,
+        ``held = rid in self._saving``), to a fixpoint."""
+        names: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for name, values in bound.items():
+                if name not in names and values and all(self._only_tracking(v, names) for v in values):
+                    names.add(name)
+                    changed = True
+        return names
+
+    def _path_tests(self, node: ast.AST) -> list[ast.expr]:
+        """The tests of the ``if``/``while`` statements and conditional expressions around ``node``, and of the
+        ``if`` statements before it (at each enclosing level) whose body or ``else`` returns."""
+        tests: list[ast.expr] = []
+        child, up = node, self.parents.get(node)
+        while up is not None:
+            if isinstance(up, (ast.If, ast.While, ast.IfExp)) and child is not up.test:
+                tests.append(up.test)
+            for field_name in ("body", "orelse", "finalbody"):
+                block = getattr(up, field_name, None)
+                if isinstance(block, list) and child in block:
+                    for earlier in block[:block.index(child)]:
+                        if isinstance(earlier, ast.If) and any(isinstance(n, ast.Return) for n in ast.walk(earlier)):
+                            tests.append(earlier.test)
+            child, up = up, self.parents.get(up)
+        return tests
+
     def _every_return(self) -> list[ast.Return] | None:
         """The body's returns, when it cannot end without one (its last statement returns); else None."""
         returns = [n for n in _own_nodes(self.func) if isinstance(n, ast.Return)]
@@ -1335,6 +1506,59 @@ class _MethodReader:
             except ValueError:
                 return None
         return values.pop() if len(values) == 1 else None
+
+
+#: The finish methods whose first answer is the delay.
+FINISH_METHODS = frozenset({"request_finished", "request_finished_all_groups"})
+#: Builtins a test may apply to the tracking set or the request's id without reading anything else.
+_ID_BUILTINS = frozenset({"bool", "len", "str", "set", "frozenset", "tuple", "list", "any", "all", "True", "False",
+                          "None", "isinstance"})
+
+
+def _reaches(expr: ast.AST, name: str, bound: dict[str, list[ast.expr]], seen: frozenset[str] = frozenset()) -> bool:
+    """Does ``expr`` read ``name``, directly or through locals bound from it?"""
+    for used in _names_in(expr):
+        if used == name:
+            return True
+        if used in bound and used not in seen and any(
+                _reaches(v, name, bound, seen | {used}) for v in bound[used]):
+            return True
+    return False
+
+
+def _local_bindings(func: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, list[ast.expr]]:
+    """Every value a plain local name is bound to by ``=`` (one target) or ``:=`` in the body."""
+    bound: dict[str, list[ast.expr]] = {}
+    for node in _own_nodes(func):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            bound.setdefault(node.targets[0].id, []).append(node.value)
+        elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and isinstance(node.target, ast.Name) and node.value:
+            bound.setdefault(node.target.id, []).append(node.value)
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            bound.setdefault(node.target.id, []).append(node.value)
+    return bound
+
+
+def _decisions(answer: ast.expr, bound: dict[str, list[ast.expr]], seen: set[str]) -> list[ast.expr]:
+    """The conditions inside a delay answer that can make it False: operands of ``and``, ``not`` and comparisons,
+    a conditional expression's test and branches, followed through the locals it names."""
+    if isinstance(answer, ast.Name):
+        if answer.id in seen or answer.id not in bound:
+            return []
+        seen.add(answer.id)
+        return [d for value in bound[answer.id] for d in _decisions(value, bound, seen)]
+    if isinstance(answer, ast.BoolOp) and isinstance(answer.op, ast.And):
+        return [d for value in answer.values for d in (_decisions(value, bound, seen) or [value])]
+    if isinstance(answer, ast.BoolOp) and isinstance(answer.op, ast.Or):
+        # False only when every operand is; which operand delays every tracked request is not read (an ``or``
+        # of ``and``s may not), so every operand's conditions count: an ``or`` that only delays more stays unknown
+        return [d for value in answer.values for d in (_decisions(value, bound, seen) or [value])]
+    if isinstance(answer, ast.IfExp):
+        return [answer.test, *(_decisions(answer.body, bound, seen) or [answer.body]),
+                *(_decisions(answer.orelse, bound, seen) or [answer.orelse])]
+    if isinstance(answer, ast.Call) and isinstance(answer.func, ast.Name) and answer.func.id == "bool" and answer.args:
+        return _decisions(answer.args[0], bound, seen) or [answer.args[0]]
+    return [answer]
 
 
 def _block_acts(nodes: Sequence[ast.AST]) -> set[str]:
@@ -1513,6 +1737,27 @@ def _note_replacing(target: ast.AST, value: ast.AST, fresh: set[str]) -> tuple[s
             and _is_self(target.value.value)) or _fresh_key(target.slice, fresh):
         return None
     return target.value.attr, frozenset(_names_in(target.slice))
+
+
+def _self_helper_args(call: ast.AST, names: set[str], nodes: Sequence[ast.AST],
+                      parents: Mapping[ast.AST, ast.AST]) -> set[tuple[str, int | str]]:
+    """Where a submit's task (the call itself, or a local in ``names`` holding it) is an argument of a
+    ``self.<m>(...)`` call: (m, position after ``self``, or the keyword)."""
+    found: set[tuple[str, int | str]] = set()
+    for node in nodes:
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _is_self(node.func.value)):
+            continue
+        for index, arg in enumerate(node.args):
+            if _holds(arg, call, names):
+                found.add((node.func.attr, index))
+        for keyword in node.keywords:
+            if keyword.arg and _holds(keyword.value, call, names):
+                found.add((node.func.attr, keyword.arg))
+    return found
+
+
+def _holds(arg: ast.AST, call: ast.AST, names: set[str]) -> bool:
+    return any(n is call for n in ast.walk(arg)) or bool(_names_in(arg) & names)
 
 
 def _fresh_key(key: ast.AST, fresh: set[str]) -> bool:
@@ -1805,6 +2050,7 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
         return set().union(*(_names_in(a) for a in wait.args)) if wait.args else set()  # type: ignore[attr-defined]
     waited = waited_if = 0
     replaced: set[tuple[str, frozenset[str]]] = set()
+    passed: set[tuple[str, int | str]] = set()
     for call, names in holders.items():
         shared = _ancestors(call, parents)
         waits = [w for w in all_waits if not _under_condition(w, parents, shared)]
@@ -1815,6 +2061,7 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
             waited += 1
         else:  # a task waited in the same call is not lost when a later one takes its place
             replaced |= replacing_of.get(call, set())
+            passed |= _self_helper_args(call, names, nodes, parents)
             if any(names & args for args in maybe_args):
                 waited_if += 1
     waits_each: set[str] = set()
@@ -1877,7 +2124,7 @@ def _task_flow(func: ast.FunctionDef | ast.AsyncFunctionDef) -> TaskFlow:
         elif isinstance(node, ast.Delete):
             clears.update(a for a in (_self_attr(t) for t in node.targets) if a)
     return TaskFlow(len(submits), waited, frozenset(kept), frozenset(waits_each), frozenset(stops_early),
-                    frozenset(clears), frozenset(drains), frozenset(replaced), waited_if)
+                    frozenset(clears), frozenset(drains), frozenset(replaced), waited_if, frozenset(passed))
 
 
 @dataclass
@@ -2190,7 +2437,28 @@ def _read_class(
         bound_names=bound,
         abstract_names=abstract,
         construct_hooks=_construct_hooks(node),
+        constants=_class_constants(node),
     )
+
+
+def _class_constants(node: ast.ClassDef) -> tuple[tuple[str, str], ...]:
+    """See ``ClassFacts.constants``."""
+    values: dict[str, str | None] = {}
+    for stmt in node.body:
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            try:
+                literal: str | None = repr(ast.literal_eval(stmt.value))
+            except ValueError:
+                literal = None
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    values[target.id] = literal if len(targets) == 1 else None
+                    continue
+        for name in _bound_names(stmt):
+            if not (isinstance(stmt, (ast.Assign, ast.AnnAssign)) and name in values):
+                values[name] = None
+    return tuple((name, value) for name, value in values.items() if value is not None)
 
 
 #: Decorators that keep a function's ``__isabstractmethod__`` (abc.py: property and the method kinds copy it).
