@@ -630,7 +630,9 @@ class KVEventBatch:
 
 class KVConnectorKVEvents(ABC):
     """The container a worker's ``get_kv_connector_kv_cache_events`` returns; vLLM merges the ranks' through
-    these methods (kv_connector/utils.py ~160-170)."""
+    these methods (kv_connector/utils.py ~160-170). They are abstract in vLLM (distributed/kv_events.py ~226-253), so
+    here: a connector's subclass that leaves one out cannot be built, in the replay as in vLLM
+    (tests/vllm/test_vllm_mro_stubs.py compares the abstract methods)."""
 
     @abstractmethod
     def add_events(self, events: list[KVCacheEvent]) -> None:
@@ -664,7 +666,9 @@ class KVConnectorKVEvents(ABC):
 @dataclass
 class KVConnectorStats:
     """The metrics base class (kv_connector/v1/metrics.py ~19-50): a worker's stats travel to the engine core,
-    where vLLM aggregates the ranks' and the scheduler-side instance's."""
+    where vLLM aggregates the ranks' and the scheduler-side instance's. ``reset``/``aggregate``/``reduce``/``is_empty``
+    raise NotImplementedError as vLLM's base does: a connector's stats class must define those vLLM calls, and one
+    that does not raises in the replay where it would in vLLM."""
 
     data: dict[str, Any] = field(default_factory=dict)
 
