@@ -189,6 +189,9 @@ class Effect:
     tracking_ops: frozenset[str] = frozenset()
     calls: frozenset[str] = frozenset()
     finally_calls: frozenset[str] = frozenset()
+    handler_calls: frozenset[str] = frozenset()  # called in an ``except`` handler (helpers included)
+    guarded_adds: tuple[str, ...] = ()  # additions to the tracking set made only under a test (where, line, test)
+    plain_adds: bool = False  # an addition to the tracking set under no such test (helpers included)
     self_calls: frozenset[str] = frozenset()  # the definition's own self.<m>() calls (not transitive)
     constant: str | None = None  # the literal every return yields, when the call returns only that
     delay_answer: bool | None = None  # the literal first element of every returned tuple (a finish's delay)
@@ -336,6 +339,17 @@ class EffectReader:
                      "may be the sliding-window group's dumps (a fence), which the reader does not establish"
                      for h in helpers[:1])
 
+    def rank_attrs(self, cls: str) -> frozenset[str]:
+        """The ``self`` attributes any definition in ``cls``'s MRO assigns from the worker's rank: tests of them
+        are rank tests, whatever the attributes are called."""
+        found: set[str] = set()
+        for owner in self.hierarchy.mro.get(cls, (cls,)):
+            facts = self.hierarchy.classes.get(owner)
+            if facts is not None and not facts.external:
+                for definition in facts.methods.values():
+                    found |= definition.rank_attrs
+        return frozenset(found)
+
     def rank_reasons(self, cls: str, owner: str, method: str) -> tuple[str, ...]:
         """Why ``owner``'s ``method`` (helpers included) behaves differently on different ranks in a way the
         model's ranks cannot follow: a test of the rank that guards a return, a loop exit, a store wait or
@@ -444,6 +458,11 @@ class EffectReader:
             tracking_ops=facts.tracking_ops.union(*(e.tracking_ops for e in everything)),
             calls=facts.calls.union(*(e.calls for e in everything)),
             finally_calls=facts.finally_calls.union(*(e.finally_calls for e in everything)),
+            handler_calls=facts.handler_calls.union(*(e.handler_calls for e in everything)),
+            guarded_adds=tuple(dict.fromkeys([*(f"{owner}.{method} line {line}: `if {test}`"
+                                                for line, test in facts.guarded_adds),
+                                              *(g for e in everything for g in e.guarded_adds)])),
+            plain_adds=facts.plain_adds or any(e.plain_adds for e in everything),
             self_calls=facts.self_calls,
             constant=constant,
             delay_answer=delay_answer,
@@ -464,6 +483,7 @@ class EffectReader:
             )),
             rank_guards=tuple(dict.fromkeys(
                 [*((f"{owner}.{method}", t, d) for t, d in facts.rank_guards),
+                 *((f"{owner}.{method}", t, d) for t, attrs, d in facts.attr_guards if attrs & self.rank_attrs(cls)),
                  *(g for e in everything for g in e.rank_guards)]
             )),
         )
@@ -1281,6 +1301,11 @@ def classify(
     if effect.submits_waited and not hints and method in ("save_kv_layer", "wait_for_save"):
         if not effect.tracking_ops and not effect.calls & CHECK_CALLS:
             return "sync_save", ()  # submit, then wait that very task: nothing outlives the call
+    if method in ("build_connector_meta", "wait_for_save") and "add" in effect.tracking_ops \
+            and effect.guarded_adds and not effect.plain_adds:
+        return UNKNOWN, (f"{where} adds requests to the tracking set only under a test ({effect.guarded_adds[0]}) "
+                         "while the rest of the call runs either way: a request whose dump it emits may stay "
+                         "untracked, and its finish then frees blocks the dump reads",)
     if method == "build_connector_meta":
         if "add" in effect.tracking_ops:
             return "track", ()
@@ -1388,7 +1413,21 @@ def classify(
             return "base", ()
         return UNKNOWN, (f"{where} reports without consulting the tracking set",)
     if method == "_wait_pending_dump_task":
-        if waits:
-            return ("release_finally" if effect.finally_calls else "release_on_success"), ()
-        return UNKNOWN, (f"{where} does not wait on a store task",)
+        if not waits:
+            return UNKNOWN, (f"{where} does not wait on a store task",)
+        if effect.finally_calls:
+            return "release_finally", ()
+        released = effect.calls - NEVER_WAIT - WAIT_CALLS
+        if not released:
+            # PrefetchDirectConnector (twenty-sixth blind round) keeps the PR's helper name for a plain store wait
+            # with no handle at all: read as releasing on success only, its failed waits "leaked" a handle that
+            # does not exist, an unsafe verdict on a safe class
+            return UNKNOWN, (f"{where} waits its task and releases nothing after it: whether the class holds a "
+                             "device event per task, which the PR's helper releases here, is not read (with none, "
+                             "a failed wait leaks nothing; with one, it is never released)",)
+        if released & effect.handler_calls:
+            return UNKNOWN, (f"{where} calls {', '.join(sorted(released & effect.handler_calls))}() in an except "
+                             "handler: a release on both paths or on a failure only, which the reader does not "
+                             "tell apart without a finally",)
+        return "release_on_success", ()
     raise ValueError(f"{method!r} is not a method the spec dispatches")

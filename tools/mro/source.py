@@ -117,6 +117,7 @@ class MethodFacts:
     delay_answer: bool | None = None  # the literal bool every return's first element is (a finish's delay)
     calls: frozenset[str] = frozenset()  # methods called on objects other than self (``store.wait`` -> "wait")
     finally_calls: frozenset[str] = frozenset()  # every method called inside a ``finally:`` block
+    handler_calls: frozenset[str] = frozenset()  # every method called inside an ``except`` handler
     opaque: tuple[str, ...] = ()  # constructs the analysis could not follow, each as a short reason
     lost_tasks: tuple[str, ...] = ()  # where a kept store task can be dropped unwaited (beyond the model)
     # update_connector_output only: (line, what) where it may change the ids vLLM then frees
@@ -165,6 +166,14 @@ class MethodFacts:
     # handle_preemptions that waits these may be a fence over running requests' blocks, not a preemption wait)
     unselected_waits: tuple[tuple[str, str], ...] = ()
     rank_guards: tuple[tuple[str, frozenset[str]], ...] = ()  # (test, what it guards) for tests reading a rank
+    # (test, self attributes it reads, what it guards) for the other tests that read self attributes: a rank test
+    # when one of them holds a rank (``rank_attrs`` of the class)
+    attr_guards: tuple[tuple[str, frozenset[str], frozenset[str]], ...] = ()
+    # (line, test) of each addition to the tracking set made only under ``test``, in a branch doing nothing else:
+    # the rest of the body (its dumps) runs whether or not the request is tracked
+    guarded_adds: tuple[tuple[int, str], ...] = ()
+    plain_adds: bool = False  # an addition to the tracking set under no such guard
+    rank_attrs: frozenset[str] = frozenset()  # ``self.<x> = <expr reading the rank>`` (``self._is_writer = rank == 0``)
     branch_waits: tuple[tuple[str, frozenset[str], frozenset[str]], ...] = ()
     # ``if r in self.<x>: ... return False, ...``: a finish answering "free now" for a request a self set holds
     # (the tests, as source text)
@@ -580,6 +589,73 @@ class _MethodReader:
         self.local_classes = _local_instances(func)
         self.local_data = _local_data(func)
         self.attr_calls: list[tuple[str, str, int]] = []
+        self.guarded_adds: list[tuple[int, str]] = []
+        self.plain_adds = False
+
+    def _read_add_guard(self, node: ast.expr) -> None:
+        """Record whether this addition to the tracking set is made only under a test, in an ``if`` branch that does
+        nothing but tracking (TieredCacheWarmStartConnector, twenty-sixth blind round: ``if spec.hold_blocks:
+        self._holding.add(rid)``, the dump emitted after it either way, and ``hold_blocks`` False for requests warmed
+        from the store). A test reading only the tracking set (``if rid not in self._t: self._t.add(rid)``) guards
+        nothing."""
+        stmt: ast.AST | None = node
+        while stmt is not None and not isinstance(stmt, ast.stmt):
+            stmt = self.parents.get(stmt)
+        parent = self.parents.get(stmt) if stmt is not None else None
+        if isinstance(parent, ast.If) and stmt is not None:
+            branch = parent.body if stmt in parent.body else parent.orelse
+            if all(self._tracking_only(part) for part in branch):
+                read = {sub.attr for sub in ast.walk(parent.test) if isinstance(sub, ast.Attribute) and _is_self(sub.value)}
+                names = {sub.id for sub in ast.walk(parent.test) if isinstance(sub, ast.Name)}
+                if not (read and read <= self.tracking_attrs) and not names & self.tracking_aliases \
+                        and not self._filtering(parent) and not self._over_tracked(parent):
+                    test = ast.unparse(parent.test)
+                    self.guarded_adds.append((node.lineno, test if stmt in parent.body else f"not ({test})"))
+                    return
+        self.plain_adds = True
+
+    def _filtering(self, guard: ast.If) -> bool:
+        """Is ``guard`` all its loop body (or function body) does: a loop choosing which requests to track (PR #989:
+        ``for req_id, meta in ...: if meta.dump_block_ids[0]: self._async_dump_req_ids.add(req_id)``), with no other
+        work for the request beside it that could emit a dump either way?"""
+        scope: ast.AST | None = self.parents.get(guard)
+        while scope is not None and not isinstance(scope, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef,
+                                                           ast.AsyncFunctionDef)):
+            if isinstance(scope, ast.If):
+                return False  # nested under another test: the rest of that branch is not read here
+            scope = self.parents.get(scope)
+        body = _strip_docstring((scope or self.func).body)  # a statement of the body itself has no parent here
+        return all(stmt is guard or isinstance(stmt, ast.Pass) for stmt in body)
+
+    def _over_tracked(self, guard: ast.If) -> bool:
+        """Is ``guard`` inside a loop over the tracking set itself (``for req_id, tasks in list(self._table.items()):
+        ... if running: self._table[req_id] = running else: del self._table[req_id]``)? Then the entry it writes is
+        one already tracked: a prune, not a request tracked under a test (``DrainTableConnector``)."""
+        node: ast.AST | None = self.parents.get(guard)
+        while node is not None:
+            if isinstance(node, (ast.For, ast.AsyncFor)) and any(
+                    isinstance(sub, ast.Attribute) and _is_self(sub.value) and sub.attr in self.tracking_attrs
+                    for sub in ast.walk(node.iter)):
+                return True
+            node = self.parents.get(node)
+        return False
+
+    def _tracking_only(self, stmt: ast.stmt) -> bool:
+        """A statement that only changes the tracking set (or logs, or passes)."""
+        if isinstance(stmt, ast.Pass):
+            return True
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            func = stmt.value.func
+            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute) and _is_self(func.value.value):
+                return func.value.attr in self.tracking_attrs
+            return _call_name(stmt.value) in {"debug", "info", "warning", "error", "exception", "log"}
+        if isinstance(stmt, ast.AugAssign):
+            target = stmt.target
+            return isinstance(target, ast.Attribute) and _is_self(target.value) and target.attr in self.tracking_attrs
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
+            value = stmt.targets[0].value
+            return isinstance(value, ast.Attribute) and _is_self(value.value) and value.attr in self.tracking_attrs
+        return False
 
     def read(self) -> MethodFacts:
         self._collect_aliases()
@@ -596,7 +672,9 @@ class _MethodReader:
             if isinstance(node, ast.Call):
                 self._read_call(node)
             elif isinstance(node, ast.Attribute) and _is_self(node.value) and node.attr in self.tracking_attrs:
-                self.tracking_ops.add(self._tracking_op(node))
+                self.tracking_ops.add(op := self._tracking_op(node))
+                if op == "add":
+                    self._read_add_guard(node)
                 self._record_attr_op(node)  # a tracking set is a self table too (a report gated on it)
             elif isinstance(node, ast.Attribute) and _is_self(node.value):
                 parent = self.parents.get(node)
@@ -632,6 +710,7 @@ class _MethodReader:
             full_sweeps=self._full_sweeps(),
             calls=frozenset(self.calls),
             finally_calls=self._finally_calls(),
+            handler_calls=self._handler_calls(),
             opaque=tuple(dict.fromkeys(self.opaque)),
             lost_tasks=tuple(dict.fromkeys(self.lost_tasks)),
             attr_stores=frozenset(self.attr_stores),
@@ -665,6 +744,10 @@ class _MethodReader:
             partial_waits=self._partial_waits(),
             unselected_waits=self._unselected_waits(),
             rank_guards=self._rank_guards(),
+            guarded_adds=tuple(dict.fromkeys(self.guarded_adds)),
+            plain_adds=self.plain_adds,
+            attr_guards=self._attr_guards(),
+            rank_attrs=self._rank_attrs(),
             branch_waits=self._branch_waits(),
         )
 
@@ -701,6 +784,41 @@ class _MethodReader:
                 does = {"early_return"}
             found.append((ast.unparse(node.test), frozenset(does)))
         return tuple(dict.fromkeys(found))
+
+    def _attr_guards(self) -> tuple[tuple[str, frozenset[str], frozenset[str]], ...]:
+        """Tests that read ``self`` attributes but no rank by name, with the attributes and what they guard (as
+        ``_rank_guards``): the class decides which attributes hold a rank (TieredCacheMLAConnector, twenty-sixth
+        blind round: ``if not self._is_writer:`` reports without its bookkeeping on MLA's other ranks)."""
+        found: list[tuple[str, frozenset[str], frozenset[str]]] = []
+        for node in _own_nodes(self.func):
+            if not isinstance(node, (ast.If, ast.While, ast.IfExp)) or _reads_rank(node.test):
+                continue
+            attrs = frozenset(sub.attr for sub in ast.walk(node.test)
+                              if isinstance(sub, ast.Attribute) and _is_self(sub.value))
+            if not attrs:
+                continue
+            guarded = [*node.body, *node.orelse] if isinstance(node.body, list) else [node.body, node.orelse]
+            found.append((ast.unparse(node.test), attrs, frozenset(_block_acts(guarded))))
+        return tuple(dict.fromkeys(found))
+
+    def _rank_attrs(self) -> frozenset[str]:
+        """``self`` attributes this body assigns from an expression reading the rank, directly or through a local
+        assigned from one (``tp = get_tensor_model_parallel_rank()``, ``self._is_writer = not use_mla or tp == 0``)."""
+        ranked_locals: set[str] = set()
+        found: set[str] = set()
+        for node in ast.walk(self.func):
+            if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            reads = _rank_value(node.value, ranked_locals)
+            if not reads:
+                continue
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    ranked_locals.add(target.id)
+                elif isinstance(target, ast.Attribute) and _is_self(target.value):
+                    found.add(target.attr)
+        return frozenset(found)
 
     def _iterations(self) -> tuple[tuple[str, str, int], ...]:
         """Loops over objects whose iteration may be a helper's own ``__iter__`` (a ``Retired(store, table, ids)``
@@ -1206,6 +1324,18 @@ class _MethodReader:
         else:
             self.opaque.append(f"line {call.lineno}: super({ast.unparse(sup.args[0])}, ...) with a dynamic class")
 
+    def _handler_calls(self) -> frozenset[str]:
+        """Every method called in an ``except`` handler: a release there as well as after the wait is not the
+        release-on-success mutant (PR #989's helper releases in ``finally``)."""
+        names: set[str] = set()
+        for node in _own_nodes(self.func):
+            if isinstance(node, ast.ExceptHandler):
+                for stmt in node.body:
+                    for sub in ast.walk(stmt):
+                        if isinstance(sub, ast.Call) and (name := _dotted(sub.func)):
+                            names.add(_simple(name))
+        return frozenset(names)
+
     def _finally_calls(self) -> frozenset[str]:
         names: set[str] = set()
         for node in _own_nodes(self.func):
@@ -1595,6 +1725,27 @@ def _reads_rank(test: ast.expr) -> bool:
         word = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
         if word is not None and any(w in word.lower() for w in _RANK_WORDS):
             return True
+    return False
+
+
+def _rank_value(value: ast.expr, ranked: set[str]) -> bool:
+    """Is ``value`` the rank, or a test of it (``tp == 0``, ``not use_mla or get_tensor_model_parallel_rank() == 0``,
+    a local in ``ranked``)? An argument of another call is not (``Worker(cpu_capacity_per_rank)``: vLLM's
+    ``SimpleCPUOffloadConnector`` passes a per-rank size to its worker)."""
+    if isinstance(value, ast.Call):
+        return _rank_value(value.func, ranked)
+    if isinstance(value, ast.Name):
+        return value.id in ranked or any(w in value.id.lower() for w in _RANK_WORDS)
+    if isinstance(value, ast.Attribute):
+        return any(w in value.attr.lower() for w in _RANK_WORDS)
+    if isinstance(value, ast.Compare):
+        return any(_rank_value(v, ranked) for v in (value.left, *value.comparators))
+    if isinstance(value, ast.BoolOp):
+        return any(_rank_value(v, ranked) for v in value.values)
+    if isinstance(value, ast.UnaryOp):
+        return _rank_value(value.operand, ranked)
+    if isinstance(value, ast.IfExp):
+        return _rank_value(value.body, ranked) or _rank_value(value.orelse, ranked)
     return False
 
 
