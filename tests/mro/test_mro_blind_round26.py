@@ -61,36 +61,27 @@ def test_a_helper_waiting_with_nothing_to_release_is_unknown_and_its_class_not_u
     assert judgement.verdict != "unsafe", (judgement.verdict, judgement.violated)
 
 
+def _wait_label(after_try: str, handler: str = 'logger.exception("dump task failed")\n        return'):
+    """The label of a ``_wait_pending_dump_task`` waiting in a ``try`` with ``handler`` (or ``finally:`` when
+    ``handler`` is None), followed by ``after_try``."""
+    clause = "finally:\n        self.events.release(task.event)" if handler is None else f"except RuntimeError:\n        {handler}"
+    return _labels(SETTLE_THROUGH_HELPER + f"""
+def _wait_pending_dump_task(self, task):
+    try:
+        self.store.wait(task)
+    {clause}
+    {after_try}
+""")["Proto._wait_pending_dump_task"]
+
+
 def test_a_release_after_the_wait_only_is_the_release_on_success_mutant() -> None:
     """The opposite: a release the success path alone reaches leaks the handle of a failed wait (PR #989 releases
     it in ``finally``); in ``finally`` it is the PR's; in the handler as well, which path is not told apart."""
-    on_success = _labels(SETTLE_THROUGH_HELPER + """
-def _wait_pending_dump_task(self, task):
-    try:
-        self.store.wait(task)
-    except RuntimeError:
-        logger.exception("dump task failed")
-        return
-    self.events.release(task.event)
-""")["Proto._wait_pending_dump_task"]
+    on_success = _wait_label("self.events.release(task.event)")
     assert on_success.label == "release_on_success", on_success
-    in_finally = _labels(SETTLE_THROUGH_HELPER + """
-def _wait_pending_dump_task(self, task):
-    try:
-        self.store.wait(task)
-    finally:
-        self.events.release(task.event)
-""")["Proto._wait_pending_dump_task"]
+    in_finally = _wait_label("pass", handler=None)
     assert in_finally.label == "release_finally", in_finally
-    both = _labels(SETTLE_THROUGH_HELPER + """
-def _wait_pending_dump_task(self, task):
-    try:
-        self.store.wait(task)
-    except RuntimeError:
-        self.events.release(task.event)
-        raise
-    self.events.release(task.event)
-""")["Proto._wait_pending_dump_task"]
+    both = _wait_label("self.events.release(task.event)", handler="self.events.release(task.event)\n        raise")
     assert both.label == "unknown" and "except handler" in both.reasons[0], both
 
 
