@@ -167,3 +167,28 @@ def test_a_rank_word_in_another_calls_argument_does_not_make_a_rank_attribute() 
                                       "self._is_writer = Worker(self._config, cpu_capacity_per_rank)"),
                     case="mla")["Proto.get_finished"]
     assert label.label == "wait_finished", label
+
+
+def test_a_choosing_loop_whose_other_branch_works_for_the_untracked_request_is_not_one() -> None:
+    """``if hold: add(r) else: emit(r)`` is tracking under a test beside work done for the untracked request; a branch
+    that dumps as it tracks (``self._t[r] = store.dump(...)``) shares its test with the dump (the eighteenth round's
+    ``RemoteDecodeSender``)."""
+    label = _labels("""
+def build_connector_meta(self, scheduler_output):
+    for req_id, blocks in scheduler_output.saving.items():
+        if self._should_hold(req_id):
+            self._async_dump_req_ids.add(req_id)
+        else:
+            self._emit(req_id, blocks)
+    return scheduler_output
+""")["Proto.build_connector_meta"]
+    assert label.label == "unknown" and "only under a test" in label.reasons[0], label
+    assert _labels("""
+def wait_for_save(self):
+    meta = self._get_connector_metadata()
+    for req_id, spec in meta.saving.items():
+        if spec.block_ids:
+            self._async_dump_req_ids[req_id] = self.store.dump(spec.block_ids)
+        else:
+            self._done.add(req_id)
+""")["Proto.wait_for_save"].label != "unknown"

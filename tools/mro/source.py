@@ -624,6 +624,8 @@ class _MethodReader:
             if isinstance(scope, ast.If):
                 return False  # nested under another test: the rest of that branch is not read here
             scope = self.parents.get(scope)
+        if not all(self._tracking_only(stmt) for stmt in guard.orelse):
+            return False  # ``if hold: add(r) else: emit(r)``: the other branch works for the request untracked
         body = _strip_docstring((scope or self.func).body)  # a statement of the body itself has no parent here
         return all(stmt is guard or isinstance(stmt, ast.Pass) for stmt in body)
 
@@ -654,7 +656,9 @@ class _MethodReader:
             return isinstance(target, ast.Attribute) and _is_self(target.value) and target.attr in self.tracking_attrs
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
             value = stmt.targets[0].value
-            return isinstance(value, ast.Attribute) and _is_self(value.value) and value.attr in self.tracking_attrs
+            submits = any(isinstance(sub, ast.Call) and _call_name(sub) in STORE_SUBMITS for sub in ast.walk(stmt.value))
+            return isinstance(value, ast.Attribute) and _is_self(value.value) and value.attr in self.tracking_attrs \
+                and not submits  # ``self._tasks[r] = store.dump(...)``: the branch dumps too
         return False
 
     def read(self) -> MethodFacts:
