@@ -21,7 +21,7 @@ this checker judges.
 from __future__ import annotations
 
 from deferdump.tools.mro.hierarchy import Hierarchy
-from deferdump.tools.mro.source import CONNECTOR_METHODS, STORE_SUBMITS, MethodFacts
+from deferdump.tools.mro.source import CONNECTOR_METHODS, LOG_CALLS, STORE_SUBMITS, MethodFacts
 
 #: Methods of plain data, loggers and metrics: containers read or updated, a line logged, a counter stepped.
 DATA_METHODS = frozenset({
@@ -30,9 +30,8 @@ DATA_METHODS = frozenset({
     "sort", "reverse", "difference", "union", "intersection", "issubset", "issuperset", "isdisjoint",
     "difference_update", "intersection_update", "symmetric_difference", "symmetric_difference_update",
     "most_common", "move_to_end",
-    "debug", "info", "warning", "error", "critical", "exception", "log", "debug_once", "info_once",
-    "warning_once", "isEnabledFor", "observe", "inc", "dec", "set", "labels", "time",
-})
+    "isEnabledFor", "observe", "inc", "dec", "set", "labels", "time",
+}) | LOG_CALLS
 
 #: Methods that read, update plain data, wait or log: they start no transfer whatever object they are on.
 PASSIVE_METHODS = DATA_METHODS | frozenset({

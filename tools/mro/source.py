@@ -213,6 +213,9 @@ class MethodFacts:
 
 #: Store calls that submit a dump (a task comes back) and that block on one.
 STORE_SUBMITS = frozenset({"dump_data", "dump"})
+#: Logger methods: a statement calling one only writes a line.
+LOG_CALLS = frozenset({"debug", "info", "warning", "error", "critical", "exception", "log", "debug_once", "info_once",
+                       "warning_once"})
 STORE_WAITS = frozenset({"wait", "wait_dump"})
 
 
@@ -650,7 +653,7 @@ class _MethodReader:
             func = stmt.value.func
             if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute) and _is_self(func.value.value):
                 return func.value.attr in self.tracking_attrs
-            return _call_name(stmt.value) in {"debug", "info", "warning", "error", "exception", "log"}
+            return _call_name(stmt.value) in LOG_CALLS
         if isinstance(stmt, ast.AugAssign):
             target = stmt.target
             return isinstance(target, ast.Attribute) and _is_self(target.value) and target.attr in self.tracking_attrs
