@@ -175,6 +175,9 @@ class MethodFacts:
     plain_adds: bool = False  # an addition to the tracking set under no such guard
     rank_attrs: frozenset[str] = frozenset()  # ``self.<x> = <expr reading the rank>`` (``self._is_writer = rank == 0``)
     branch_waits: tuple[tuple[str, frozenset[str], frozenset[str]], ...] = ()
+    member_tests: frozenset[str] = frozenset()  # ``k in self.<x>`` / ``not in``: tables asked about a key
+    # ``self.<x>[k] = ...`` after a store submit of the body: tables keeping what the dump covers, by its keys
+    keyed_after_submit: frozenset[str] = frozenset()
     # ``if r in self.<x>: ... return False, ...``: a finish answering "free now" for a request a self set holds
     # (the tests, as source text)
     false_when_member: tuple[str, ...] = ()
@@ -756,6 +759,8 @@ class _MethodReader:
             attr_guards=self._attr_guards(),
             rank_attrs=self._rank_attrs(),
             branch_waits=self._branch_waits(),
+            member_tests=self._member_tests(),
+            keyed_after_submit=self._keyed_after_submit(),
         )
 
     def _branch_waits(self) -> tuple[tuple[str, frozenset[str], frozenset[str]], ...]:
@@ -930,6 +935,24 @@ class _MethodReader:
                 self.opaque.append(
                     f"line {made.lineno}: store {'/'.join(names)}() inside {kind}, which runs when, whether and as "
                     "often as whoever holds it calls it: the reader does not follow callables")
+
+    def _member_tests(self) -> frozenset[str]:
+        """The ``self`` tables the body asks whether they hold a key (``k in self.x``, ``k not in self.x``)."""
+        return frozenset(attr for node in _own_nodes(self.func) if isinstance(node, ast.Compare)
+                         for op, right in zip(node.ops, node.comparators)
+                         if isinstance(op, (ast.In, ast.NotIn)) and (attr := _self_attr(right)) is not None)
+
+    def _keyed_after_submit(self) -> frozenset[str]:
+        """The ``self`` tables the body writes by key (``self.x[k] = ...``) after a store submit: where a dump is
+        recorded under what it covers (an in-flight table of block hashes)."""
+        nodes = list(_own_nodes(self.func))
+        submits = [n.lineno for n in nodes if isinstance(n, ast.Call) and _call_name(n) in STORE_SUBMITS]
+        if not submits:
+            return frozenset()
+        first = min(submits)
+        return frozenset(attr for node in nodes if isinstance(node, ast.Assign) and node.lineno > first
+                         for target in node.targets
+                         if isinstance(target, ast.Subscript) and (attr := _self_attr(target.value)) is not None)
 
     def _value_equal_sets(self) -> None:
         """``self.x.add(Hook(req, layer, task))`` where ``Hook`` instances compare equal without being the same
