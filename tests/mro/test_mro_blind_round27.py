@@ -13,24 +13,9 @@ blind_stats_gated.py and its siblings are judged with TLC by the corpus test):
   nothing. The model gives each request its own dumps: judged **safe** with one group, truth unsafe."""
 from __future__ import annotations
 
-import textwrap
-
 from deferdump.tools.mro.behaviour import UNKNOWN
-from deferdump.tools.mro.hierarchy import build_hierarchy
-from deferdump.tools.mro.judge import Judge, ModelRunner
-from deferdump.tools.mro.source import read_source
-from deferdump.tools.mro.tla import ModelBounds
 
-from test_mro_blind_round6 import HEADER, PROTOCOL
-
-
-def _judge(hooks: str) -> Judge:
-    source = PROTOCOL.format(hooks=textwrap.indent(textwrap.dedent(hooks), "    "))
-    return Judge(build_hierarchy(read_source(HEADER + textwrap.dedent(source), "<t>")), ModelRunner(ModelBounds(), 60))
-
-
-def _labels(hooks: str, case: str = "single") -> dict[str, object]:
-    return {f"{l.owner}.{l.method}": l for l in _judge(hooks)._labels("Proto", None, [], case)}  # noqa: SLF001
+from test_mro_blind_round26 import _judge, _labels
 
 
 # -- reports gated by counters the waits credit ----------------------------------------------------------------------

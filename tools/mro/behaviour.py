@@ -81,6 +81,9 @@ UNSELECTED_REPORT_WAITS = "waits store tasks, but none is selected by the reques
 #: Calls on other objects that mean "blocks on a store task", "polls one", "submits a dump".
 WAIT_CALLS = frozenset({"wait", "wait_dump"})
 CHECK_CALLS = frozenset({"check"})
+#: Completion queries on futures and events (``f.done()``, ``event.is_set()``): what they report ended may be a
+#: store wait run elsewhere (a thread, an event loop, a callback), which the reader does not follow.
+COMPLETION_QUERIES = frozenset({"done", "is_set"})
 SUBMIT_CALLS = frozenset({"dump_data", "dump"})
 #: Calls that write a tensor out before returning (``safetensors.torch.save_file``, ``torch.save``): a save
 #: made only of these is synchronous, so no dump outlives the call.
@@ -707,6 +710,15 @@ class EffectReader:
             method, owner, effect, self.saves_async(cls), self._reported_waits(cls, owner, method),
             own_unconditional=not facts.has_condition,
         )
+        if label == "blocking" and self._waits_before_submits(cls, facts, effect):
+            # DoubleBufferedDumpConnector (twenty-eighth blind round): drains the buffer filled two steps ago, then
+            # submits this step's dump through a helper that returns it in a record appended to that buffer;
+            # FuturesBatchDumpConnector calls ``concurrent.futures.wait`` over older futures, then hands the new
+            # task's ``store.wait`` to a thread pool: either way the new dump outlives the call
+            where = f"{owner}.{method}"
+            return DefinitionLabel(owner, method, UNKNOWN, (
+                f"{where} calls a wait and submits a dump, but every wait comes before its first submit, so none is of "
+                f"a task it submits in the call: the new dump may outlive the call, its task among {UNSEEN_KEEPING}",))
         if method == "request_finished_all_groups" and label == UNKNOWN \
                 and any(d.method == "request_finished" for d in facts.delegations):
             # vllm-ascend's AscendMultiConnector: super().request_finished(request, block_ids[0]) when a child lacks
@@ -985,6 +997,28 @@ class EffectReader:
                             f"and {other}.{name}, which removes them, {does}: whether a reported request's dumps "
                             "have ended is not read",)
         return self._credited_gate(cls, owner, reached)
+
+    def _waits_before_submits(self, cls: str, facts: MethodFacts, effect: Effect) -> bool:
+        """Does every statement of the definition that reaches a store wait (itself or through a ``self`` helper)
+        come before the first one that reaches a submit, with no submitted task waited in the call? Then the waits
+        are of older tasks, and the save is not synchronous."""
+        if any(f.waited_here for f in effect.flows) or effect.submits_waited:
+            return False
+        waits: list[int] = []
+        submits: list[int] = []
+        for _, path, line in facts.attr_calls:
+            name = path.rsplit(".", 1)[-1]
+            (waits if name in WAIT_CALLS else submits if name in SUBMIT_CALLS else []).append(line)
+        for helper, line in facts.self_call_sites:
+            where = self.hierarchy.lookup(cls, helper)
+            if where is None or self.hierarchy.classes[where].external:
+                continue
+            calls = self._effect(cls, where, helper, True, ()).calls
+            if calls & WAIT_CALLS:
+                waits.append(line)
+            if calls & SUBMIT_CALLS:
+                submits.append(line)
+        return bool(waits) and bool(submits) and max(waits) < min(submits)
 
     def _shared_dumps(self, cls: str, owner: str, method: str) -> list[str]:
         """A save that skips keys a ``self`` table already holds and records its own dump there by key after
@@ -1370,6 +1404,14 @@ def classify(
     if method == "build_connector_meta":
         if "add" in effect.tracking_ops:
             return "track", ()
+        nested = sorted((f"self.{attr}.{path}()" for _, attr, path in effect.attr_calls
+                         if path.count(".") == 1 and path.rsplit(".", 1)[1] in ("add", "update")),
+                        key=lambda call: not call.endswith(".add()"))
+        if saves_async and nested:
+            # LifecycleDumpConnector (twenty-eighth blind round) tracks in ``self._state.delayed``, a set on a
+            # state object its finish consults: "tracks nothing" gave a counterexample the class never runs
+            return UNKNOWN, (f"{where} calls {nested[0]}, on a set an object of the class keeps, which the reader "
+                             "does not follow as a tracking set: whether it tracks the requests it dumps is not read",)
         if saves_async:
             return "notrack", ()
         return UNKNOWN, (f"{where} tracks nothing, and no dump of this class is visibly asynchronous: "
@@ -1465,6 +1507,14 @@ def classify(
                 return UNKNOWN, (f"{where} polls store tasks ({', '.join(sorted(effect.calls & CHECK_CALLS))}()) and "
                                  "reports requests without waiting: whether it reports only requests whose every "
                                  "dump has ended is not modelled",)
+            if not waits and effect.calls & COMPLETION_QUERIES:
+                # ``if all(f.done() for f in self._inflight[r])`` over futures of a coroutine or thread that waits
+                # the store task, ``entry.event.is_set()`` set by a completion thread after its wait: the report
+                # may follow the dumps' end (AsyncioLoopDumpConnector, EventTrackedDumpConnector, 28th blind round)
+                return UNKNOWN, (f"{where} asks whether futures or events are done "
+                                 f"({', '.join(f'{c}()' for c in sorted(effect.calls & COMPLETION_QUERIES))}) and reports "
+                                 "requests without waiting: whether they end only after the requests' dumps is not "
+                                 "read",)
             unfollowed = sorted(effect.calls - NEVER_WAIT - WAIT_CALLS)
             if not waits and unfollowed:
                 return UNKNOWN, (f"{where} reports requests and calls {', '.join(f'{c}()' for c in unfollowed[:3])}, "
