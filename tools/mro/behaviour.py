@@ -976,26 +976,22 @@ class EffectReader:
         dumps ended (TimerGraceConnector, seventh blind round), which no label says."""
         reached = list(self._reached(cls, owner, "get_finished"))
         tested = {a for facts in reached for a, ops in facts.attr_ops if "test" in ops}
-        for other in self.hierarchy.mro[cls]:
-            facts_of = self.hierarchy.classes[other]
-            if facts_of.external:
+        for other, name, facts in self._resolved_definitions(cls):
+            if name == "get_finished":
                 continue
-            for name, facts in facts_of.methods.items():
-                if name == "get_finished" or self.hierarchy.lookup(cls, name) != other:
-                    continue
-                removed = {a for a, ops in facts.attr_ops if "remove" in ops} & tested
-                if not removed:
-                    continue
-                calls = self._effect(cls, other, name, True, ()).calls
-                unfollowed = sorted(calls - NEVER_WAIT - WAIT_CALLS)
-                waiting_callers = self._waiting_callers(cls, name)
-                if calls & WAIT_CALLS or waiting_callers or unfollowed:
-                    does = ("waits store tasks" if calls & WAIT_CALLS else
-                            f"is called by {waiting_callers[0]}, which waits store tasks" if waiting_callers else
-                            f"calls {unfollowed[0]}(), not followed")
-                    return (f"{owner}.get_finished reports only requests self.{sorted(removed)[0]} no longer holds, "
-                            f"and {other}.{name}, which removes them, {does}: whether a reported request's dumps "
-                            "have ended is not read",)
+            removed = {a for a, ops in facts.attr_ops if "remove" in ops} & tested
+            if not removed:
+                continue
+            calls = self._effect(cls, other, name, True, ()).calls
+            unfollowed = sorted(calls - NEVER_WAIT - WAIT_CALLS)
+            waiting_callers = self._waiting_callers(cls, name)
+            if calls & WAIT_CALLS or waiting_callers or unfollowed:
+                does = ("waits store tasks" if calls & WAIT_CALLS else
+                        f"is called by {waiting_callers[0]}, which waits store tasks" if waiting_callers else
+                        f"calls {unfollowed[0]}(), not followed")
+                return (f"{owner}.get_finished reports only requests self.{sorted(removed)[0]} no longer holds, "
+                        f"and {other}.{name}, which removes them, {does}: whether a reported request's dumps "
+                        "have ended is not read",)
         return self._credited_gate(cls, owner, reached)
 
     def _waits_before_submits(self, cls: str, facts: MethodFacts, effect: Effect) -> bool:
@@ -1056,39 +1052,38 @@ class EffectReader:
             return ()
         skipped = {"get_finished", "__init__", "build_connector_meta", "request_finished",
                    "request_finished_all_groups", *SAVE_METHODS}
-        for other in self.hierarchy.mro[cls]:
-            facts_of = self.hierarchy.classes[other]
-            if facts_of.external:
+        for other, name, facts in self._resolved_definitions(cls):
+            if name in skipped:
                 continue
-            for name, facts in facts_of.methods.items():
-                if name in skipped or self.hierarchy.lookup(cls, name) != other:
-                    continue
-                written = sorted({a for a, ops in facts.attr_ops if ops & {"add", "remove", "assign"}} & read)
-                if not written:
-                    continue
-                waits = bool(self._effect(cls, other, name, True, ()).calls & WAIT_CALLS)
-                waiting_callers = [] if waits else self._waiting_callers(cls, name)
-                if waits or waiting_callers:
-                    asked = sorted(f.name for f in helpers)
-                    does = "waits store tasks" if waits else f"is called by {waiting_callers[0]}, which waits store tasks"
-                    return (f"{owner}.get_finished reports requests by what self.{asked[0]}() answers from "
-                            f"self.{written[0]}, and {other}.{name}, which changes it, {does}: whether the answer "
-                            "holds a request until its dumps have ended is not read",)
+            written = sorted({a for a, ops in facts.attr_ops if ops & {"add", "remove", "assign"}} & read)
+            if not written:
+                continue
+            waits = bool(self._effect(cls, other, name, True, ()).calls & WAIT_CALLS)
+            waiting_callers = [] if waits else self._waiting_callers(cls, name)
+            if waits or waiting_callers:
+                asked = sorted(f.name for f in helpers)
+                does = "waits store tasks" if waits else f"is called by {waiting_callers[0]}, which waits store tasks"
+                return (f"{owner}.get_finished reports requests by what self.{asked[0]}() answers from "
+                        f"self.{written[0]}, and {other}.{name}, which changes it, {does}: whether the answer "
+                        "holds a request until its dumps have ended is not read",)
         return ()
 
     def _waiting_callers(self, cls: str, callee: str) -> list[str]:
         """``Class.method`` of each method ``cls`` resolves that calls ``self.<callee>()`` and waits store tasks
         (a drain thread's loop retiring what it waited)."""
-        found = []
+        return [f"{owner}.{name}" for owner, name, facts in self._resolved_definitions(cls)
+                if callee in facts.self_calls and self._effect(cls, owner, name, True, ()).calls & WAIT_CALLS]
+
+    def _resolved_definitions(self, cls: str) -> Iterator[tuple[str, str, MethodFacts]]:
+        """``(owner, name, facts)`` of every analysed definition an instance of ``cls`` runs (the one its MRO
+        resolves for each name), in MRO order."""
         for owner in self.hierarchy.mro[cls]:
             facts_of = self.hierarchy.classes[owner]
             if facts_of.external:
                 continue
             for name, facts in facts_of.methods.items():
-                if self.hierarchy.lookup(cls, name) == owner and callee in facts.self_calls \
-                        and self._effect(cls, owner, name, True, ()).calls & WAIT_CALLS:
-                    found.append(f"{owner}.{name}")
-        return found
+                if self.hierarchy.lookup(cls, name) == owner:
+                    yield owner, name, facts
 
     def _standing_guard(self, cls: str, facts: MethodFacts, seen: tuple[str, ...]) -> tuple[int, str] | None:
         """The first condition of ``facts.delay_guards`` that may make a tracked request's answer False on an
