@@ -21,7 +21,7 @@ from deferdump.tools.mro.run.runner import fold, run_report
 from deferdump.tools.mro.run.store import BlockId, RecordingStore, StoreCallUnmodelled
 from deferdump.tools.mro.run.stubs import StubMissing, stub_modules
 from support import FIXTURES
-from support.mro import RUN_TIMEOUT, judge_cases
+from support.mro import QUICK_RUN, RUN_TIMEOUT, judge_cases
 
 pytestmark = pytest.mark.slow  # TLC and child processes: tests/conftest.py starts it early
 
@@ -36,7 +36,7 @@ def _judged(name: str) -> tuple[MroReport, list[Path]]:
     if name == "report_unwaited.py":  # a subclass of the unfenced connector: its file is read too
         paths.append(RUNNABLE / "unfenced_hybrid.py")
         only = ["UnwaitedReportConnector"]
-    return run_report(judge_files(paths, only=only), paths, STORE, timeout=RUN_TIMEOUT), paths
+    return run_report(judge_files(paths, only=only), paths, STORE, timeout=RUN_TIMEOUT, budget=QUICK_RUN), paths
 
 
 @pytest.fixture(scope="module")
@@ -239,7 +239,7 @@ def test_a_schedule_handing_a_finished_id_twice_is_not_a_run_vllm_makes() -> Non
     and hybrid run)."""
     paths = [FIXTURES / "mro" / "corpus" / "blind_coroutine_lifecycle_connectors.py"]
     report = run_report(judge_cases(paths, {"CoroutineLifecycleConnector": ["single", "hybrid"]}), paths, STORE,
-                        timeout=RUN_TIMEOUT)
+                        timeout=RUN_TIMEOUT, budget=QUICK_RUN)
     judgement = report.connectors["CoroutineLifecycleConnector"]
     assert judgement.verdict != "unsafe", judgement.reasons
     single = next(j for j in judgement.judgements if j.context.key == "single")
@@ -291,3 +291,14 @@ def test_cli_run_reports_the_replay_in_json() -> None:
 def test_cli_refuses_bad_run_options_in_one_line(args: list[str], message: str) -> None:
     out = _mro(str(RUNNABLE / "report_unwaited.py"), *args)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_run_budget_needs_a_schedule_of_each_kind_and_the_cli_default_is_the_full_one() -> None:
+    from deferdump.tools.mro.run.explore import EXPLORED_SCHEDULES
+    from deferdump.tools.mro.run.runner import RunBudget
+    from deferdump.tools.mro.run.search import SEARCH_BEHAVIOURS
+
+    assert RunBudget() == RunBudget(SEARCH_BEHAVIOURS, EXPLORED_SCHEDULES) == RunBudget(300, 200)
+    for sampled, explored in ((0, 40), (60, 0)):
+        with pytest.raises(ValueError, match="at least one schedule"):
+            RunBudget(sampled, explored)

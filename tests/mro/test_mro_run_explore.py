@@ -12,7 +12,7 @@ from deferdump.tools.mro.judge import judge_files
 from deferdump.tools.mro.run.explore import explore_class
 from deferdump.tools.mro.run.runner import run_report
 from support import FIXTURES
-from support.mro import RUN_TIMEOUT, judge_cases
+from support.mro import QUICK_RUN, RUN_TIMEOUT, judge_cases
 
 CORPUS = FIXTURES / "mro" / "corpus"
 RUNNABLE = FIXTURES / "mro" / "runnable"
@@ -49,10 +49,11 @@ def test_mla_runs_a_worker_per_rank_and_frees_on_get_finished_count_reports() ->
     assert "of rank 1" in leader.detail and "worker 1" in leader.detail
     assert any(call.endswith("scheduler.get_finished_count()") for call in leader.calls)
     for safe in ("AllRanksReportConnector", "LeaderDumpConnector"):
-        outcome = explore(path, safe, "mla")
-        assert outcome.status == "diverged" and "no hazard in 200 explored schedules" in outcome.detail, safe
+        outcome = explore(path, safe, "mla", schedules=QUICK_RUN.explored)
+        assert outcome.status == "diverged", safe
+        assert f"no hazard in {QUICK_RUN.explored} explored schedules" in outcome.detail, safe
     # with one rank the leader is the only worker: safe (its key), nothing found
-    assert explore(path, "LeaderReportConnector", "single").status == "diverged"
+    assert explore(path, "LeaderReportConnector", "single", schedules=QUICK_RUN.explored).status == "diverged"
 
 
 def test_each_rank_has_its_own_module_state_as_in_vllms_worker_processes() -> None:

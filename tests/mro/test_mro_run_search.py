@@ -9,7 +9,7 @@ from deferdump.tools.mro.judge import Judge, ModelRunner, MroReport, judge_files
 from deferdump.tools.mro.run.runner import run_report
 from deferdump.tools.mro.tla import ModelBounds
 from support import FIXTURES
-from support.mro import RUN_TIMEOUT, judge_cases
+from support.mro import QUICK_RUN, RUN_TIMEOUT, judge_cases
 
 pytestmark = pytest.mark.slow  # TLC's sampling and child processes: tests/conftest.py starts it early
 
@@ -53,7 +53,7 @@ def test_flush_on_reuse_correct_stays_unknown_and_broken_is_unsafe_from_running(
     blocks are handed on."""
     path = RUNNABLE / "flush_on_reuse.py"
     cases = {"FlushOnReuse": ["single", "hybrid"], "FlushPreemptedOnly": ["single", "multi", "hybrid", "mla"]}
-    report = run_report(judge_cases([path], cases), [path], STORE, timeout=RUN_TIMEOUT)
+    report = run_report(judge_cases([path], cases), [path], STORE, timeout=RUN_TIMEOUT, budget=QUICK_RUN)
     correct = report.connectors["FlushOnReuse"]
     assert correct.verdict == "unknown"
     for case in correct.judgements:
@@ -64,8 +64,11 @@ def test_flush_on_reuse_correct_stays_unknown_and_broken_is_unsafe_from_running(
 
 
 def test_a_class_that_hangs_or_raises_ends_the_run_cleanly_and_is_never_safe() -> None:
+    """A class whose save blocks is ended at the run's timeout, one per rank or alone (one group and MLA's two
+    ranks run); one whose planner raises stops its run with the error named. Neither case is ever safe."""
     paths = [RUNNABLE / "misbehaving.py"]
-    report = run_report(judge_files(paths), paths, STORE, timeout=10)
+    cases = {"BlockingSaver": ["single", "mla"], "RaisingPlanner": ["single", "hybrid"]}
+    report = run_report(judge_cases(paths, cases), paths, STORE, timeout=10)
     for name in ("BlockingSaver", "RaisingPlanner"):
         judgement = report.connectors[name]
         assert judgement.verdict != "safe", name
@@ -88,7 +91,7 @@ def test_classes_that_read_the_layout_run_on_the_stub_config_and_a_missing_field
     paths = [RUNNABLE / "layout_groups.py", COMMON]
     cases = {"EveryGroupConnector": ["hybrid"], "GroupAwareConnector": ["single", "hybrid"],
              "PoolSizedConnector": ["single", "multi", "hybrid", "mla"]}
-    report = run_report(judge_cases(paths, cases), paths, STORE, timeout=RUN_TIMEOUT)
+    report = run_report(judge_cases(paths, cases), paths, STORE, timeout=RUN_TIMEOUT, budget=QUICK_RUN)
     every = report.connectors["EveryGroupConnector"]
     cases = {j.context.key: j for j in every.judgements}
     assert (every.verdict, cases["hybrid"].verdict, cases["hybrid"].source) == ("unsafe", "unsafe", "running")
@@ -107,11 +110,11 @@ def test_an_independently_written_family_runs_and_its_unknowns_turn_into_the_tru
     leaves all three unknown. Run, the class that frees the blocks when the last holder reports before the
     shared task ends is unsafe in every case (two ranks too), the one that dumps every KV-cache group only on the
     hybrid model (the answer key's cases exactly), and the correct one stays unknown. The cases that show it
-    are run (every case of the three: about 8 minutes)."""
+    are run, on the tests' smaller budget."""
     path = FIXTURES / "mro" / "corpus" / "blind_shared_task_refcount.py"
     cases = {"SharedDumpConnector": ["single"], "LastHolderSharedConnector": ["single", "hybrid", "mla"],
              "AllGroupsSharedConnector": ["hybrid", "mla"]}
-    report = run_report(judge_cases([path], cases), [path], STORE, timeout=RUN_TIMEOUT)
+    report = run_report(judge_cases([path], cases), [path], STORE, timeout=RUN_TIMEOUT, budget=QUICK_RUN)
     verdicts = {name: {j.context.key: (j.verdict, j.source) for j in judgement.judgements}
                 for name, judgement in report.connectors.items()}
     assert all(v[0] == "unknown" for v in verdicts["SharedDumpConnector"].values())

@@ -7,10 +7,11 @@ from typing import Any
 
 from deferdump.tools.mro.hierarchy import build_hierarchy
 from deferdump.tools.mro.judge import Judge, ModelRunner, MroReport
+from deferdump.tools.mro.run.runner import RunBudget
 from deferdump.tools.mro.source import read_files
 from deferdump.tools.mro.tla import ModelBounds
 
-__all__ = ["QUIET_METHODS", "RUN_TIMEOUT", "assert_safe_but_on_sliding_window", "judge_cases"]
+__all__ = ["QUICK_RUN", "QUIET_METHODS", "RUN_TIMEOUT", "assert_safe_but_on_sliding_window", "judge_cases"]
 
 #: The connector methods a `--run` test class leaves doing nothing (no loads, nothing per layer), as class-body source
 #: at one level of indentation: a class that defines the rest of its protocol around them can be built and run.
@@ -32,6 +33,11 @@ QUIET_METHODS = """
 #: work) 300 sampled replays took over 60 s and a case that should end ``diverged`` ended ``not_runnable`` ("did not
 #: end within 60 s"), failing two tests of stop 53's code here. A class that truly blocks still ends there.
 RUN_TIMEOUT = 300.0
+
+#: The `--run` budget of tests whose cases either find their hazard early or must find none: a case that finds none
+#: spends its whole budget (the CLI's 300 sampled and 200 explored schedules took most of the `--run` tests' time,
+#: docs/testing.md "Where make test's time goes"), and a smaller one checks the same claims on fewer schedules.
+QUICK_RUN = RunBudget(sampled=60, explored=40)
 
 
 def judge_cases(paths: Sequence[Path], cases: Mapping[str, Collection[str]]) -> MroReport:

@@ -22,14 +22,32 @@ from deferdump.tools.mro.judge import (
     block_references,
     counterexample_json,
 )
+from deferdump.tools.mro.run.explore import EXPLORED_SCHEDULES
 from deferdump.tools.mro.run.replay import ReplayOutcome
+from deferdump.tools.mro.run.search import SEARCH_BEHAVIOURS
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_REPLAY_TIMEOUT", "explore_in_child", "fold", "replay_in_child", "run_report", "search_in_child"]
+__all__ = ["DEFAULT_REPLAY_TIMEOUT", "RunBudget", "explore_in_child", "fold", "replay_in_child", "run_report",
+           "search_in_child"]
 
 DEFAULT_REPLAY_TIMEOUT = 60.0
 SEARCH_TLC_TIMEOUT = 300.0  # TLC's sampling of a case's model (the hybrid one takes about 35 s here)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunBudget:
+    """How many schedules a case without a deciding counterexample runs through: ``sampled`` behaviours of its
+    model (TLC's simulation), then ``explored`` schedules of the explorer. A case that finds no hazard spends
+    both, so they bound ``--run``'s time; the CLI runs the defaults, and a smaller budget only finds less (a
+    hazard found is a run of the class either way; running never makes a case safe)."""
+
+    sampled: int = SEARCH_BEHAVIOURS
+    explored: int = EXPLORED_SCHEDULES
+
+    def __post_init__(self) -> None:
+        if self.sampled < 1 or self.explored < 1:
+            raise ValueError(f"a run budget needs at least one schedule of each kind, not {self}")
 
 
 def replay_in_child(paths: Sequence[Path | str], cls: str, judgement: ContextJudgement,
@@ -63,13 +81,15 @@ def _in_child(request: Mapping[str, Any], timeout: float, what: str) -> list[Rep
 
 
 def search_in_child(paths: Sequence[Path | str], cls: str, judgement: ContextJudgement,
-                    store_modules: Sequence[str], timeout: float = DEFAULT_REPLAY_TIMEOUT) -> ReplayOutcome:
+                    store_modules: Sequence[str], timeout: float = DEFAULT_REPLAY_TIMEOUT,
+                    behaviours: int = SEARCH_BEHAVIOURS) -> ReplayOutcome:
     """Run the class through every schedule of its case's model (:mod:`.search`): the first hazard, or why
     none was found."""
     from deferdump.tools.mro.run.search import SearchUnavailable, schedule_traces
 
     try:
-        traces = schedule_traces(judgement.model or "", judgement.model_files, timeout=max(timeout, SEARCH_TLC_TIMEOUT))
+        traces = schedule_traces(judgement.model or "", judgement.model_files, num=behaviours,
+                                 timeout=max(timeout, SEARCH_TLC_TIMEOUT))
     except SearchUnavailable as error:
         return ReplayOutcome("not_runnable", str(error))
     outcome, replayed = replay_in_child(paths, cls, judgement, store_modules, timeout, traces)
@@ -85,8 +105,6 @@ def explore_in_child(paths: Sequence[Path | str], cls: str, path: str, case: str
                      timeout: float = DEFAULT_REPLAY_TIMEOUT, schedules: int | None = None) -> ReplayOutcome:
     """Run the class through the explorer's schedules of the case (``path``, ``case``; :mod:`.explore`), in a
     fresh interpreter."""
-    from deferdump.tools.mro.run.explore import EXPLORED_SCHEDULES
-
     request = {"paths": [str(Path(p).resolve()) for p in paths], "class": cls, "path": path, "case": case,
                "store_modules": list(store_modules),
                "explore": {"schedules": schedules or EXPLORED_SCHEDULES, "seed": 1}}
@@ -132,10 +150,10 @@ def _cannot_build(outcome: ReplayOutcome) -> bool:
 
 def run_report(report: MroReport, paths: Sequence[Path | str], store_modules: Sequence[str] = (),
                timeout: float = DEFAULT_REPLAY_TIMEOUT,
-               on_replay: Callable[[str, str], None] | None = None) -> MroReport:
+               on_replay: Callable[[str, str], None] | None = None, budget: RunBudget = RunBudget()) -> MroReport:
     """``report`` with each case run: its counterexample replayed against its class, or (none, or the class
     answered otherwise) the class run through sampled schedules of the case's model, and (no hazard yet)
-    through the explorer's schedules."""
+    through the explorer's schedules, as many as ``budget`` allows."""
     connectors: dict[str, ConnectorJudgement] = {}
     for name, connector in report.connectors.items():
         cases = []
@@ -163,13 +181,13 @@ def run_report(report: MroReport, paths: Sequence[Path | str], store_modules: Se
             if searched:
                 if on_replay is not None:
                     on_replay(name, f"{judgement.context.key}, every schedule")
-                outcome = search_in_child(paths, name, judgement, store_modules, timeout)
+                outcome = search_in_child(paths, name, judgement, store_modules, timeout, budget.sampled)
             replayed = not searched
             if outcome.status == "diverged" or (outcome.status == "not_runnable" and not _cannot_build(outcome)):
                 if on_replay is not None:
                     on_replay(name, f"{judgement.context.key}, explored")
                 explored = explore_in_child(paths, name, judgement.context.path, judgement.context.case,
-                                            store_modules, timeout)
+                                            store_modules, timeout, budget.explored)
                 if explored.status == "reproduced" or _cannot_build(explored):
                     outcome, replayed = explored, False
                 else:
