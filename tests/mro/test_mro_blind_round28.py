@@ -23,7 +23,7 @@ are judged with TLC by the corpus test):
   delays, a run the class never makes (it is unsafe there, by the overwrite)."""
 from __future__ import annotations
 
-from deferdump.tools.mro.behaviour import UNKNOWN
+from deferdump.tools.mro.behaviour import GUARDED_TRACKING, UNKNOWN
 
 from test_mro_blind_round26 import _judge, _labels
 
@@ -177,3 +177,103 @@ def test_a_schedule_side_adding_nothing_anywhere_still_tracks_nothing() -> None:
     """The opposite: a ``build_connector_meta`` that only reads the state object is "notrack" as before."""
     reading = STATE_OBJECT.replace("        self._state.delayed.add(req_id)\n", "        self._state.delayed.copy()\n")
     assert _labels(reading)["Proto.build_connector_meta"].label == "notrack"
+
+
+# -- background dumps of requests a save leaves untracked (the open case BackfillDumpConnector) ----------------------
+BACKFILL = """
+def wait_for_save(self):
+    meta = self._get_connector_metadata()
+    for plan in meta.plans:
+        tracked = plan.kind == "dump"
+        if tracked:
+            self._async_dump_req_ids.add(plan.req_id)
+        task = self.store.dump(plan.block_ids)
+        if tracked:
+            self._by_req.setdefault(plan.req_id, []).append(task)
+        else:
+            self._pending.append(task)
+"""
+
+TRACK_EVERY_DUMP = """
+def wait_for_save(self):
+    meta = self._get_connector_metadata()
+    for plan in meta.plans:
+        self._async_dump_req_ids.add(plan.req_id)
+        task = self.store.dump(plan.block_ids)
+        self._by_req.setdefault(plan.req_id, []).append(task)
+"""
+
+
+def test_a_save_tracking_only_some_requests_it_dumps_is_never_judged_safe() -> None:
+    """``BackfillDumpConnector`` (this round's ``blind_local_hit_skip.py``) also dumps locally hit blocks for
+    requests it neither tracks nor waits. The model's worst reading of its ``wait_for_save`` (``poll_track_submit``)
+    tracks every request it dumps, and passed: **safe** with one group, as a child and under MLA, truth unsafe (the
+    case was recorded open). A pass of that reading proves nothing now: ``unknown``, with the reason."""
+    label = _labels(BACKFILL)["Proto.wait_for_save"]
+    assert label.label == UNKNOWN and GUARDED_TRACKING in label.reasons[0], label
+    for case in ("single", "mla"):
+        judgement = _judge(BACKFILL).judge("Proto", cases=[case]).judgements[0]
+        assert judgement.verdict == "unknown", (case, judgement.verdict, judgement.violated)
+        assert any(GUARDED_TRACKING in reason for reason in judgement.reasons), judgement.reasons
+
+
+def test_a_save_tracking_every_request_it_dumps_stays_safe() -> None:
+    """The opposite: the same save tracking each request it dumps is PR #989's, and safe with one group."""
+    assert _labels(TRACK_EVERY_DUMP)["Proto.wait_for_save"].label == "poll_track_submit"
+    assert _judge(TRACK_EVERY_DUMP).judge("Proto", cases=["single"]).judgements[0].verdict == "safe"
+
+
+# -- tasks keyed by a KV-cache tensor's identity (the open case PtrKeyedLayerwiseConnector) --------------------------
+PER_TENSOR = """
+def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
+    meta = self._get_connector_metadata()
+    task = self.store.dump(meta.blocks, layer=layer_name)
+    self._on_submitted(LayerTask(task, frozenset(meta.saving), layer_name, kv_layer.data_ptr()))
+def _on_submitted(self, record):
+    self._step_tasks[record.tensor] = record
+def wait_for_save(self):
+    meta = self._get_connector_metadata()
+    self._async_dump_req_ids.update(meta.saving)
+    self._pending.extend(self._step_tasks.values())
+    self._step_tasks.clear()
+def _settle(self, req_ids):
+    kept = []
+    for record in self._pending:
+        if record.req_ids & set(req_ids):
+            self.store.wait(record.task)
+        else:
+            kept.append(record)
+    self._pending = kept
+"""
+
+#: The task record of PER_TENSOR (module-level, before the class).
+LAYER_TASK = """
+import dataclasses
+
+
+@dataclasses.dataclass
+class LayerTask:
+    task: object
+    req_ids: frozenset
+    layer: str
+    tensor: int
+"""
+
+
+def test_a_save_keyed_by_the_tensor_it_reads_is_unknown_with_two_layers() -> None:
+    """``PtrKeyedLayerwiseConnector`` (``blind_kv_sharing_layers.py``) keeps one task per KV-cache tensor
+    (``data_ptr()``): two layers sharing a cache (``kv_sharing_target_layer_name``) share the key, and the second
+    layer's task replaces the first's, which nothing waits. With two layers of their own the model passed: **safe**,
+    truth unsafe (recorded open). A save path asking a tensor's identity is now ``unknown`` in the two-layer case;
+    the one-group case, where there is one layer, keeps its verdict."""
+    judge = _judge(PER_TENSOR, prelude=LAYER_TASK)
+    layerwise = judge.judge("Proto", cases=["layerwise"]).judgements[0]
+    assert layerwise.verdict == "unknown" and "data_ptr()" in layerwise.reasons[0], layerwise.reasons
+    assert judge.judge("Proto", cases=["single"]).judgements[0].verdict == "safe"
+
+
+def test_a_save_keyed_by_layer_name_keeps_its_two_layer_verdict() -> None:
+    """The opposite: the same table keyed by the layer's name (distinct for layers sharing a cache) is safe."""
+    by_name = PER_TENSOR.replace(", kv_layer.data_ptr()))", ", 0))").replace("[record.tensor]", "[record.layer]")
+    assert "data_ptr" not in by_name
+    assert _judge(by_name, prelude=LAYER_TASK).judge("Proto", cases=["layerwise"]).judgements[0].verdict == "safe"

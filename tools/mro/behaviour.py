@@ -64,6 +64,10 @@ BUILTIN_TYPES = frozenset({"object", "dict", "list", "set", "frozenset", "tuple"
 #: The methods that start the step's dumps in the model (a replaced task there is a lost one).
 SAVE_METHODS = ("save_kv_layer", "wait_for_save")
 
+#: Calls that ask a KV-cache tensor its identity: two layers sharing one cache (``kv_sharing_target_layer_name``) answer
+#: alike, which the model's layers never do (the judge's rule for the two-layer case).
+TENSOR_IDENTITY_CALLS = frozenset({"data_ptr", "untyped_storage"})
+
 #: Names that tell a KV-cache group's kind (vLLM 0.32's v1/kv_cache_interface.py): a class reading them may dump
 #: some groups and not others.
 GROUP_SPEC_WORDS = frozenset({"SlidingWindowSpec", "SlidingWindowMLASpec", "FullAttentionSpec", "AttentionSpec",
@@ -133,6 +137,18 @@ OPTIMISTIC_HYBRID: dict[str, str] = {**OPTIMISTIC, "handle_preemptions": "wait_f
 #: The other benign reading of an unrecognised save: it completes before returning (no dump in flight, so
 #: nothing to track or wait). A class is ``unsafe`` only when both benign readings fail.
 OPTIMISTIC_SYNC: dict[str, str] = {**OPTIMISTIC, "save_kv_layer": "sync_save", "wait_for_save": "sync_save"}
+
+#: Part of the reason of a definition that adds requests to the tracking set only under a test while it dumps
+#: either way. The model's worst reading of such a ``wait_for_save`` (``poll_track_submit``) still tracks every
+#: request it dumps, so a pass of it proves nothing (the judge's rule; the twenty-eighth blind round's
+#: ``BackfillDumpConnector`` ships background dumps for requests it never tracks).
+GUARDED_TRACKING = "adds requests to the tracking set only under a test"
+
+#: Part of the reason of a definition whose branch on the worker's rank the model's ranks cannot follow. Under MLA the
+#: model's worst reading of such a save (``poll_track_submit``) tracks on every rank; a rank that returns before it
+#: tracks never reports, and vLLM's aggregator waits for every rank's report (the twenty-ninth blind round's
+#: ``ReplicaAwareLaneConnector``), so a pass of that reading proves nothing (the judge's rule).
+RANK_DECIDED = "by the worker's rank"
 
 #: The reason an abstract (or unconditionally raising) definition is unknown: a class resolving to it stops.
 ABSTRACT_REASON = "is abstract: a class resolving to it cannot run"
@@ -374,7 +390,7 @@ class EffectReader:
                      if self.hierarchy.lookup(cls, call[5:]) is not None
                      and self._helper_does(cls, call[5:], WAIT_CALLS | SUBMIT_CALLS)]
             if acts:
-                why.append(f"{where}: `if {test}` decides {', '.join(acts)} by the worker's rank; the model runs "
+                why.append(f"{where}: `if {test}` decides {', '.join(acts)} {RANK_DECIDED}; the model runs "
                            "every rank with one label (under MLA only rank 0 dumps, whatever the code does)")
         return tuple(dict.fromkeys(why))
 
@@ -747,6 +763,13 @@ class EffectReader:
                     "even an undelayed finish safe; on a hybrid model a fence over blocks freed while the request "
                     "runs), which the reader does not establish (ScopeCollapseConnector, tenth blind round)",))
         if method in ("wait_for_save", "save_kv_layer") and label in ("blocking", "sync_save"):
+            split = [(f, line, test) for f in self._reached(cls, owner, method) for line, test in f.wait_or_keep]
+            if split:
+                where, line, test = split[0]
+                return DefinitionLabel(owner, method, UNKNOWN, (
+                    f"{where.owner}.{where.name} line {line}: `if {test}` waits on one side and keeps in a self "
+                    f"container on the other: {owner}.{method} waits some of its dumps at once and leaves others "
+                    "running, by a test the reader does not evaluate (RecordStoreConnector, twenty-ninth blind round)",))
             switch = self._only_switched_waits(cls, owner, facts)
             if switch:
                 return DefinitionLabel(owner, method, UNKNOWN, (
@@ -1393,7 +1416,7 @@ def classify(
             return "sync_save", ()  # submit, then wait that very task: nothing outlives the call
     if method in ("build_connector_meta", "wait_for_save") and "add" in effect.tracking_ops \
             and effect.guarded_adds and not effect.plain_adds:
-        return UNKNOWN, (f"{where} adds requests to the tracking set only under a test ({effect.guarded_adds[0]}) "
+        return UNKNOWN, (f"{where} {GUARDED_TRACKING} ({effect.guarded_adds[0]}) "
                          "while the rest of the call runs either way: a request whose dump it emits may stay "
                          "untracked, and its finish then frees blocks the dump reads",)
     if method == "build_connector_meta":

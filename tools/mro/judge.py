@@ -21,6 +21,7 @@ from deferdump.tools.mro.behaviour import (
     ABSTRACT_REASON,
     EVERY_STEP_METHODS,
     FORWARD_ALIASES,
+    GUARDED_TRACKING,
     AMBIGUOUS_PREEMPT,
     DELAY_ALL,
     UNSELECTED_REPORT_WAITS,
@@ -30,6 +31,9 @@ from deferdump.tools.mro.behaviour import (
     OPTIMISTIC_SYNC,
     OUTSIDE_METHODS,
     PESSIMISTIC,
+    RANK_DECIDED,
+    SAVE_METHODS,
+    TENSOR_IDENTITY_CALLS,
     UNMODELLED_SCHEDULER_METHODS,
     UNMODELLED_STEP_METHODS,
     SPEC_METHODS,
@@ -565,6 +569,20 @@ class Judge:
                                          if HIDDEN_SUBMIT in r or UNSEEN_KEEPING in r))
             if hidden:  # the worst label's dumps are the model's, kept where its waits look; the class's are not
                 return passed("unknown", hidden)
+            untracked = tuple(dict.fromkeys(r for l in labels if l.method == "wait_for_save" and l.label == UNKNOWN
+                                            for r in l.reasons if GUARDED_TRACKING in r))
+            if untracked:  # the worst save label tracks every request it dumps; the class may leave some untracked
+                return passed("unknown", untracked)
+            ranked = tuple(dict.fromkeys(r for l in labels if context.case == "mla" and l.method in SAVE_METHODS
+                                         and l.label == UNKNOWN for r in l.reasons if RANK_DECIDED in r))
+            if ranked:  # the worst save label tracks on every rank; a rank returning before it tracks never reports
+                return passed("unknown", ranked)
+            leaks = self._success_only_releases(cls, context.inner)
+            if leaks:  # a handle released only after a wait that returns: the model's handles are the PR helper's
+                return passed("unknown", leaks)
+            shared = self._tensor_identity(cls, context.inner) if context.case == "layerwise" else ()
+            if shared:  # the model's two layers never share a cache; vLLM's KV-sharing layers do
+                return passed("unknown", shared)
             outside = self._transfers_outside_the_model(cls, context.inner)
             if outside:  # more transfers can only add hazards: an unsafe verdict stands, a safe one cannot
                 return passed("unknown", outside)
@@ -611,6 +629,49 @@ class Judge:
             return self._unsafe_unless_unreachable(cls, context, best, shown, labels)
         return ContextJudgement(context, "unknown", worst.violated, (*reasons, *beyond), shown, worst.result,
                                 worst.model, worst.files)
+
+    def _success_only_releases(self, cls: str, inner: str | None) -> tuple[str, ...]:
+        """Why a pass proves nothing for a class that releases something (an event, a handle) only when a store wait
+        returns: a definition in its MRO (other than ``_wait_pending_dump_task``, whose release the model checks)
+        makes a release-like call after the wait in a ``try`` whose ``except`` does not make it, with no
+        ``finally``. A wait that raises skips the release, PR #989's release-on-success bug, which the model's
+        ``NoEventLeakInv`` sees only in the PR's helper (EventFencedStageLeanConnector, twenty-ninth blind round)."""
+        why: list[str] = []
+        for concrete in [cls] + ([inner] if inner else []):
+            for owner in self.hierarchy.mro[concrete]:
+                facts = self.hierarchy.classes[owner]
+                if facts.external:
+                    continue
+                for name, method in facts.methods.items():
+                    if name == "_wait_pending_dump_task" or self.hierarchy.lookup(concrete, name) != owner \
+                            and not self._called_by(concrete, name):
+                        continue
+                    why += [f"{owner}.{name} line {line}: {call}() follows a store wait in a try whose except does "
+                            "not make it, and no finally does: a wait that raises leaves what it releases held (PR "
+                            "#989's release-on-success bug), which the model checks only in _wait_pending_dump_task"
+                            for line, call in method.success_releases]
+        return tuple(dict.fromkeys(why))
+
+    def _tensor_identity(self, cls: str, inner: str | None) -> tuple[str, ...]:
+        """Why a pass with two layers proves nothing for a save path that asks a KV-cache tensor its identity
+        (``data_ptr()``, ``untyped_storage()``): vLLM binds a layer with ``kv_sharing_target_layer_name`` to its
+        target's tensor (gpu_model_runner.py ``initialize_kv_cache_tensors``, ~7008-7010), so two layers share one identity, and
+        whatever the class keys by it (a task per tensor: the twenty-eighth blind round's
+        ``PtrKeyedLayerwiseConnector``, whose second layer's task replaced the first's unwaited) is shared too; the
+        model's layers never share a cache."""
+        why: list[str] = []
+        for concrete in [cls] + ([inner] if inner else []):
+            for method in SAVE_METHODS:
+                owner = self.hierarchy.lookup(concrete, method)
+                if owner is None or self.hierarchy.classes[owner].external:
+                    continue
+                for facts in self.reader._reached(concrete, owner, method):  # noqa: SLF001
+                    asked = sorted(facts.calls & TENSOR_IDENTITY_CALLS)
+                    if asked:
+                        why.append(f"{facts.owner}.{facts.name} asks a KV-cache tensor's identity ({asked[0]}()): "
+                                   "layers sharing a cache (kv_sharing_target_layer_name) share it, and what the class "
+                                   "keys by it with them, where the model's layers never share a cache")
+        return tuple(dict.fromkeys(why))
 
     def _stops_at_first_step(self, cls: str, inner: str | None, labels: Sequence[DefinitionLabel]) -> tuple[str, ...]:
         """Why ``cls`` (holding ``inner``) cannot get past vLLM's first step: a method vLLM calls every step

@@ -118,6 +118,12 @@ class MethodFacts:
     calls: frozenset[str] = frozenset()  # methods called on objects other than self (``store.wait`` -> "wait")
     finally_calls: frozenset[str] = frozenset()  # every method called inside a ``finally:`` block
     handler_calls: frozenset[str] = frozenset()  # every method called inside an ``except`` handler
+    # release-like calls (a name containing ``release``) a ``try`` body makes after a store wait, where the ``try``
+    # catches (``except``) and neither a handler nor a ``finally`` makes the same call: released only on success
+    success_releases: tuple[tuple[int, str], ...] = ()
+    # (line, test) of each ``if`` that waits (a store wait or a ``self`` helper) on one side and adds to a ``self``
+    # container on the other: some tasks waited at once, others kept, by a test the reader does not evaluate
+    wait_or_keep: tuple[tuple[int, str], ...] = ()
     opaque: tuple[str, ...] = ()  # constructs the analysis could not follow, each as a short reason
     lost_tasks: tuple[str, ...] = ()  # where a kept store task can be dropped unwaited (beyond the model)
     # update_connector_output only: (line, what) where it may change the ids vLLM then frees
@@ -403,6 +409,36 @@ def _statement_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
                 continue
             stack.append(child)
+
+
+#: Calls a statement that may add requests to a tracking set makes (the reader decides later which set tracks).
+_TRACKING_CALLS = frozenset({"add", "update", "extend", "append", "setdefault", "__setitem__"})
+
+#: ``self`` helpers that only read the step's metadata (vLLM's base class): they track nothing.
+_METADATA_READERS = frozenset({"_get_connector_metadata", "has_connector_metadata"})
+
+
+#: Methods that add entries to a container through a name bound to it.
+_FILLING_METHODS = frozenset({"append", "extend", "add", "update", "insert", "appendleft"})
+
+
+def _may_track(statements: Sequence[ast.stmt]) -> bool:
+    """May one of ``statements`` add requests to a tracking set: a call of a container's adding method, a
+    ``|=``, an item assignment, a ``self`` helper other than the metadata readers, or ``super()``?"""
+    for node in (n for statement in statements for n in ast.walk(statement)):
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.BitOr):
+            return True
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Subscript) for t in node.targets):
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            receiver = node.func.value
+            if node.func.attr in _TRACKING_CALLS:
+                return True
+            if isinstance(receiver, ast.Name) and receiver.id == "self" and node.func.attr not in _METADATA_READERS:
+                return True
+            if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) and receiver.func.id == "super":
+                return True
+    return False
 
 
 def _strip_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
@@ -726,7 +762,10 @@ class _MethodReader:
             calls=frozenset(self.calls),
             finally_calls=self._finally_calls(),
             handler_calls=self._handler_calls(),
-            opaque=tuple(dict.fromkeys(self.opaque)),
+            success_releases=self._success_releases(),
+            wait_or_keep=self._wait_or_keep(),
+            opaque=tuple(dict.fromkeys((*self.opaque, *self._named_at_run_time(), *self._rebound_aliases(),
+                                        *self._subset_waits()))),
             lost_tasks=tuple(dict.fromkeys(self.lost_tasks)),
             attr_stores=frozenset(self.attr_stores),
             attr_loads=frozenset(self.attr_loads),
@@ -788,7 +827,9 @@ class _MethodReader:
         ``wait``/``submit``, ``super``, and
         ``self.<m>`` for each helper called (the reader decides whether that helper waits or submits). An
         ``if <rank test>: return`` at the top level of the body is ``early_return`` (the MLA early return of
-        UCM's saves, after the step's requests are tracked at #989)."""
+        UCM's saves, after the step's requests are tracked at #989); in ``wait_for_save`` only where a statement before
+        it may track (an ``add``/``update``/``|=``, a ``self`` helper or ``super()``): one before anything that may
+        track returns before the rank tracks, PR #989's ``track_after_mla_return`` mutant, and stays ``return``."""
         found: list[tuple[str, frozenset[str]]] = []
         body = _strip_docstring(self.func.body)
         for node in _own_nodes(self.func):
@@ -797,7 +838,8 @@ class _MethodReader:
             guarded = [*node.body, *node.orelse] if isinstance(node.body, list) else [node.body, node.orelse]
             does = set(_block_acts(guarded))
             if isinstance(node, ast.If) and node in body and not node.orelse and len(node.body) == 1 \
-                    and isinstance(node.body[0], ast.Return) and node.body[0].value is None:
+                    and isinstance(node.body[0], ast.Return) and node.body[0].value is None \
+                    and (self.func.name != "wait_for_save" or _may_track(body[:body.index(node)])):
                 does = {"early_return"}
             found.append((ast.unparse(node.test), frozenset(does)))
         return tuple(dict.fromkeys(found))
@@ -1370,6 +1412,120 @@ class _MethodReader:
                         if isinstance(sub, ast.Call) and (name := _dotted(sub.func)):
                             names.add(_simple(name))
         return frozenset(names)
+
+    def _success_releases(self) -> tuple[tuple[int, str], ...]:
+        """(line, call) of each release-like call a ``try`` body makes after a store wait (``wait``/``wait_dump``)
+        where the ``try`` has an ``except`` that does not make the call and no ``finally``: a wait that raises skips
+        it, PR #989's release-on-success bug in a helper of any name (EventFencedStageLeanConnector, twenty-ninth
+        blind round)."""
+        found: list[tuple[int, str]] = []
+        for node in _own_nodes(self.func):
+            if not isinstance(node, ast.Try) or not node.handlers or node.finalbody:
+                continue
+            handled = {_simple(name) for handler in node.handlers for sub in ast.walk(handler)
+                       if isinstance(sub, ast.Call) and (name := _dotted(sub.func))}
+            waited = False
+            for stmt in node.body:
+                calls = [sub for sub in ast.walk(stmt) if isinstance(sub, ast.Call) and _dotted(sub.func)]
+                if waited:
+                    found += [(sub.lineno, simple) for sub in calls
+                              if "release" in (simple := _simple(_dotted(sub.func) or "")).lower()
+                              and simple not in handled]
+                if any(_simple(_dotted(sub.func) or "") in ("wait", "wait_dump") for sub in calls):
+                    waited = True
+        return tuple(dict.fromkeys(found))
+
+    def _wait_or_keep(self) -> tuple[tuple[int, str], ...]:
+        """Each ``if`` that waits on one side (a store ``wait`` or a ``self`` helper call) and adds to a ``self``
+        container on the other (``append``/``extend``/``add``/an item): the twenty-ninth blind round's
+        ``RecordStoreConnector._record`` settles a record at once when it reads a sliding-window group and keeps it
+        otherwise, which read as a save that waits what it submits (blocking)."""
+        def waits(block: list[ast.stmt]) -> bool:
+            return any(a == "wait" or a.startswith("self.") for a in _block_acts(block))
+
+        def keeps(block: list[ast.stmt]) -> bool:
+            for node in (n for stmt in block for n in ast.walk(stmt)):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                        and node.func.attr in _FILLING_METHODS and isinstance(node.func.value, ast.Attribute) \
+                        and _is_self(node.func.value.value):
+                    return True
+                if isinstance(node, ast.Assign) and any(isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute)
+                                                        and _is_self(t.value.value) for t in node.targets):
+                    return True
+            return False
+        return tuple((node.lineno, ast.unparse(node.test)) for node in _own_nodes(self.func)
+                     if isinstance(node, ast.If) and node.orelse
+                     and (waits(node.body) and keeps(node.orelse) or waits(node.orelse) and keeps(node.body)))
+
+    def _subset_waits(self) -> list[str]:
+        """A wait (a store ``wait``, or a ``self`` helper) made only when a set is a subset of another
+        (``if rec.req_ids <= done:``, ``.issubset()``, ``.issuperset()``): a task shared by several requests is waited
+        only once all of them are finished, where the model waits every task of each finished request (the
+        twenty-ninth blind round's ``DetachingRecordConnector`` reports a finished request whose shared task runs
+        on for its running neighbour)."""
+        def set_like(side: ast.expr) -> bool:  # a set by its spelling: set()/frozenset(), or a name of ids
+            if isinstance(side, ast.Call):
+                return _func_name(side) in ("set", "frozenset")
+            name = side.attr if isinstance(side, ast.Attribute) else side.id if isinstance(side, ast.Name) else ""
+            return name.endswith("_ids") and not name.startswith(("num_", "n_")) or name in ("done", "finished")
+
+        def subset(test: ast.expr) -> bool:
+            for node in ast.walk(test):
+                if isinstance(node, ast.Compare) and any(isinstance(op, (ast.LtE, ast.GtE)) for op in node.ops) \
+                        and all(set_like(side) for side in (node.left, *node.comparators)):
+                    return True
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                        and node.func.attr in ("issubset", "issuperset"):
+                    return True
+            return False
+
+        def waits(block: list[ast.stmt]) -> bool:
+            return any(a == "wait" or a.startswith("self.") for a in _block_acts(block))
+        return [f"line {node.lineno}: waits under `if {ast.unparse(node.test)}`, a test of one set within another: a "
+                "task serving several requests may be waited only once all are finished, where the model waits "
+                "every task of each finished request"
+                for node in _own_nodes(self.func)
+                if isinstance(node, ast.If) and subset(node.test) and waits(node.body)]
+
+    def _rebound_aliases(self) -> list[str]:
+        """A local that names an entry of a ``self`` container (``tasks = self._by_req.setdefault(r, [])``) and is
+        bound again in the same function (``tasks = []``) before entries are added through it: on one path the
+        additions reach the class's container, on the other a new one nothing keeps (the twenty-ninth blind round's
+        ``ResumeAwareStoreConnector`` loses the first dump after a resume that way)."""
+        bound: dict[str, list[ast.expr]] = {}
+        filled: dict[str, tuple[int, str]] = {}
+        for node in _own_nodes(self.func):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        bound.setdefault(target.id, []).append(node.value)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and isinstance(node.func.value, ast.Name) and node.func.attr in _FILLING_METHODS:
+                filled.setdefault(node.func.value.id, (node.lineno, node.func.attr))
+
+        def from_self(value: ast.expr) -> bool:
+            return any(isinstance(n, ast.Attribute) and _is_self(n.value) for n in ast.walk(value)) \
+                and isinstance(value, (ast.Subscript, ast.Call))
+        return [f"line {filled[name][0]}: {name}.{filled[name][1]}() adds to a local that names an entry of a self "
+                f"container on one path and is bound anew on another: {UNSEEN_KEEPING}"
+                for name, values in bound.items() if name in filled and len(values) > 1 and any(map(from_self, values))]
+
+    def _named_at_run_time(self) -> list[str]:
+        """``self`` attributes reached by names computed at run time: ``vars(self)``, ``self.__dict__``,
+        ``setattr(self, <expression>, ...)``. Which containers such code fills or walks is not the reader's (the
+        twenty-ninth blind round's ``ReflectiveStoreConnector`` finds its task tables by ``vars(self)``; a subclass
+        declaring one in ``__slots__`` hides it there, and its dumps are never waited)."""
+        found: list[str] = []
+        for node in _own_nodes(self.func):
+            if isinstance(node, ast.Attribute) and node.attr == "__dict__" and _is_self(node.value):
+                found.append(f"line {node.lineno}: self.__dict__: attributes named at run time are not read")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args and _is_self(node.args[0]):
+                if node.func.id == "vars":
+                    found.append(f"line {node.lineno}: vars(self): attributes named at run time are not read")
+                elif node.func.id == "setattr" and len(node.args) > 1 and not isinstance(node.args[1], ast.Constant):
+                    found.append(f"line {node.lineno}: setattr(self, {ast.unparse(node.args[1])}, ...): attributes "
+                                 "named at run time are not read")
+        return found
 
     def _finally_calls(self) -> frozenset[str]:
         names: set[str] = set()
