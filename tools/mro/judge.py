@@ -569,14 +569,9 @@ class Judge:
                                          if HIDDEN_SUBMIT in r or UNSEEN_KEEPING in r))
             if hidden:  # the worst label's dumps are the model's, kept where its waits look; the class's are not
                 return passed("unknown", hidden)
-            untracked = tuple(dict.fromkeys(r for l in labels if l.method == "wait_for_save" and l.label == UNKNOWN
-                                            for r in l.reasons if GUARDED_TRACKING in r))
-            if untracked:  # the worst save label tracks every request it dumps; the class may leave some untracked
+            untracked = self._tracking_the_worst_save_assumes(labels, context.case)
+            if untracked:  # the worst save label tracks every request on every rank; the class may not
                 return passed("unknown", untracked)
-            ranked = tuple(dict.fromkeys(r for l in labels if context.case == "mla" and l.method in SAVE_METHODS
-                                         and l.label == UNKNOWN for r in l.reasons if RANK_DECIDED in r))
-            if ranked:  # the worst save label tracks on every rank; a rank returning before it tracks never reports
-                return passed("unknown", ranked)
             leaks = self._success_only_releases(cls, context.inner)
             if leaks:  # a handle released only after a wait that returns: the model's handles are the PR helper's
                 return passed("unknown", leaks)
@@ -630,6 +625,18 @@ class Judge:
         return ContextJudgement(context, "unknown", worst.violated, (*reasons, *beyond), shown, worst.result,
                                 worst.model, worst.files)
 
+    @staticmethod
+    def _tracking_the_worst_save_assumes(labels: Sequence[DefinitionLabel], case: Case) -> tuple[str, ...]:
+        """Why a pass of the worst reading proves nothing for an unknown save: that reading (``poll_track_submit``)
+        tracks every request it dumps, on every rank, where the class tracks some only under a test
+        (``BackfillDumpConnector``, twenty-eighth blind round) or, under MLA, branches on the rank in a way the model's
+        ranks cannot follow (a rank returning before it tracks never reports: ``ReplicaAwareLaneConnector``,
+        twenty-ninth)."""
+        return tuple(dict.fromkeys(
+            r for l in labels if l.label == UNKNOWN for r in l.reasons
+            if (l.method == "wait_for_save" and GUARDED_TRACKING in r)
+            or (case == "mla" and l.method in SAVE_METHODS and RANK_DECIDED in r)))
+
     def _success_only_releases(self, cls: str, inner: str | None) -> tuple[str, ...]:
         """Why a pass proves nothing for a class that releases something (an event, a handle) only when a store wait
         returns: a definition in its MRO (other than ``_wait_pending_dump_task``, whose release the model checks)
@@ -643,8 +650,8 @@ class Judge:
                 if facts.external:
                     continue
                 for name, method in facts.methods.items():
-                    if name == "_wait_pending_dump_task" or self.hierarchy.lookup(concrete, name) != owner \
-                            and not self._called_by(concrete, name):
+                    overridden = self.hierarchy.lookup(concrete, name) != owner and not self._called_by(concrete, name)
+                    if name == "_wait_pending_dump_task" or overridden:
                         continue
                     why += [f"{owner}.{name} line {line}: {call}() follows a store wait in a try whose except does "
                             "not make it, and no finally does: a wait that raises leaves what it releases held (PR "
@@ -655,8 +662,8 @@ class Judge:
     def _tensor_identity(self, cls: str, inner: str | None) -> tuple[str, ...]:
         """Why a pass with two layers proves nothing for a save path that asks a KV-cache tensor its identity
         (``data_ptr()``, ``untyped_storage()``): vLLM binds a layer with ``kv_sharing_target_layer_name`` to its
-        target's tensor (gpu_model_runner.py ``initialize_kv_cache_tensors``, ~7008-7010), so two layers share one identity, and
-        whatever the class keys by it (a task per tensor: the twenty-eighth blind round's
+        target's tensor (gpu_model_runner.py ``initialize_kv_cache_tensors``, ~7008-7010), so two layers share one
+        identity, and whatever the class keys by it (a task per tensor: the twenty-eighth blind round's
         ``PtrKeyedLayerwiseConnector``, whose second layer's task replaced the first's unwaited) is shared too; the
         model's layers never share a cache."""
         why: list[str] = []
