@@ -236,3 +236,16 @@ def test_a_save_waiting_on_one_side_and_keeping_on_the_other_is_not_blocking() -
 def test_a_save_waiting_on_both_sides_stays_blocking() -> None:
     both = WAIT_OR_KEEP.replace("            self._pending.append(record)", "            self.store.wait(record.task)")
     assert _labels(both)["Proto.wait_for_save"].label == "blocking"
+
+
+def test_an_alias_whose_new_container_is_stored_in_the_same_assignment_keeps_its_verdict() -> None:
+    """The other opposite (``RequestStateConnector`` of the corpus's ``blind_request_state.py``:
+    ``state = self._states.get(r)``, then ``state = self._states[r] = ...`` when missing): every binding names a
+    container the class keeps."""
+    stored = REBOUND.replace("""        tasks = self._by_req.setdefault(req_id, [])
+        if req_id in meta.resumed:
+            tasks = []""", """        tasks = self._by_req.get(req_id)
+        if tasks is None:
+            tasks = self._by_req[req_id] = []""")
+    assert "tasks = self._by_req[req_id] = []" in stored
+    assert _judge(stored).judge("Proto", cases=["single"]).judgements[0].verdict == "safe"

@@ -18,6 +18,7 @@ from deferdump.tools.mro.helpers import DATA_METHODS, HelperObjects, is_special
 from deferdump.tools.mro.hierarchy import Hierarchy
 from deferdump.tools.mro.source import (
     CONNECTOR_METHODS,
+    FILLING_CALLS,
     HIDDEN_SUBMIT,
     UNSEEN_KEEPING,
     DelayGuard,
@@ -72,10 +73,6 @@ TENSOR_IDENTITY_CALLS = frozenset({"data_ptr", "untyped_storage"})
 #: some groups and not others.
 GROUP_SPEC_WORDS = frozenset({"SlidingWindowSpec", "SlidingWindowMLASpec", "FullAttentionSpec", "AttentionSpec",
                               "MLAAttentionSpec", "ChunkedLocalAttentionSpec", "kv_cache_spec", "sliding_window"})
-#: Container methods that put an entry in (``self.x.append(task)``): where a save path may keep its tasks (not
-#: source.py's tracking-set ``_ADDING_CALLS``).
-_FILLING_CALLS = frozenset({"append", "appendleft", "extend", "insert", "add", "update", "setdefault", "put",
-                           "put_nowait"})
 
 #: Not a model label: a preemption wait selecting tasks by their blocks (the judge resolves it per case).
 AMBIGUOUS_PREEMPT = "wait_preempted_or_freed"
@@ -882,7 +879,7 @@ class EffectReader:
             kept |= self.effect(cls, save_owner, method).kept_in
             for facts in self._reached(cls, save_owner, method):
                 reached.append(facts)
-                filled |= {attr for attr, path, _ in facts.attr_calls if path.rsplit(".", 1)[-1] in _FILLING_CALLS}
+                filled |= {attr for attr, path, _ in facts.attr_calls if path.rsplit(".", 1)[-1] in FILLING_CALLS}
         for base in self.hierarchy.mro[cls]:  # an alias made once, in any __init__ (``self.b = self.a``)
             if "__init__" in self.hierarchy.classes[base].methods and not self.hierarchy.classes[base].external:
                 reached.append(self.hierarchy.method(base, "__init__"))

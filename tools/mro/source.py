@@ -411,15 +411,13 @@ def _statement_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
             stack.append(child)
 
 
-#: Calls a statement that may add requests to a tracking set makes (the reader decides later which set tracks).
-_TRACKING_CALLS = frozenset({"add", "update", "extend", "append", "setdefault", "__setitem__"})
+#: Container methods that put an entry in (``self.x.append(task)``, ``self._q.put(t)``): where a save path may keep
+#: its tasks, or add to a tracking set (the tracking set's own operations are ``_ADDING_CALLS``).
+FILLING_CALLS = frozenset({"append", "appendleft", "extend", "insert", "add", "update", "setdefault", "put",
+                           "put_nowait"})
 
 #: ``self`` helpers that only read the step's metadata (vLLM's base class): they track nothing.
 _METADATA_READERS = frozenset({"_get_connector_metadata", "has_connector_metadata"})
-
-
-#: Methods that add entries to a container through a name bound to it.
-_FILLING_METHODS = frozenset({"append", "extend", "add", "update", "insert", "appendleft"})
 
 
 def _may_track(statements: Sequence[ast.stmt]) -> bool:
@@ -432,13 +430,18 @@ def _may_track(statements: Sequence[ast.stmt]) -> bool:
             return True
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             receiver = node.func.value
-            if node.func.attr in _TRACKING_CALLS:
+            if node.func.attr in FILLING_CALLS:
                 return True
-            if isinstance(receiver, ast.Name) and receiver.id == "self" and node.func.attr not in _METADATA_READERS:
+            if _is_self(receiver) and node.func.attr not in _METADATA_READERS:
                 return True
             if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) and receiver.func.id == "super":
                 return True
     return False
+
+
+def _block_waits(block: list[ast.stmt]) -> bool:
+    """Does ``block`` call a store ``wait`` or a ``self`` helper (which the reader may find waits)?"""
+    return any(act == "wait" or act.startswith("self.") for act in _block_acts(block))
 
 
 def _strip_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
@@ -1440,13 +1443,10 @@ class _MethodReader:
         container on the other (``append``/``extend``/``add``/an item): the twenty-ninth blind round's
         ``RecordStoreConnector._record`` settles a record at once when it reads a sliding-window group and keeps it
         otherwise, which read as a save that waits what it submits (blocking)."""
-        def waits(block: list[ast.stmt]) -> bool:
-            return any(a == "wait" or a.startswith("self.") for a in _block_acts(block))
-
         def keeps(block: list[ast.stmt]) -> bool:
             for node in (n for stmt in block for n in ast.walk(stmt)):
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                        and node.func.attr in _FILLING_METHODS and isinstance(node.func.value, ast.Attribute) \
+                        and node.func.attr in FILLING_CALLS and isinstance(node.func.value, ast.Attribute) \
                         and _is_self(node.func.value.value):
                     return True
                 if isinstance(node, ast.Assign) and any(isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute)
@@ -1455,7 +1455,7 @@ class _MethodReader:
             return False
         return tuple((node.lineno, ast.unparse(node.test)) for node in _own_nodes(self.func)
                      if isinstance(node, ast.If) and node.orelse
-                     and (waits(node.body) and keeps(node.orelse) or waits(node.orelse) and keeps(node.body)))
+                     and (_block_waits(node.body) and keeps(node.orelse) or _block_waits(node.orelse) and keeps(node.body)))
 
     def _subset_waits(self) -> list[str]:
         """A wait (a store ``wait``, or a ``self`` helper) made only when a set is a subset of another
@@ -1478,37 +1478,35 @@ class _MethodReader:
                         and node.func.attr in ("issubset", "issuperset"):
                     return True
             return False
-
-        def waits(block: list[ast.stmt]) -> bool:
-            return any(a == "wait" or a.startswith("self.") for a in _block_acts(block))
         return [f"line {node.lineno}: waits under `if {ast.unparse(node.test)}`, a test of one set within another: a "
                 "task serving several requests may be waited only once all are finished, where the model waits "
                 "every task of each finished request"
                 for node in _own_nodes(self.func)
-                if isinstance(node, ast.If) and subset(node.test) and waits(node.body)]
+                if isinstance(node, ast.If) and subset(node.test) and _block_waits(node.body)]
 
     def _rebound_aliases(self) -> list[str]:
         """A local that names an entry of a ``self`` container (``tasks = self._by_req.setdefault(r, [])``) and is
         bound again in the same function (``tasks = []``) before entries are added through it: on one path the
         additions reach the class's container, on the other a new one nothing keeps (the twenty-ninth blind round's
         ``ResumeAwareStoreConnector`` loses the first dump after a resume that way)."""
-        bound: dict[str, list[ast.expr]] = {}
+        def self_entry(node: ast.expr) -> bool:  # ``self.a[k]``, ``self.a.setdefault(k, [])``, a ``self`` target
+            return isinstance(node, (ast.Subscript, ast.Call, ast.Attribute)) \
+                and any(isinstance(n, ast.Attribute) and _is_self(n.value) for n in ast.walk(node))
+
+        kept: dict[str, list[bool]] = {}  # per local: whether each binding names a container the class keeps
         filled: dict[str, tuple[int, str]] = {}
         for node in _own_nodes(self.func):
             if isinstance(node, ast.Assign):
-                for target in node.targets:
-                    if isinstance(target, ast.Name):
-                        bound.setdefault(target.id, []).append(node.value)
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+                keeps = self_entry(node.value) or any(self_entry(t) for t in node.targets)  # ``x = self.a[k] = []``
+                for name in names:
+                    kept.setdefault(name, []).append(keeps)
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                    and isinstance(node.func.value, ast.Name) and node.func.attr in _FILLING_METHODS:
+                    and isinstance(node.func.value, ast.Name) and node.func.attr in FILLING_CALLS:
                 filled.setdefault(node.func.value.id, (node.lineno, node.func.attr))
-
-        def from_self(value: ast.expr) -> bool:
-            return any(isinstance(n, ast.Attribute) and _is_self(n.value) for n in ast.walk(value)) \
-                and isinstance(value, (ast.Subscript, ast.Call))
         return [f"line {filled[name][0]}: {name}.{filled[name][1]}() adds to a local that names an entry of a self "
                 f"container on one path and is bound anew on another: {UNSEEN_KEEPING}"
-                for name, values in bound.items() if name in filled and len(values) > 1 and any(map(from_self, values))]
+                for name, bindings in kept.items() if name in filled and any(bindings) and not all(bindings)]
 
     def _named_at_run_time(self) -> list[str]:
         """``self`` attributes reached by names computed at run time: ``vars(self)``, ``self.__dict__``,
