@@ -147,6 +147,13 @@ GUARDED_TRACKING = "adds requests to the tracking set only under a test"
 #: ``ReplicaAwareLaneConnector``), so a pass of that reading proves nothing (the judge's rule).
 RANK_DECIDED = "by the worker's rank"
 
+#: Part of the reason of a ``wait_for_save`` that adds no request to a tracking set. The class tracks elsewhere (a
+#: per-layer save, a helper run under a test) or nowhere; the model's worst reading tracks in ``wait_for_save`` on
+#: every rank. Under MLA a rank tracking elsewhere may return first and never report (the twenty-ninth blind round's
+#: ``StageLocalTrackingConnector`` tracks in ``save_kv_layer`` after a replica rank's return), so a pass of that
+#: reading proves nothing there (the judge's rule).
+UNTRACKED_SAVE = "does not record the step's dump requests in the tracking set"
+
 #: The reason an abstract (or unconditionally raising) definition is unknown: a class resolving to it stops.
 ABSTRACT_REASON = "is abstract: a class resolving to it cannot run"
 
@@ -1510,7 +1517,7 @@ def classify(
             return "sync_save", ()
         if hints:
             return UNKNOWN, (f"{where} may leave a save running after it returns: {hints[0]}",)
-        return UNKNOWN, (f"{where} does not record the step's dump requests in the tracking set",)
+        return UNKNOWN, (f"{where} {UNTRACKED_SAVE}",)
     if method == "get_finished":
         if _reads(effect) and effect.constant is None:
             if waits and not reported_waits:

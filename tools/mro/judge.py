@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 
+from deferdump.tools.mro.block_tables import unreplaced_tables
 from deferdump.tools.mro.behaviour import (
     ABSTRACT_REASON,
     EVERY_STEP_METHODS,
@@ -32,6 +33,7 @@ from deferdump.tools.mro.behaviour import (
     OUTSIDE_METHODS,
     PESSIMISTIC,
     RANK_DECIDED,
+    UNTRACKED_SAVE,
     SAVE_METHODS,
     TENSOR_IDENTITY_CALLS,
     UNMODELLED_SCHEDULER_METHODS,
@@ -578,6 +580,10 @@ class Judge:
             shared = self._tensor_identity(cls, context.inner) if context.case == "layerwise" else ()
             if shared:  # the model's two layers never share a cache; vLLM's KV-sharing layers do
                 return passed("unknown", shared)
+            stale = tuple(r for c in [cls] + ([context.inner] if context.inner else [])
+                          for r in unreplaced_tables(self.hierarchy, c))
+            if stale:  # the class's dumps may read ids it kept from before a preemption; the model's never do
+                return passed("unknown", stale)
             outside = self._transfers_outside_the_model(cls, context.inner)
             if outside:  # more transfers can only add hazards: an unsafe verdict stands, a safe one cannot
                 return passed("unknown", outside)
@@ -631,11 +637,13 @@ class Judge:
         tracks every request it dumps, on every rank, where the class tracks some only under a test
         (``BackfillDumpConnector``, twenty-eighth blind round) or, under MLA, branches on the rank in a way the model's
         ranks cannot follow (a rank returning before it tracks never reports: ``ReplicaAwareLaneConnector``,
-        twenty-ninth)."""
+        twenty-ninth), or, under MLA, does not track in ``wait_for_save`` at all: a rank tracking elsewhere may return
+        before it tracks (``StageLocalTrackingConnector``, twenty-ninth)."""
         return tuple(dict.fromkeys(
             r for l in labels if l.label == UNKNOWN for r in l.reasons
             if (l.method == "wait_for_save" and GUARDED_TRACKING in r)
-            or (case == "mla" and l.method in SAVE_METHODS and RANK_DECIDED in r)))
+            or (case == "mla" and l.method in SAVE_METHODS and RANK_DECIDED in r)
+            or (case == "mla" and l.method == "wait_for_save" and UNTRACKED_SAVE in r)))
 
     def _success_only_releases(self, cls: str, inner: str | None) -> tuple[str, ...]:
         """Why a pass proves nothing for a class that releases something (an event, a handle) only when a store wait

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Literal, Mapping, Sequence
 
 from deferdump.tools.mro.errors import DuplicateClassError, SourceParseError
+from deferdump.tools.mro.block_tables import BlockCall, TableExtension, block_calls, table_extensions
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,9 @@ class MethodFacts:
     # release-like calls (a name containing ``release``) a ``try`` body makes after a store wait, where the ``try``
     # catches (``except``) and neither a handler nor a ``finally`` makes the same call: released only on success
     success_releases: tuple[tuple[int, str], ...] = ()
+    # in-place extensions of a kept block table with ids from ``new_block_ids`` (block_tables.py)
+    table_extensions: tuple[TableExtension, ...] = ()
+    block_calls: tuple[BlockCall, ...] = ()  # ``self.<m>(...)`` handed ids from ``new_block_ids`` (block_tables.py)
     # (line, test) of each ``if`` that waits (a store wait or a ``self`` helper) on one side and adds to a ``self``
     # container on the other: some tasks waited at once, others kept, by a test the reader does not evaluate
     wait_or_keep: tuple[tuple[int, str], ...] = ()
@@ -766,6 +770,8 @@ class _MethodReader:
             finally_calls=self._finally_calls(),
             handler_calls=self._handler_calls(),
             success_releases=self._success_releases(),
+            table_extensions=table_extensions(self.func, list(_own_nodes(self.func))),
+            block_calls=block_calls(self.func, list(_own_nodes(self.func))),
             wait_or_keep=self._wait_or_keep(),
             opaque=tuple(dict.fromkeys((*self.opaque, *self._named_at_run_time(), *self._rebound_aliases(),
                                         *self._subset_waits()))),
@@ -1235,7 +1241,7 @@ class _MethodReader:
         parent = self.parents.get(node)
         if isinstance(parent, ast.Subscript) and parent.value is node:  # a dict keyed by request (or tuple)
             if isinstance(parent.ctx, ast.Store):
-                return "add"
+                return "read" if self._rekeys(node, parent) else "add"
             if isinstance(parent.ctx, ast.Del):
                 return "remove"
             return "read"
@@ -1256,6 +1262,34 @@ class _MethodReader:
         if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.Delete)) and node is not getattr(parent, "value", None):
             return "assign"
         return "read"
+
+    def _rekeys(self, node: ast.Attribute, store: ast.Subscript) -> bool:
+        """``self.<attr>[k] = v`` inside ``for k, ... in self.<attr>.items()`` (or ``.keys()``, ``list(...)`` of
+        either, the attribute itself): the key is one the container already holds, so nothing new is tracked.
+        StageLocalTrackingConnector (twenty-ninth blind round) keeps a request's remaining copies under its id
+        in ``_reap``; read as tracking, its ``wait_for_save`` passed for the model's tracking ``wait_for_save``
+        although the class tracks only in ``save_kv_layer``, after a replica rank's return."""
+        if not isinstance(store.slice, ast.Name):
+            return False
+        key = store.slice.id
+        parent = self.parents.get(store)
+        while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(parent, ast.For):
+                target = parent.target
+                first = target.elts[0] if isinstance(target, (ast.Tuple, ast.List)) and target.elts else target
+                source = parent.iter
+                if isinstance(source, ast.Call) and isinstance(source.func, ast.Name) \
+                        and source.func.id in ("list", "tuple", "sorted") and len(source.args) == 1:
+                    source = source.args[0]
+                if isinstance(source, ast.Call) and isinstance(source.func, ast.Attribute) \
+                        and source.func.attr in ("items", "keys") and not source.args:
+                    source = source.func.value
+                if isinstance(first, ast.Name) and first.id == key:
+                    return isinstance(source, ast.Attribute) and _is_self(source.value) and source.attr == node.attr \
+                        and not any(key in (_rebinding(n) or ((), None))[0] or isinstance(n, ast.For)
+                                    and key in _target_names(n.target) for b in parent.body for n in ast.walk(b))
+            parent = self.parents.get(parent)
+        return False
 
     def _read_call(self, call: ast.Call) -> None:
         func = call.func
