@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 
 from deferdump.tools.mro.block_tables import unreplaced_tables
+from deferdump.tools.mro.unreached_tasks import unreached_task_holders
 from deferdump.tools.mro.behaviour import (
     ABSTRACT_REASON,
     EVERY_STEP_METHODS,
@@ -571,7 +572,8 @@ class Judge:
                                          if HIDDEN_SUBMIT in r or UNSEEN_KEEPING in r))
             if hidden:  # the worst label's dumps are the model's, kept where its waits look; the class's are not
                 return passed("unknown", hidden)
-            untracked = self._tracking_the_worst_save_assumes(labels, context.case)
+            untracked = self._tracking_the_worst_save_assumes(
+                labels, context.case, self._tracks_in_layer_save(cls, context.inner))
             if untracked:  # the worst save label tracks every request on every rank; the class may not
                 return passed("unknown", untracked)
             leaks = self._success_only_releases(cls, context.inner)
@@ -584,6 +586,10 @@ class Judge:
                           for r in unreplaced_tables(self.hierarchy, c))
             if stale:  # the class's dumps may read ids it kept from before a preemption; the model's never do
                 return passed("unknown", stale)
+            unwaited = tuple(r for c in [cls] + ([context.inner] if context.inner else [])
+                             for r in unreached_task_holders(self.reader, c))
+            if unwaited:  # dumps kept where no finish or preemption waits them: the model's are waited there
+                return passed("unknown", unwaited)
             outside = self._transfers_outside_the_model(cls, context.inner)
             if outside:  # more transfers can only add hazards: an unsafe verdict stands, a safe one cannot
                 return passed("unknown", outside)
@@ -631,19 +637,30 @@ class Judge:
         return ContextJudgement(context, "unknown", worst.violated, (*reasons, *beyond), shown, worst.result,
                                 worst.model, worst.files)
 
+    def _tracks_in_layer_save(self, cls: str, inner: str | None) -> bool:
+        """Does ``save_kv_layer`` (as ``cls`` or its inner class resolves it, with the helpers it reaches) add requests
+        to a tracking set? There, any early return of a rank (a replica, a layer it does not hold) skips the tracking."""
+        for concrete in [cls] + ([inner] if inner else []):
+            owner = self.hierarchy.lookup(concrete, "save_kv_layer")
+            if owner is not None and not self.hierarchy.classes[owner].external \
+                    and "add" in self.reader.effect(concrete, owner, "save_kv_layer").tracking_ops:
+                return True
+        return False
+
     @staticmethod
-    def _tracking_the_worst_save_assumes(labels: Sequence[DefinitionLabel], case: Case) -> tuple[str, ...]:
+    def _tracking_the_worst_save_assumes(labels: Sequence[DefinitionLabel], case: Case,
+                                         layer_tracking: bool = False) -> tuple[str, ...]:
         """Why a pass of the worst reading proves nothing for an unknown save: that reading (``poll_track_submit``)
         tracks every request it dumps, on every rank, where the class tracks some only under a test
         (``BackfillDumpConnector``, twenty-eighth blind round) or, under MLA, branches on the rank in a way the model's
         ranks cannot follow (a rank returning before it tracks never reports: ``ReplicaAwareLaneConnector``,
-        twenty-ninth), or, under MLA, does not track in ``wait_for_save`` at all: a rank tracking elsewhere may return
-        before it tracks (``StageLocalTrackingConnector``, twenty-ninth)."""
+        twenty-ninth), or, under MLA, does not track in ``wait_for_save`` but in ``save_kv_layer`` (``layer_tracking``),
+        where a rank may return before it tracks (``StageLocalTrackingConnector``, twenty-ninth)."""
         return tuple(dict.fromkeys(
             r for l in labels if l.label == UNKNOWN for r in l.reasons
             if (l.method == "wait_for_save" and GUARDED_TRACKING in r)
             or (case == "mla" and l.method in SAVE_METHODS and RANK_DECIDED in r)
-            or (case == "mla" and l.method == "wait_for_save" and UNTRACKED_SAVE in r)))
+            or (case == "mla" and layer_tracking and l.method == "wait_for_save" and UNTRACKED_SAVE in r)))
 
     def _success_only_releases(self, cls: str, inner: str | None) -> tuple[str, ...]:
         """Why a pass proves nothing for a class that releases something (an event, a handle) only when a store wait

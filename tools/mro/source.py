@@ -16,6 +16,7 @@ from typing import Iterable, Iterator, Literal, Mapping, Sequence
 
 from deferdump.tools.mro.errors import DuplicateClassError, SourceParseError
 from deferdump.tools.mro.block_tables import BlockCall, TableExtension, block_calls, table_extensions
+from deferdump.tools.mro.task_holders import entry_visits, helper_keeps, returns_task
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,11 @@ class MethodFacts:
     # in-place extensions of a kept block table with ids from ``new_block_ids`` (block_tables.py)
     table_extensions: tuple[TableExtension, ...] = ()
     block_calls: tuple[BlockCall, ...] = ()  # ``self.<m>(...)`` handed ids from ``new_block_ids`` (block_tables.py)
+    # task_holders.py: does a ``return`` hand back a store submit's result; (helper, container) for each helper result
+    # put into a ``self`` container; loops over a ``self`` container's entries (attribute, waits, helpers called)
+    returns_task: bool = False
+    helper_keeps: tuple[tuple[str, str], ...] = ()
+    entry_visits: tuple[tuple[str, bool, frozenset[str]], ...] = ()
     # (line, test) of each ``if`` that waits (a store wait or a ``self`` helper) on one side and adds to a ``self``
     # container on the other: some tasks waited at once, others kept, by a test the reader does not evaluate
     wait_or_keep: tuple[tuple[int, str], ...] = ()
@@ -772,6 +778,9 @@ class _MethodReader:
             success_releases=self._success_releases(),
             table_extensions=table_extensions(self.func, list(_own_nodes(self.func))),
             block_calls=block_calls(self.func, list(_own_nodes(self.func))),
+            returns_task=returns_task(list(_own_nodes(self.func)), STORE_SUBMITS),
+            helper_keeps=helper_keeps(list(_own_nodes(self.func))),
+            entry_visits=entry_visits(list(_own_nodes(self.func)), STORE_WAITS, ITERATION_BUILTINS),
             wait_or_keep=self._wait_or_keep(),
             opaque=tuple(dict.fromkeys((*self.opaque, *self._named_at_run_time(), *self._rebound_aliases(),
                                         *self._subset_waits()))),

@@ -1,0 +1,119 @@
+"""Store tasks a save keeps where neither the report nor the preemption path looks.
+
+The model's deferred dumps are kept where ``get_finished`` and ``handle_preemptions`` wait them: a request's dumps
+end before vLLM frees its blocks (a delayed finish, or the forward after a preemption). A class whose save path also
+keeps store tasks in a ``self`` container that neither of those methods (nor a definition they reach) reads, and that
+no loop of the step's methods waits entry by entry, has dumps no finish and no preemption waits: the twenty-ninth
+blind round's ``DetachedBackfillConnector`` keeps the backfill dumps of a request's locally hit blocks (returned by a
+helper, ``task = self._launch(order)``) in ``self._background``, reaped only by ``check``, for requests the scheduler
+does not delay, so vLLM frees those blocks (scheduler.py ~2740-2749) while the dumps read them. A pass of the model
+proves nothing for such a class.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+from deferdump.tools.mro.behaviour import UNMODELLED_STEP_METHODS
+from deferdump.tools.mro.source import STORE_WAITS
+
+if TYPE_CHECKING:
+    from deferdump.tools.mro.behaviour import EffectReader
+    from deferdump.tools.mro.source import MethodFacts
+
+#: The save path: where dumps are submitted and kept.
+SAVE_PATH = ("save_kv_layer", "wait_for_save")
+
+#: The methods vLLM calls before it frees a delayed request's blocks (the report) or a preempted one's (the forward
+#: after ``handle_preemptions``): a kept task must be reached from one of them.
+WAITING_PATH = ("get_finished", "handle_preemptions", "get_transfer_results")
+
+#: Every worker method vLLM calls in a step (kv_connector_model_runner_mixin.py ~72-105): a loop there waiting every
+#: entry of a container (a layer-wise save's ``wait_for_save`` waiting the step's per-layer tasks) ends its dumps
+#: within the step, before any free.
+STEP_PATH = (*SAVE_PATH, *UNMODELLED_STEP_METHODS)
+
+
+def _reached(reader: "EffectReader", cls: str, owner: str, method: str) -> Iterator["MethodFacts"]:
+    """The facts of ``owner``'s ``method`` and of every analysed definition it reaches through ``self`` helpers and
+    ``super()`` (or ``Base.m(self)``) calls, as ``cls`` resolves them, each once."""
+    hierarchy = reader.hierarchy
+    seen: set[tuple[str, str]] = set()
+    pending = [(owner, method)]
+    while pending:
+        where, name = pending.pop()
+        if (where, name) in seen or hierarchy.classes[where].external:
+            continue
+        seen.add((where, name))
+        for facts in reader._reached(cls, where, name):  # noqa: SLF001
+            yield facts
+            for d in facts.delegations:
+                target = hierarchy.lookup(cls, d.method, after=d.anchor) if d.kind == "super" else (
+                    hierarchy.lookup(d.anchor, d.method) if d.anchor in hierarchy.mro else None)
+                if target is not None:
+                    pending.append((target, d.method))
+
+
+def _path(reader: "EffectReader", cls: str, methods: tuple[str, ...]) -> Iterator["MethodFacts"]:
+    for method in methods:
+        owner = reader.hierarchy.lookup(cls, method)
+        if owner is not None and not reader.hierarchy.classes[owner].external:
+            yield from _reached(reader, cls, owner, method)
+
+
+def _resolved(reader: "EffectReader", cls: str, helper: str) -> "MethodFacts | None":
+    owner = reader.hierarchy.lookup(cls, helper)
+    if owner is None or reader.hierarchy.classes[owner].external:
+        return None
+    return reader.hierarchy.method(owner, helper)
+
+
+def _waits(reader: "EffectReader", cls: str, helper: str) -> bool:
+    """Does the ``self`` helper, as ``cls`` resolves it, wait a store task (itself or through what it reaches)?"""
+    owner = reader.hierarchy.lookup(cls, helper)
+    if owner is None or reader.hierarchy.classes[owner].external:
+        return False
+    return any(facts.calls & STORE_WAITS for facts in _reached(reader, cls, owner, helper))
+
+
+def unreached_task_holders(reader: "EffectReader", cls: str) -> tuple[str, ...]:
+    """Why a pass proves nothing for ``cls``: a ``self`` container its save path keeps store tasks in (the data flow's
+    ``kept_in``, or a helper's returned task put there) whose entries some method visits in a loop (a poll, a drain at
+    shutdown: the class uses what it keeps there; a list only appended to, as the PR fixture's ``_pending`` beside the
+    per-request table its waits read, holds nothing anyone waits), that nothing reached from ``get_finished`` or
+    ``handle_preemptions`` reads, and that no loop of the step's methods waits entry by entry (a store wait in the
+    loop, or a ``self`` helper that waits)."""
+    holders: dict[str, str] = {}
+    for facts in _path(reader, cls, SAVE_PATH):
+        if facts.task_flow is not None:
+            for attr in facts.task_flow.kept_in:
+                holders.setdefault(attr, f"{facts.owner}.{facts.name}")
+        for helper, attr in facts.helper_keeps:
+            returned = _resolved(reader, cls, helper)
+            if returned is not None and returned.returns_task:
+                holders.setdefault(attr, f"{facts.owner}.{facts.name} (the task {helper} returns)")
+    if not holders:
+        return ()
+    reached: set[str] = set()
+    for facts in _path(reader, cls, WAITING_PATH):
+        reached |= {attr for attr, _ in facts.attr_ops} | {attr for attr, _, _ in facts.attr_calls}
+    for facts in _path(reader, cls, STEP_PATH):
+        reached |= {attr for attr, waits, helpers in facts.entry_visits
+                    if waits or any(_waits(reader, cls, helper) for helper in helpers)}
+        if facts.task_flow is not None:
+            reached |= facts.task_flow.waits_each
+    transfers = {t for owner in reader.hierarchy.mro[cls] if not reader.hierarchy.classes[owner].external
+                 for facts in reader.hierarchy.classes[owner].methods.values() for t in facts.attr_transfers}
+    grew = True
+    while grew:  # ``self._prev = self._current``: what the report path reads of one name it reads of the other
+        grew = False
+        for target, source, _ in transfers:
+            if target in reached and source not in reached:
+                reached.add(source)
+                grew = True
+    visited = {attr for owner in reader.hierarchy.mro[cls] if not reader.hierarchy.classes[owner].external
+               for facts in reader.hierarchy.classes[owner].methods.values() for attr, _, _ in facts.entry_visits}
+    return tuple(
+        f"{where} keeps store tasks in self.{attr}, which nothing reached from get_finished or handle_preemptions "
+        "reads and no loop of the step's methods waits: a request vLLM frees (not delayed for them, or at a "
+        "preemption) leaves those dumps reading its blocks, where the model's deferred dumps are waited on that path"
+        for attr, where in sorted(holders.items()) if attr not in reached and attr in visited)
