@@ -855,8 +855,9 @@ class EffectReader:
         return (f"{where} assigns self.{method}: the object it puts on the instance, not the class's {method}, is "
                 "what vLLM calls, and which it is the reader does not follow")
 
-    def _reached(self, cls: str, owner: str, method: str) -> Iterator[MethodFacts]:
-        """The facts of ``owner``'s ``method`` and of every analysed ``self`` helper it reaches, each once."""
+    def _reached(self, cls: str, owner: str, method: str, delegations: bool = False) -> Iterator[MethodFacts]:
+        """The facts of ``owner``'s ``method`` and of every analysed ``self`` helper it reaches (with
+        ``delegations``, also every ``super()``/``Parent.m(self)`` definition), each once."""
         seen: set[tuple[str, str]] = set()
         pending = [(owner, method)]
         while pending:
@@ -867,6 +868,8 @@ class EffectReader:
             facts = self.hierarchy.method(where, name)
             yield facts
             pending += [(t, h) for h in facts.self_calls if (t := self.hierarchy.lookup(cls, h)) is not None]
+            pending += [(t, d.method) for d in (facts.delegations if delegations else ())
+                        if d.anchor in self.hierarchy.mro and (t := self.hierarchy.delegation_target(cls, d)) is not None]
             pending += [(t, a) for a in facts.attr_loads if (t := self.hierarchy.lookup(cls, a)) is not None
                         and not self.hierarchy.classes[t].external and self.hierarchy.method(t, a).is_property]
 

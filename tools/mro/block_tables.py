@@ -16,6 +16,8 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from deferdump.tools.mro.ast_helpers import derived_names, self_call, self_container, target_names
+
 if TYPE_CHECKING:  # the hierarchy is built from facts that hold this module's TableExtension
     from deferdump.tools.mro.hierarchy import Hierarchy
 
@@ -26,7 +28,7 @@ NEW_BLOCKS_FIELD = "new_block_ids"
 RESUMED_FIELD = "resumed_req_ids"
 
 #: Calls that add ids to a table in place.
-_EXTENDING_CALLS = frozenset({"extend", "append", "__iadd__"})
+_EXTENDING_CALLS = frozenset({"extend", "append"})
 
 
 @dataclass(frozen=True)
@@ -76,55 +78,22 @@ def _reads_field(node: ast.AST, field: str | None, tainted: set[str]) -> bool:
     return False
 
 
-def _bound_names(target: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
-
-
 def _tainted_names(nodes: list[ast.AST], field: str | None, seeds: frozenset[str] = frozenset(),
                    collecting: bool = True) -> set[str]:
     """Locals holding what ``field`` (or the names ``seeds``) holds: bound from it, looping over what holds it, or
-    (``collecting``) a local list it is appended to."""
-    tainted: set[str] = set(seeds)
-    grew = True
-    while grew:
-        grew = False
-        for node in nodes:
-            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                value = node.value
-            elif isinstance(node, ast.For):  # a comprehension's names are its own (``_reads_field``)
-                targets, value = [node.target], node.iter
-            elif collecting and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                    and node.func.attr in ("append", "extend", "insert", "add") \
-                    and isinstance(node.func.value, ast.Name) and node.args:
-                targets, value = [node.func.value], node.args[-1]  # a local list collecting it holds it too
-            else:
-                continue
-            if not _reads_field(value, field, tainted):
-                continue
-            names = set().union(*(_bound_names(t) for t in targets if not isinstance(t, (ast.Attribute, ast.Subscript))))
-            if names - tainted:
-                tainted |= names
-                grew = True
-    return tainted
-
-
-_ENTRY_CALLS = frozenset({"get", "setdefault", "pop", "values", "items"})
-
-
-def _self_entry(value: ast.AST) -> bool:
-    """``self.x[k]``, ``self.x.get(k)`` (``setdefault``, ``pop``, ``values()``, ``items()``): what a ``self``
-    container holds, possibly wrapped in ``list(...)``/``enumerate(...)``."""
-    while isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.args \
-            and value.func.id in ("list", "enumerate", "sorted", "tuple"):
-        value = value.args[0]
-    if isinstance(value, ast.Subscript):
-        return isinstance(value.value, ast.Attribute) and isinstance(value.value.value, ast.Name) \
-            and value.value.value.id == "self"
-    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _ENTRY_CALLS:
-        holder = value.func.value
-        return isinstance(holder, ast.Attribute) and isinstance(holder.value, ast.Name) and holder.value.id == "self"
-    return isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id == "self"
+    (``collecting``) a local list it is appended to. A comprehension's names are its own (``_reads_field``)."""
+    bindings: list[tuple[set[str], ast.AST]] = []
+    for node in nodes:
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bindings.append((set().union(*(target_names(t) for t in targets)), node.value))
+        elif isinstance(node, ast.For):
+            bindings.append((target_names(node.target), node.iter))
+        elif collecting and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in ("append", "extend", "insert", "add") \
+                and isinstance(node.func.value, ast.Name) and node.args:
+            bindings.append(({node.func.value.id}, node.args[-1]))  # a local list collecting it holds it too
+    return derived_names(bindings, set(seeds), lambda value, found: _reads_field(value, field, found))
 
 
 def _kept_roots(nodes: list[ast.AST]) -> set[str]:
@@ -133,11 +102,11 @@ def _kept_roots(nodes: list[ast.AST]) -> set[str]:
     kept = {"self"}
     for node in nodes:
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None \
-                and _self_entry(node.value):
+                and self_container(node.value) is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            kept |= set().union(*(_bound_names(t) for t in targets if isinstance(t, (ast.Name, ast.Tuple))))
-        elif isinstance(node, ast.For) and _self_entry(node.iter):
-            kept |= _bound_names(node.target)
+            kept |= set().union(*(target_names(t) for t in targets))
+        elif isinstance(node, ast.For) and self_container(node.iter) is not None:
+            kept |= target_names(node.target)
     return kept
 
 
@@ -161,15 +130,14 @@ def _element_of(value: ast.expr, field: str | None, tainted: set[str], nodes: li
     if not isinstance(value, ast.Name) or not _reads_field(value, field, tainted):
         return False
     bindings = [n for n in nodes if isinstance(n, (ast.Assign, ast.AnnAssign, ast.For, ast.NamedExpr))
-                and value.id in _bound_names(n.target if isinstance(n, (ast.For, ast.AnnAssign, ast.NamedExpr))
-                                             else ast.Tuple(elts=n.targets))]
+                and value.id in set().union(*(target_names(t) for t in (
+                    [n.target] if isinstance(n, (ast.For, ast.AnnAssign, ast.NamedExpr)) else n.targets)))]
     return all(isinstance(n, ast.For) or isinstance(n.value, (ast.Subscript, ast.Attribute, ast.Name))
                for n in bindings)  # a parameter (no binding) is the ids handed in
 
 
 def _self_helpers(test: ast.AST) -> set[str]:
-    return {n.func.attr for n in ast.walk(test) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-            and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"}
+    return {h for n in ast.walk(test) if (h := self_call(n)) is not None}
 
 
 def _tests_on_the_way(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> list[ast.expr]:
@@ -246,7 +214,7 @@ def block_calls(func: ast.FunctionDef | ast.AsyncFunctionDef, nodes: list[ast.AS
         found.append(BlockCall(node.func.attr, node.lineno, blocks,
                                tuple(at for at, a in args if _reads_field(a, RESUMED_FIELD, marked)),
                                tuple(at for at, a in args if isinstance(_root(a), ast.Name) and _root(a).id in kept
-                                     or _self_entry(a)),
+                                     or self_container(a) is not None),
                                any(_reads_field(t, RESUMED_FIELD, marked) for t in tests),
                                frozenset().union(*(_self_helpers(t) for t in tests))))
     return tuple(found)

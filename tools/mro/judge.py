@@ -573,7 +573,7 @@ class Judge:
             if hidden:  # the worst label's dumps are the model's, kept where its waits look; the class's are not
                 return passed("unknown", hidden)
             untracked = self._tracking_the_worst_save_assumes(
-                labels, context.case, self._tracks_in_layer_save(cls, context.inner))
+                labels, context.case, context.case == "mla" and self._tracks_in_layer_save(cls, context.inner))
             if untracked:  # the worst save label tracks every request on every rank; the class may not
                 return passed("unknown", untracked)
             leaks = self._success_only_releases(cls, context.inner)
@@ -582,12 +582,11 @@ class Judge:
             shared = self._tensor_identity(cls, context.inner) if context.case == "layerwise" else ()
             if shared:  # the model's two layers never share a cache; vLLM's KV-sharing layers do
                 return passed("unknown", shared)
-            stale = tuple(r for c in [cls] + ([context.inner] if context.inner else [])
-                          for r in unreplaced_tables(self.hierarchy, c))
+            concretes = [cls] + ([context.inner] if context.inner else [])
+            stale = tuple(r for c in concretes for r in unreplaced_tables(self.hierarchy, c))
             if stale:  # the class's dumps may read ids it kept from before a preemption; the model's never do
                 return passed("unknown", stale)
-            unwaited = tuple(r for c in [cls] + ([context.inner] if context.inner else [])
-                             for r in unreached_task_holders(self.reader, c))
+            unwaited = tuple(r for c in concretes for r in unreached_task_holders(self.reader, c))
             if unwaited:  # dumps kept where no finish or preemption waits them: the model's are waited there
                 return passed("unknown", unwaited)
             outside = self._transfers_outside_the_model(cls, context.inner)

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Iterable, Iterator, Literal, Mapping, Sequence
 
 from deferdump.tools.mro.errors import DuplicateClassError, SourceParseError
+from deferdump.tools.mro.ast_helpers import derived_names, is_self as _is_self, loop_bodies
+from deferdump.tools.mro.ast_helpers import target_names as _target_names
 from deferdump.tools.mro.block_tables import BlockCall, TableExtension, block_calls, table_extensions
 from deferdump.tools.mro.task_holders import entry_visits, helper_keeps, returns_task
 
@@ -380,21 +382,6 @@ def _simple(dotted: str) -> str:
     return dotted.rsplit(".", 1)[-1]
 
 
-def _is_self(node: ast.expr) -> bool:
-    return isinstance(node, ast.Name) and node.id == "self"
-
-
-def _target_names(target: ast.AST) -> set[str]:
-    """The names an assignment target rebinds (``x``, ``a, *b``), not those it only reads (``d[x] = …``)."""
-    if isinstance(target, ast.Name):
-        return {target.id}
-    if isinstance(target, (ast.Tuple, ast.List)):
-        return set().union(*(_target_names(e) for e in target.elts))
-    if isinstance(target, ast.Starred):
-        return _target_names(target.value)
-    return set()
-
-
 def _rebinding(node: ast.AST) -> tuple[set[str], ast.AST] | None:
     """An assignment's rebound names and the value they get (``x = v``, ``x += v``, ``x: T = v``, ``(x := v)``)."""
     if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
@@ -750,6 +737,7 @@ class _MethodReader:
             elif isinstance(node, ast.Name) and node.id in self.tracking_aliases:
                 if not isinstance(node.ctx, ast.Store):
                     self.tracking_ops.add(self._tracking_op(node))
+        own = list(_own_nodes(self.func))  # read once by the fact modules below
         return MethodFacts(
             name=self.func.name,
             owner=self.owner,
@@ -776,11 +764,11 @@ class _MethodReader:
             finally_calls=self._finally_calls(),
             handler_calls=self._handler_calls(),
             success_releases=self._success_releases(),
-            table_extensions=table_extensions(self.func, list(_own_nodes(self.func))),
-            block_calls=block_calls(self.func, list(_own_nodes(self.func))),
-            returns_task=returns_task(list(_own_nodes(self.func)), STORE_SUBMITS),
-            helper_keeps=helper_keeps(list(_own_nodes(self.func))),
-            entry_visits=entry_visits(list(_own_nodes(self.func)), STORE_WAITS, ITERATION_BUILTINS),
+            table_extensions=table_extensions(self.func, own),
+            block_calls=block_calls(self.func, own),
+            returns_task=returns_task(own, STORE_SUBMITS),
+            helper_keeps=helper_keeps(own),
+            entry_visits=entry_visits(own, STORE_WAITS, ITERATION_BUILTINS),
             wait_or_keep=self._wait_or_keep(),
             opaque=tuple(dict.fromkeys((*self.opaque, *self._named_at_run_time(), *self._rebound_aliases(),
                                         *self._subset_waits()))),
@@ -903,21 +891,13 @@ class _MethodReader:
         ``self`` method: which entries it sees is decided by that ``__iter__``. Plain names and fields of parameters
         (``metadata.preempted_req_ids``), literals and builtins' results are read as data, as before."""
         found: list[tuple[str, str, int]] = []
-        for node in _own_nodes(self.func):
-            if isinstance(node, (ast.For, ast.AsyncFor)):
-                loops = [(node.iter, node.body + node.orelse)]
-            elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
-                element = [node.elt] if not isinstance(node, ast.DictComp) else [node.key, node.value]
-                loops = [(g.iter, [*element, *g.ifs]) for g in node.generators]
-            else:
+        for iterable, body in loop_bodies(_own_nodes(self.func)):
+            if not any(_acts_on_tasks(call) for part in body for call in ast.walk(part)
+                       if isinstance(call, ast.Call)):
                 continue
-            for iterable, body in loops:
-                if not any(_acts_on_tasks(call) for part in body for call in ast.walk(part)
-                           if isinstance(call, ast.Call)):
-                    continue
-                kind = self._iterated(iterable)
-                if kind is not None:
-                    found.append((*kind, iterable.lineno))
+            kind = self._iterated(iterable)
+            if kind is not None:
+                found.append((*kind, iterable.lineno))
         return tuple(dict.fromkeys(found))
 
     def _iterated(self, iterable: ast.expr) -> tuple[str, str] | None:
@@ -2037,21 +2017,12 @@ def _self_attr(node: ast.AST) -> str | None:
 
 def _param_derived(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     """The parameters (``self`` left out) and every local bound, on some path, from one of them."""
-    derived = {a.arg for a in (*func.args.args[1:], *func.args.kwonlyargs)}
-    assigns = [n for n in _own_nodes(func) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.For))]
-    changed = True
-    while changed:
-        changed = False
-        for node in assigns:
-            value = node.iter if isinstance(node, ast.For) else node.value
-            if value is None or not _names_in(value) & derived:
-                continue
-            targets = [node.target] if isinstance(node, (ast.For, ast.AnnAssign)) else node.targets
-            new = set().union(*(_names_in(t) for t in targets)) - derived
-            if new:
-                derived |= new
-                changed = True
-    return derived
+    bindings = [(set().union(*(_names_in(t) for t in ([n.target] if isinstance(n, (ast.For, ast.AnnAssign))
+                                                       else n.targets))), n.iter if isinstance(n, ast.For) else n.value)
+                for n in _own_nodes(func) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.For))
+                and (n.iter if isinstance(n, ast.For) else n.value) is not None]
+    return derived_names(bindings, {a.arg for a in (*func.args.args[1:], *func.args.kwonlyargs)},
+                         lambda value, derived: bool(_names_in(value) & derived))
 
 
 def _top_self_calls(body: list[ast.stmt], params: set[str]) -> set[str]:

@@ -10,34 +10,10 @@ from __future__ import annotations
 import ast
 from typing import Iterable
 
+from deferdump.tools.mro.ast_helpers import loop_bodies, self_call, self_container
+
 #: ``self.<a>.<m>(value)`` calls that put ``value`` into the container ``a``.
 _FILLING = frozenset({"append", "appendleft", "extend", "insert", "add", "put", "put_nowait"})
-
-
-def _is_self(node: ast.AST) -> bool:
-    return isinstance(node, ast.Name) and node.id == "self"
-
-
-def _self_call(node: ast.AST) -> str | None:
-    """``self.<m>(...)`` -> ``m``."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _is_self(node.func.value):
-        return node.func.attr
-    return None
-
-
-def _container(node: ast.AST) -> str | None:
-    """``self.<a>``, ``self.<a>[k]``, ``self.<a>.setdefault(k, ...)``, ``self.<a>.get(k)`` -> ``a``."""
-    while True:
-        if isinstance(node, ast.Subscript):
-            node = node.value
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and node.func.attr in ("setdefault", "get", "__getitem__"):
-            node = node.func.value
-        else:
-            break
-    if isinstance(node, ast.Attribute) and _is_self(node.value):
-        return node.attr
-    return None
 
 
 def _bindings(nodes: Iterable[ast.AST]) -> dict[str, list[ast.expr]]:
@@ -72,21 +48,21 @@ def helper_keeps(nodes: list[ast.AST]) -> tuple[tuple[str, str], ...]:
     bound = _bindings(nodes)
 
     def helpers(value: ast.AST) -> set[str]:
-        direct = _self_call(value)
+        direct = self_call(value)
         if direct is not None:
             return {direct}
         if isinstance(value, ast.Name):
-            return {h for v in bound.get(value.id, []) if (h := _self_call(v)) is not None}
+            return {h for v in bound.get(value.id, []) if (h := self_call(v)) is not None}
         return set()
 
     found: list[tuple[str, str]] = []
     for node in nodes:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _FILLING \
-                and node.args and (attr := _container(node.func.value)) is not None:
+                and node.args and (attr := self_container(node.func.value)) is not None:
             found += [(h, attr) for h in helpers(node.args[-1])]
         elif isinstance(node, ast.Assign):
             for target in node.targets:
-                if isinstance(target, ast.Subscript) and (attr := _container(target)) is not None:
+                if isinstance(target, ast.Subscript) and (attr := self_container(target)) is not None:
                     found += [(h, attr) for h in helpers(node.value)]
     return tuple(dict.fromkeys(found))
 
@@ -96,25 +72,17 @@ def entry_visits(nodes: list[ast.AST], waits: frozenset[str],
     """Loops (and comprehensions) over a ``self`` container's entries (``self.x``, its ``values()``/``items()``,
     ``list(self.x)``): (attribute, does the body call a store wait, the ``self`` helpers it calls)."""
     found: list[tuple[str, bool, frozenset[str]]] = []
-    for node in nodes:
-        if isinstance(node, (ast.For, ast.AsyncFor)):
-            loops = [(node.iter, node.body + node.orelse)]
-        elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
-            element = [node.elt] if not isinstance(node, ast.DictComp) else [node.key, node.value]
-            loops = [(g.iter, [*element, *g.ifs]) for g in node.generators]
-        else:
+    for iterable, body in loop_bodies(nodes):
+        while isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) \
+                and iterable.func.id in iteration_builtins and iterable.args:
+            iterable = iterable.args[0]
+        if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute) \
+                and iterable.func.attr in ("items", "values", "keys", "copy") and not iterable.args:
+            iterable = iterable.func.value
+        attr = self_container(iterable) if isinstance(iterable, (ast.Attribute, ast.Subscript)) else None
+        if attr is None:
             continue
-        for iterable, body in loops:
-            while isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) \
-                    and iterable.func.id in iteration_builtins and iterable.args:
-                iterable = iterable.args[0]
-            if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute) \
-                    and iterable.func.attr in ("items", "values", "keys", "copy") and not iterable.args:
-                iterable = iterable.func.value
-            attr = _container(iterable) if isinstance(iterable, (ast.Attribute, ast.Subscript)) else None
-            if attr is None:
-                continue
-            calls = [c for part in body for c in ast.walk(part) if isinstance(c, ast.Call)]
-            found.append((attr, any(isinstance(c.func, ast.Attribute) and c.func.attr in waits for c in calls),
-                          frozenset(h for c in calls if (h := _self_call(c)) is not None)))
+        calls = [c for part in body for c in ast.walk(part) if isinstance(c, ast.Call)]
+        found.append((attr, any(isinstance(c.func, ast.Attribute) and c.func.attr in waits for c in calls),
+                      frozenset(h for c in calls if (h := self_call(c)) is not None)))
     return tuple(dict.fromkeys(found))

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from deferdump.tools.mro.behaviour import UNMODELLED_STEP_METHODS
-from deferdump.tools.mro.source import STORE_WAITS
+from deferdump.tools.mro.behaviour import UNMODELLED_STEP_METHODS, WAIT_CALLS
 
 if TYPE_CHECKING:
     from deferdump.tools.mro.behaviour import EffectReader
@@ -33,31 +32,11 @@ WAITING_PATH = ("get_finished", "handle_preemptions", "get_transfer_results")
 STEP_PATH = (*SAVE_PATH, *UNMODELLED_STEP_METHODS)
 
 
-def _reached(reader: "EffectReader", cls: str, owner: str, method: str) -> Iterator["MethodFacts"]:
-    """The facts of ``owner``'s ``method`` and of every analysed definition it reaches through ``self`` helpers and
-    ``super()`` (or ``Base.m(self)``) calls, as ``cls`` resolves them, each once."""
-    hierarchy = reader.hierarchy
-    seen: set[tuple[str, str]] = set()
-    pending = [(owner, method)]
-    while pending:
-        where, name = pending.pop()
-        if (where, name) in seen or hierarchy.classes[where].external:
-            continue
-        seen.add((where, name))
-        for facts in reader._reached(cls, where, name):  # noqa: SLF001
-            yield facts
-            for d in facts.delegations:
-                target = hierarchy.lookup(cls, d.method, after=d.anchor) if d.kind == "super" else (
-                    hierarchy.lookup(d.anchor, d.method) if d.anchor in hierarchy.mro else None)
-                if target is not None:
-                    pending.append((target, d.method))
-
-
 def _path(reader: "EffectReader", cls: str, methods: tuple[str, ...]) -> Iterator["MethodFacts"]:
     for method in methods:
         owner = reader.hierarchy.lookup(cls, method)
         if owner is not None and not reader.hierarchy.classes[owner].external:
-            yield from _reached(reader, cls, owner, method)
+            yield from reader._reached(cls, owner, method, delegations=True)  # noqa: SLF001
 
 
 def _resolved(reader: "EffectReader", cls: str, helper: str) -> "MethodFacts | None":
@@ -70,9 +49,8 @@ def _resolved(reader: "EffectReader", cls: str, helper: str) -> "MethodFacts | N
 def _waits(reader: "EffectReader", cls: str, helper: str) -> bool:
     """Does the ``self`` helper, as ``cls`` resolves it, wait a store task (itself or through what it reaches)?"""
     owner = reader.hierarchy.lookup(cls, helper)
-    if owner is None or reader.hierarchy.classes[owner].external:
-        return False
-    return any(facts.calls & STORE_WAITS for facts in _reached(reader, cls, owner, helper))
+    return owner is not None and not reader.hierarchy.classes[owner].external \
+        and bool(reader.effect(cls, owner, helper).calls & WAIT_CALLS)
 
 
 def unreached_task_holders(reader: "EffectReader", cls: str) -> tuple[str, ...]:
