@@ -205,11 +205,13 @@ class DirectConnector:
         if full_blocks <= hbm_hit_blocks:  # nothing beyond the HBM hit: never dumps, never tracked
             self._request_plans.pop(request.req_id, None)
             return 0, False
+        shards = self._shard_ranks()
         try:
-            store_hits = self._store.lookup_prefix(self._lookup_keys(hashes[hbm_hit_blocks * per_block :]))
+            found = self._store.lookup_prefix(self._lookup_keys(hashes[hbm_hit_blocks * per_block :]))
         except Exception as exc:  # a failed lookup is a miss (UCM)
             logger.warning("lookup for %s failed, counted as a miss: %s", request.req_id, exc)
-            store_hits = 0
+            found = 0
+        store_hits = found // len(shards)  # leading hashes every rank's shard of is stored
         total_hit_blocks = hbm_hit_blocks + store_hits // per_block
         external = max(0, total_hit_blocks * block_size - num_computed_tokens)
         if external and total_hit_blocks * block_size >= len(request.token_ids):
@@ -223,11 +225,24 @@ class DirectConnector:
         )
         return external, bool(self.config.load_async and external)
 
+    def _shard_ranks(self) -> tuple[int, ...]:
+        """The ranks whose store keys differ (`_store_keys`): every TP rank stores its own shard under its
+        own key; under MLA every rank loads rank 0's keys, and under CP the hashes are already per rank."""
+        if self.world_size == 1 or self.config.is_mla or self.config.variant == "cp":
+            return (0,)
+        return tuple(range(self.world_size))
+
     def _lookup_keys(self, hashes: Sequence[bytes]) -> list[bytes]:
-        """Store keys the scheduler looks up: the plain hashes, or layer 0's keys for per-layer dumps."""
+        """Store keys the scheduler looks up, hash by hash: each rank's shard key (`_shard_ranks`), as
+        layer 0's key for per-layer dumps. A block is a hit only once every rank's dump of it is stored:
+        each rank dumps its shard in its own task, so rank 0's key can be stored while another rank's dump
+        still runs, and that rank's load would miss (a request failed under policy "fail"; vLLM 0.32 raises
+        on any block-level load error under two KV-cache groups, scheduler.py 3365-3374). The model's
+        lookup sees a prompt only once no rank's dump of it runs (spec/DeferDump.tla, `Visible`)."""
+        keys = [rank_key(h, rank) for h in hashes for rank in self._shard_ranks()]
         if self._per_layer:
-            return [layer_key(h, 0) for h in hashes]
-        return list(hashes)
+            return [layer_key(k, 0) for k in keys]
+        return keys
 
     def update_state_after_alloc(
         self, request: RequestView, block_ids: Sequence[int], num_external_tokens: int,

@@ -176,7 +176,9 @@ class StepLoop:
         self.groups = kv_groups(config)
         if connector_config is not None:
             assert store is not None
-            self.scheduler_connector = OuterConnector(connector_config, Role.SCHEDULER, store=store, groups=self.groups)
+            self.scheduler_connector = OuterConnector(
+                connector_config, Role.SCHEDULER, store=store, world_size=config.world_size, groups=self.groups
+            )
         self.scheduler = SimScheduler(
             config.workload, self.scheduler_connector, world_size=config.world_size, timed=self.timer.measure,
             moves=moves,

@@ -1,0 +1,117 @@
+"""The scheduler's store lookup counts a block only once every rank's shard of it is stored.
+
+Under tensor parallelism each rank dumps its shard under its own key in its own task, so rank 0's task can
+finish while another rank's still runs. A lookup of rank 0's keys alone then offers a hit that rank's load
+misses: a request failed under vLLM's default policy "fail", and under two KV-cache groups vLLM 0.32's
+RuntimeError (the property search of tests/reference/test_reference_statemachine_sliding_window.py found it
+that way). The model's lookup sees a prompt only once no rank's dump of it runs (spec/DeferDump.tla, `Visible`).
+"""
+from __future__ import annotations
+
+import torch
+
+from deferdump.reference import ConnectorConfig, DirectConnector, ManualStore, Role
+from deferdump.reference.connectors import LayerWiseConnector
+from deferdump.reference.hashing import layer_key, prefix_block_hashes, rank_key
+from deferdump.reference.invariants import InvariantViolation
+from deferdump.reference.testing.late_copy import LateCopyDevice
+from deferdump.tools.engine.moves import ScriptedMoves
+from deferdump.tools.engine.steploop import StepLoop
+from support.reference import request
+from support.statemachine import TOKEN_VOCAB, Deployment, prompt_of
+
+BLOCK = 2
+
+
+def _stored(store: ManualStore, keys: list[bytes]) -> None:
+    for key in keys:
+        store._blocks[key] = torch.zeros(1, dtype=torch.uint8)
+
+
+def _hit_blocks(config: ConnectorConfig, world_size: int, stored: list[bytes], cls: type = DirectConnector) -> int:
+    store = ManualStore()
+    _stored(store, stored)
+    sched = cls(config, Role.SCHEDULER, store=store, world_size=world_size)
+    external, _ = sched.get_num_new_matched_tokens(request("r", 9), 0)  # 4 full blocks and one token
+    return external // BLOCK
+
+
+def _hashes() -> list[bytes]:
+    return prefix_block_hashes(request("r", 9).token_ids, BLOCK, 1)
+
+
+def test_a_block_is_a_hit_only_where_every_rank_stored_its_shard() -> None:
+    hashes = _hashes()
+    rank0, rank1 = [rank_key(h, 0) for h in hashes], [rank_key(h, 1) for h in hashes]
+    config = ConnectorConfig(block_size=BLOCK)
+    assert _hit_blocks(config, 2, rank0[:3] + rank1[:2]) == 2
+    assert _hit_blocks(config, 2, rank0[:3] + rank1[1:3]) == 0, "rank 1's first shard is missing"
+    assert _hit_blocks(config, 2, rank0 + rank1) == 4
+    assert _hit_blocks(config, 1, rank0[:3]) == 3, "one rank: its own keys are the whole block"
+
+
+def test_mla_ranks_share_rank_0s_keys() -> None:
+    rank0 = [rank_key(h, 0) for h in _hashes()]
+    assert _hit_blocks(ConnectorConfig(block_size=BLOCK, is_mla=True), 2, rank0[:3]) == 3
+
+
+def test_per_layer_lookups_ask_every_ranks_layer_0_key() -> None:
+    hashes = _hashes()
+    layer0 = {rank: [layer_key(rank_key(h, rank), 0) for h in hashes] for rank in (0, 1)}
+    config = ConnectorConfig(variant="layerwise", block_size=BLOCK)
+    assert _hit_blocks(config, 2, layer0[0] + layer0[1][:1], LayerWiseConnector) == 1
+    assert _hit_blocks(config, 2, layer0[0] + layer0[1], LayerWiseConnector) == 4
+
+
+def _hit_tokens(engine: StepLoop) -> float:
+    assert engine.scheduler_connector is not None
+    return engine.scheduler_connector.inner.metrics.value("deferdump_external_hit_tokens_total")
+
+
+def _violations(engine: StepLoop) -> list[str]:
+    try:
+        engine.check()
+    except InvariantViolation as caught:
+        return caught.violations
+    return []
+
+
+def test_a_prompt_whose_dump_runs_on_another_rank_is_no_hit_under_two_groups() -> None:
+    """The case the property search found (two ranks, a hybrid model): rank 0's dump of a prompt finishes,
+    rank 1's still runs, and the same prompt comes in. Before the fix the lookup saw rank 0's key, rank 1's
+    load missed, and vLLM 0.32 would have raised (`HybridLoadErrors`)."""
+    store = ManualStore(auto_complete_on_wait=True)
+    config = Deployment(sliding_window=2, world_size=2, num_blocks=14).loop_config()
+    engine = StepLoop(config, store, device_factory=lambda rank: LateCopyDevice(), moves=ScriptedMoves(TOKEN_VOCAB))
+    engine.scheduler.add_request(prompt_of(2, 2), 2)
+    engine.step()
+    dumps = [task for task in store.pending_tasks() if task.kind == "dump"]
+    assert len(dumps) == 2, "one dump task per rank"
+    # each task holds the block's full-attention row, then its sliding-window group's; rank 1 re-keys
+    (rank0_task,) = [t for t in dumps if any(u.block_hashes[0] == rank_key(t.block_hashes[0], 1) for u in dumps)]
+    store.complete(rank0_task)
+    engine.scheduler.add_request(prompt_of(2, 2), 1)
+    engine.step()
+    assert _violations(engine) == []
+    assert _hit_tokens(engine) == 0, "rank 1's shard is not stored yet"
+    for task in store.pending_tasks():
+        store.complete(task)
+    engine.drain_and_shutdown()
+    assert _violations(engine) == []
+
+
+def test_once_every_rank_stored_it_the_prompt_is_a_hit() -> None:
+    store = ManualStore(auto_complete_on_wait=True)
+    config = Deployment(sliding_window=2, world_size=2, num_blocks=14).loop_config()
+    engine = StepLoop(config, store, device_factory=lambda rank: LateCopyDevice(), moves=ScriptedMoves(TOKEN_VOCAB))
+    engine.scheduler.add_request(prompt_of(2, 4), 1)
+    engine.step()
+    for task in store.pending_tasks():
+        store.complete(task)
+    engine.step()
+    engine.scheduler.add_request(prompt_of(2, 4), 1)
+    engine.step()
+    assert _hit_tokens(engine) == 3, "4 tokens stored, the last one computed"
+    assert _violations(engine) == []
+    engine.drain_and_shutdown()
+    assert _violations(engine) == []
