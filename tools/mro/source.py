@@ -18,7 +18,7 @@ from deferdump.tools.mro.errors import DuplicateClassError, SourceParseError
 from deferdump.tools.mro.ast_helpers import derived_names, is_self as _is_self, loop_bodies
 from deferdump.tools.mro.ast_helpers import target_names as _target_names
 from deferdump.tools.mro.block_tables import BlockCall, TableExtension, block_calls, table_extensions
-from deferdump.tools.mro.task_holders import entry_visits, helper_keeps, returns_task
+from deferdump.tools.mro.task_holders import dropped_submits, entry_visits, helper_keeps, returns_task
 
 log = logging.getLogger(__name__)
 
@@ -772,7 +772,9 @@ class _MethodReader:
             wait_or_keep=self._wait_or_keep(),
             opaque=tuple(dict.fromkeys((*self.opaque, *self._named_at_run_time(), *self._rebound_aliases(),
                                         *self._subset_waits()))),
-            lost_tasks=tuple(dict.fromkeys(self.lost_tasks)),
+            lost_tasks=tuple(dict.fromkeys((*self.lost_tasks, *(
+                f"line {line}: the task {call} returns is dropped (a statement of its own, or bound to names "
+                "nothing reads), so no wait reaches it" for line, call in dropped_submits(self.func, own, STORE_SUBMITS))))),
             attr_stores=frozenset(self.attr_stores),
             attr_loads=frozenset(self.attr_loads),
             is_property=any(_simple(_dotted(d) or "") == "property" for d in self.func.decorator_list),

@@ -4,7 +4,8 @@ the unreached-task rule (unreached_tasks.py) reads, kept out of the main reader 
 The reader's data flow of store tasks (``TaskFlow``) follows a submit's result through the locals of one body; a task
 a ``self`` helper returns (``task = self._launch(order)``, whose body is ``return self._store.dump(...)``) and the
 caller appends to ``self._background`` is kept there unseen (the twenty-ninth blind round's
-``DetachedBackfillConnector``). These facts name the pairs (helper, container); the rule resolves the helper."""
+``DetachedBackfillConnector``). These facts name the pairs (helper, container); the rule resolves the helper. A
+submit whose task the body drops (``dropped_submits``) is held nowhere at all: the reader counts it as lost."""
 from __future__ import annotations
 
 import ast
@@ -86,3 +87,34 @@ def entry_visits(nodes: list[ast.AST], waits: frozenset[str],
         found.append((attr, any(isinstance(c.func, ast.Attribute) and c.func.attr in waits for c in calls),
                       frozenset(h for c in calls if (h := self_call(c)) is not None)))
     return tuple(dict.fromkeys(found))
+
+
+#: Modules whose ``dump`` writes an object out and returns no task (``json.dump(obj, f)``).
+_SERIALIZERS = frozenset({"json", "pickle", "cloudpickle", "marshal", "yaml", "toml", "ujson", "orjson", "msgpack"})
+
+
+def dropped_submits(func: ast.FunctionDef | ast.AsyncFunctionDef, nodes: list[ast.AST],
+                    submits: frozenset[str]) -> tuple[tuple[int, str], ...]:
+    """(line, the call) for each store submit whose task the body drops: the call is a statement of its own, or its
+    result is bound only to local names that nothing in the function (nested functions included) reads. No wait can
+    reach such a task: a store's wait takes the task the submit returned."""
+    read = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store)}
+    shared = {name for n in ast.walk(func) if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names}
+    parents = {child: node for node in nodes for child in ast.iter_child_nodes(node)}
+    found: list[tuple[int, str]] = []
+    for node in nodes:
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in submits):
+            continue
+        if isinstance(node.func.value, ast.Name) and node.func.value.id in _SERIALIZERS:
+            continue
+        parent = parents.get(node)
+        if isinstance(parent, ast.Expr):
+            dropped = True
+        elif isinstance(parent, (ast.Assign, ast.AnnAssign)):
+            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+            dropped = all(isinstance(t, ast.Name) and t.id not in read and t.id not in shared for t in targets)
+        else:
+            dropped = False
+        if dropped:
+            found.append((node.lineno, f"{ast.unparse(node.func)}(...)"))
+    return tuple(found)
