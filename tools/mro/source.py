@@ -18,7 +18,15 @@ from deferdump.tools.mro.errors import DuplicateClassError, SourceParseError
 from deferdump.tools.mro.ast_helpers import derived_names, is_self as _is_self, loop_bodies
 from deferdump.tools.mro.ast_helpers import target_names as _target_names
 from deferdump.tools.mro.block_tables import BlockCall, TableExtension, block_calls, table_extensions
-from deferdump.tools.mro.task_holders import dropped_submits, entry_visits, helper_keeps, returns_task
+from deferdump.tools.mro.task_holders import (
+    CopyRecord,
+    copy_records,
+    dropped_submits,
+    entry_visits,
+    helper_keeps,
+    param_fills,
+    returns_task,
+)
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +141,8 @@ class MethodFacts:
     returns_task: bool = False
     helper_keeps: tuple[tuple[str, str], ...] = ()
     entry_visits: tuple[tuple[str, bool, frozenset[str]], ...] = ()
+    copy_records: tuple[CopyRecord, ...] = ()  # copies filled with tasks that the definition keeps to itself
+    param_fills: tuple[tuple[int, int, str], ...] = ()  # (i, j, f): parameter j's value put into field f of parameter i
     # (line, test) of each ``if`` that waits (a store wait or a ``self`` helper) on one side and adds to a ``self``
     # container on the other: some tasks waited at once, others kept, by a test the reader does not evaluate
     wait_or_keep: tuple[tuple[int, str], ...] = ()
@@ -769,6 +779,8 @@ class _MethodReader:
             returns_task=returns_task(own, STORE_SUBMITS),
             helper_keeps=helper_keeps(own),
             entry_visits=entry_visits(own, STORE_WAITS, ITERATION_BUILTINS),
+            copy_records=copy_records(self.func, own, STORE_SUBMITS),
+            param_fills=param_fills(self.func, own),
             wait_or_keep=self._wait_or_keep(),
             opaque=tuple(dict.fromkeys((*self.opaque, *self._named_at_run_time(), *self._rebound_aliases(),
                                         *self._subset_waits()))),

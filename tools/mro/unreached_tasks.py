@@ -7,13 +7,15 @@ no loop of the step's methods waits entry by entry, has dumps no finish and no p
 blind round's ``DetachedBackfillConnector`` keeps the backfill dumps of a request's locally hit blocks (returned by a
 helper, ``task = self._launch(order)``) in ``self._background``, reaped only by ``check``, for requests the scheduler
 does not delay, so vLLM frees those blocks (scheduler.py ~2740-2749) while the dumps read them. A pass of the model
-proves nothing for such a class.
+proves nothing for such a class. The same holds where the save path records its tasks on a copy it keeps to itself
+(``copied_task_records``): the twenty-ninth blind round's ``IsolatedScopedRecordConnector`` records them on
+``dataclasses.replace(meta, records=[])`` while ``clear_connector_metadata`` settles the original's list.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from deferdump.tools.mro.behaviour import UNMODELLED_STEP_METHODS, WAIT_CALLS
+from deferdump.tools.mro.behaviour import SUBMIT_CALLS, UNMODELLED_STEP_METHODS, WAIT_CALLS
 
 if TYPE_CHECKING:
     from deferdump.tools.mro.behaviour import EffectReader
@@ -95,3 +97,50 @@ def unreached_task_holders(reader: "EffectReader", cls: str) -> tuple[str, ...]:
         "reads and no loop of the step's methods waits: a request vLLM frees (not delayed for them, or at a "
         "preemption) leaves those dumps reading its blocks, where the model's deferred dumps are waited on that path"
         for attr, where in sorted(holders.items()) if attr not in reached and attr in visited)
+
+
+def _submits(reader: "EffectReader", cls: str, held: str) -> bool:
+    """Does a value the copy gets hold a store task: a submit's, or the result of a ``self`` helper that submits?"""
+    if held == "":
+        return True
+    owner = reader.hierarchy.lookup(cls, held)
+    return owner is not None and not reader.hierarchy.classes[owner].external \
+        and bool(reader.effect(cls, owner, held).calls & SUBMIT_CALLS)
+
+
+def copied_task_records(reader: "EffectReader", cls: str) -> tuple[str, ...]:
+    """Why a pass proves nothing for ``cls``: its save path puts store tasks into fields of a copy it keeps to itself (a
+    local bound to ``dataclasses.replace(...)``/``copy.copy(...)``, which no ``return``, store or call lets out, whose
+    filled fields go nowhere else, and which no ``self`` helper it is handed to keeps in ``self``), itself or through a
+    ``self`` helper that puts one parameter into a field of the copy's parameter. The copy is gone when the call
+    returns, and with it the only record of those dumps: nothing can wait them, where the model's deferred dumps are
+    waited before their blocks are freed."""
+    found: list[str] = []
+    for facts in _path(reader, cls, SAVE_PATH):
+        for record in facts.copy_records:
+            fields: dict[str, str] = {field: (f"puts the task of {held + '()' if held else 'a store submit'} into "
+                                              f"{record.local}.{field}")
+                                      for field, held in record.filled if _submits(reader, cls, held)}
+            for helper, position, others in record.passes:
+                called = _resolved(reader, cls, helper)
+                for i, j, field in called.param_fills if called is not None else ():
+                    held = dict(others).get(j)
+                    if i == position and held is not None and _submits(reader, cls, held):
+                        fields.setdefault(field, f"hands it to {helper}(), which puts argument {j + 1} (the task of "
+                                                 f"{held + '()' if held else 'a store submit'}) into its {field}")
+            if not fields or set(fields) & record.escaped:
+                continue
+            kept = False
+            for helper, position, field in record.handed:
+                if field and field not in fields:
+                    continue  # another field (``meta.slices``): not where the tasks are
+                called = _resolved(reader, cls, helper)
+                kept |= called is None or position >= len(called.param_names) \
+                    or called.param_names[position] in called.kept_params or called.returns_task
+            if kept:
+                continue  # a helper that was not read, or one that keeps (or returns) what it is given
+            found.append(f"{facts.owner}.{facts.name} (line {record.line}) records store tasks on {record.local}, "
+                         f"a copy it keeps to itself, and {next(iter(fields.values()))}: the copy is gone when the "
+                         "call returns, so nothing waits those dumps, where the model's deferred dumps are waited "
+                         "before their blocks are freed")
+    return tuple(dict.fromkeys(found))
