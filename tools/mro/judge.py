@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 
 from deferdump.tools.mro.block_tables import unreplaced_tables
+from deferdump.tools.mro.copied_sweeps import entries_left_behind
 from deferdump.tools.mro.unreached_tasks import copied_task_records, unreached_task_holders
 from deferdump.tools.mro.behaviour import (
     ABSTRACT_REASON,
@@ -587,7 +588,8 @@ class Judge:
             if stale:  # the class's dumps may read ids it kept from before a preemption; the model's never do
                 return passed("unknown", stale)
             unwaited = tuple(r for c in concretes for r in (*unreached_task_holders(self.reader, c),
-                                                            *copied_task_records(self.reader, c)))
+                                                            *copied_task_records(self.reader, c),
+                                                            *entries_left_behind(self.reader, c)))
             if unwaited:  # dumps kept where no finish or preemption waits them: the model's are waited there
                 return passed("unknown", unwaited)
             outside = self._transfers_outside_the_model(cls, context.inner)

@@ -20,6 +20,7 @@ from deferdump.tools.mro.ast_helpers import target_names as _target_names
 from deferdump.tools.mro.block_tables import BlockCall, TableExtension, block_calls, table_extensions
 from deferdump.tools.mro.task_holders import (
     CopyRecord,
+    copied_sweeps,
     copy_records,
     dropped_submits,
     entry_visits,
@@ -143,6 +144,8 @@ class MethodFacts:
     entry_visits: tuple[tuple[str, bool, frozenset[str]], ...] = ()
     copy_records: tuple[CopyRecord, ...] = ()  # copies filled with tasks that the definition keeps to itself
     param_fills: tuple[tuple[int, int, str], ...] = ()  # (i, j, f): parameter j's value put into field f of parameter i
+    # loops over a copy of a ``self`` container or entry: (attribute, line, waits, ``self`` helpers called)
+    copied_sweeps: tuple[tuple[str, int, bool, frozenset[str]], ...] = ()
     # (line, test) of each ``if`` that waits (a store wait or a ``self`` helper) on one side and adds to a ``self``
     # container on the other: some tasks waited at once, others kept, by a test the reader does not evaluate
     wait_or_keep: tuple[tuple[int, str], ...] = ()
@@ -781,6 +784,7 @@ class _MethodReader:
             entry_visits=entry_visits(own, STORE_WAITS, ITERATION_BUILTINS),
             copy_records=copy_records(self.func, own, STORE_SUBMITS),
             param_fills=param_fills(self.func, own),
+            copied_sweeps=copied_sweeps(own, STORE_WAITS),
             wait_or_keep=self._wait_or_keep(),
             opaque=tuple(dict.fromkeys((*self.opaque, *self._named_at_run_time(), *self._rebound_aliases(),
                                         *self._subset_waits()))),

@@ -304,3 +304,36 @@ def param_fills(func: ast.FunctionDef | ast.AsyncFunctionDef, nodes: list[ast.AS
 
 def _names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+#: Builtins that make a new container of what they are given (``list(self.x[r])``).
+_NEW_CONTAINERS = frozenset({"list", "tuple", "sorted", "set", "frozenset"})
+
+
+def _copied_container(value: ast.AST) -> str | None:
+    """``list(self.x.get(r, ()))``, ``self.x[r].copy()``, ``sorted(self.x)`` -> ``x``: a new container of the entries."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in _NEW_CONTAINERS \
+            and len(value.args) == 1:
+        return self_container(value.args[0])
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "copy" \
+            and not value.args:
+        return self_container(value.func.value)
+    return None
+
+
+def copied_sweeps(nodes: list[ast.AST], waits: frozenset[str]) -> tuple[tuple[str, int, bool, frozenset[str]], ...]:
+    """Loops over a local bound only to a copy of a ``self`` container or of one of its entries (``tickets =
+    list(self._by_req.get(r, ()))``, then ``for t in tickets:``): (attribute, line, does the body call a store wait, the
+    ``self`` helpers it calls). What such a loop ends stays in the container unless something removes it there."""
+    bound = _bindings(nodes)
+    copies = {name: attrs.pop() for name, values in bound.items()
+              if values and len(attrs := {_copied_container(v) for v in values}) == 1 and None not in attrs}
+    found: list[tuple[str, int, bool, frozenset[str]]] = []
+    for node in nodes:
+        if not (isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.iter, ast.Name) and node.iter.id in copies):
+            continue
+        calls = [c for part in node.body for c in ast.walk(part) if isinstance(c, ast.Call)]
+        found.append((copies[node.iter.id], node.lineno,
+                      any(isinstance(c.func, ast.Attribute) and c.func.attr in waits for c in calls),
+                      frozenset(h for c in calls if (h := self_call(c)) is not None)))
+    return tuple(found)
