@@ -78,3 +78,24 @@ def derived_names(bindings: list[tuple[set[str], ast.AST]], seeds: set[str],
                 derived |= names
                 grew = True
     return derived
+
+
+def attribute_reads(nodes: Iterable[ast.AST], attr: str) -> tuple[tuple[int, bool], ...]:
+    """(line, is it only measured) for each read of ``<x>.<attr>`` (or ``getattr(x, "<attr>", ...)``) among ``nodes``:
+    measured when the read (possibly ``x.attr or ()``) is the argument of ``len(...)``, so none of its entries is used."""
+    nodes = list(nodes)
+    parents = {child: node for node in nodes for child in ast.iter_child_nodes(node)}
+    found: list[tuple[int, bool]] = []
+    for node in nodes:
+        read = (isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.ctx, ast.Load)) or (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value == attr)
+        if not read:
+            continue
+        child, up = node, parents.get(node)
+        while isinstance(up, ast.BoolOp):
+            child, up = up, parents.get(up)
+        measured = isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id == "len" \
+            and up.args == [child]
+        found.append((node.lineno, measured))
+    return tuple(found)

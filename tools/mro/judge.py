@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 
 from deferdump.tools.mro.block_tables import unreplaced_tables
 from deferdump.tools.mro.copied_sweeps import entries_left_behind
+from deferdump.tools.mro.own_victims import counted_victims
 from deferdump.tools.mro.unreached_tasks import copied_task_records, unreached_task_holders
 from deferdump.tools.mro.behaviour import (
     ABSTRACT_REASON,
@@ -592,6 +593,9 @@ class Judge:
                                                             *entries_left_behind(self.reader, c)))
             if unwaited:  # dumps kept where no finish or preemption waits them: the model's are waited there
                 return passed("unknown", unwaited)
+            chosen = tuple(r for c in concretes for r in counted_victims(self.reader, c))
+            if chosen:  # the workers wait the dumps of requests the class picked, not of those vLLM preempted
+                return passed("unknown", chosen)
             outside = self._transfers_outside_the_model(cls, context.inner)
             if outside:  # more transfers can only add hazards: an unsafe verdict stands, a safe one cannot
                 return passed("unknown", outside)

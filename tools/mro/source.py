@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Literal, Mapping, Sequence
 
 from deferdump.tools.mro.errors import DuplicateClassError, SourceParseError
-from deferdump.tools.mro.ast_helpers import derived_names, is_self as _is_self, loop_bodies
+from deferdump.tools.mro.ast_helpers import attribute_reads, derived_names, is_self as _is_self, loop_bodies
 from deferdump.tools.mro.ast_helpers import target_names as _target_names
 from deferdump.tools.mro.block_tables import BlockCall, TableExtension, block_calls, table_extensions
 from deferdump.tools.mro.task_holders import (
@@ -146,6 +146,8 @@ class MethodFacts:
     param_fills: tuple[tuple[int, int, str], ...] = ()  # (i, j, f): parameter j's value put into field f of parameter i
     # loops over a copy of a ``self`` container or entry: (attribute, line, waits, ``self`` helpers called)
     copied_sweeps: tuple[tuple[str, int, bool, frozenset[str]], ...] = ()
+    # reads of ``preempted_req_ids``: (line, only its length is used) (own_victims.py)
+    preempted_reads: tuple[tuple[int, bool], ...] = ()
     # (line, test) of each ``if`` that waits (a store wait or a ``self`` helper) on one side and adds to a ``self``
     # container on the other: some tasks waited at once, others kept, by a test the reader does not evaluate
     wait_or_keep: tuple[tuple[int, str], ...] = ()
@@ -785,6 +787,7 @@ class _MethodReader:
             copy_records=copy_records(self.func, own, STORE_SUBMITS),
             param_fills=param_fills(self.func, own),
             copied_sweeps=copied_sweeps(own, STORE_WAITS),
+            preempted_reads=attribute_reads(own, "preempted_req_ids"),
             wait_or_keep=self._wait_or_keep(),
             opaque=tuple(dict.fromkeys((*self.opaque, *self._named_at_run_time(), *self._rebound_aliases(),
                                         *self._subset_waits()))),
