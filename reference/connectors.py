@@ -110,9 +110,14 @@ class DirectConnector:
         metrics: ConnectorMetrics | None = None,
         owns_store: bool = False,
         groups: Sequence[KVGroup] | None = None,
+        num_layers: int | None = None,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world_size {world_size}")
+        if num_layers is not None and (isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1):
+            raise ValueError(f"num_layers must be a positive integer or None, got {num_layers!r}")
+        # the model's KV layers: per-layer lookups ask every layer's key (None: unknown, layer 0's only)
+        self.num_layers = num_layers
         self.groups: tuple[KVGroup, ...] = tuple(groups) if groups else SINGLE_GROUP
         if self.groups[0].sliding_window is not None:
             # the first group keys the blocks and its window frees are not tracked (only the other groups'
@@ -211,7 +216,7 @@ class DirectConnector:
         except Exception as exc:  # a failed lookup is a miss (UCM)
             logger.warning("lookup for %s failed, counted as a miss: %s", request.req_id, exc)
             found = 0
-        store_hits = found // len(shards)  # leading hashes every rank's shard of is stored
+        store_hits = found // (len(shards) * self._lookup_layers())  # hashes stored on every rank and layer
         total_hit_blocks = hbm_hit_blocks + store_hits // per_block
         external = max(0, total_hit_blocks * block_size - num_computed_tokens)
         if external and total_hit_blocks * block_size >= len(request.token_ids):
@@ -232,16 +237,22 @@ class DirectConnector:
             return (0,)
         return tuple(range(self.world_size))
 
+    def _lookup_layers(self) -> int:
+        """How many layer keys each rank key stands for in a lookup: every layer's with per-layer dumps where
+        the layer count is known, else one (the plain key, or layer 0's)."""
+        return self.num_layers if self._per_layer and self.num_layers is not None else 1
+
     def _lookup_keys(self, hashes: Sequence[bytes]) -> list[bytes]:
-        """Store keys the scheduler looks up, hash by hash: each rank's shard key (`_shard_ranks`), as
-        layer 0's key for per-layer dumps. A block is a hit only once every rank's dump of it is stored:
-        each rank dumps its shard in its own task, so rank 0's key can be stored while another rank's dump
-        still runs, and that rank's load would miss (a request failed under policy "fail"; vLLM 0.32 raises
-        on any block-level load error under two KV-cache groups, scheduler.py 3365-3374). The model's
-        lookup sees a prompt only once no rank's dump of it runs (spec/DeferDump.tla, `Visible`)."""
+        """Store keys the scheduler looks up, hash by hash: each rank's shard key (`_shard_ranks`), and for
+        per-layer dumps each layer's key of it (layer 0's only where `num_layers` is unknown). A block is a
+        hit only once every one of them is stored: each rank dumps its shard, and each layer, in a task of its
+        own, so one key can be stored while another's dump still runs, and the load of that one would miss (a
+        request failed under policy "fail"; vLLM 0.32 raises on any block-level load error under two
+        KV-cache groups, scheduler.py 3365-3374). The model's lookup sees a prompt only once no dump of it
+        runs, on any rank (spec/DeferDump.tla, `Visible`)."""
         keys = [rank_key(h, rank) for h in hashes for rank in self._shard_ranks()]
         if self._per_layer:
-            return [layer_key(k, 0) for k in keys]
+            return [layer_key(k, layer) for k in keys for layer in range(self._lookup_layers())]
         return keys
 
     def update_state_after_alloc(
@@ -1183,6 +1194,7 @@ class OuterConnector:
         events: EventRegistry | None = None,
         metrics: ConnectorMetrics | None = None,
         groups: Sequence[KVGroup] | None = None,
+        num_layers: int | None = None,
     ) -> None:
         owns_store = store is None
         self.inner: DirectConnector = self.inner_class(config)(
@@ -1196,6 +1208,7 @@ class OuterConnector:
             metrics=metrics,
             owns_store=owns_store,
             groups=groups,
+            num_layers=num_layers,
         )
 
     @staticmethod

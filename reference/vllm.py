@@ -181,6 +181,14 @@ def kv_groups(kv_cache_config: "KVCacheConfig") -> tuple[tuple[KVGroup, ...], tu
     return tuple(groups[i][1] for i in order), order
 
 
+def kv_layer_count(kv_cache_config: "KVCacheConfig") -> int | None:
+    """How many KV-cache layers the workers register (every group's layer names), for the scheduler's per-layer
+    lookups; None where the config names none."""
+    names = {name for group in getattr(kv_cache_config, "kv_cache_groups", None) or ()
+             for name in getattr(group, "layer_names", ())}
+    return len(names) or None
+
+
 def single_group(block_ids: Sequence[Sequence[int]] | None, what: str) -> tuple[int, ...]:
     """The block ids of the only KV-cache group."""
     if not block_ids:
@@ -282,7 +290,8 @@ class DeferDumpConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc,
             if role == KVConnectorRole.SCHEDULER:
                 self._rank, world_size = 0, vllm_config.parallel_config.tensor_parallel_size
                 self.core = OuterConnector(
-                    config, Role.SCHEDULER, store=self.store, rank=0, world_size=world_size, groups=self._groups
+                    config, Role.SCHEDULER, store=self.store, rank=0, world_size=world_size, groups=self._groups,
+                    num_layers=kv_layer_count(kv_cache_config),
                 )
             else:
                 self._rank, world_size = _worker_rank(vllm_config)

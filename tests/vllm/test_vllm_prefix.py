@@ -52,6 +52,7 @@ def test_prefix_second_generation_loads_from_store(tiny_model: Path, store_dir: 
         first = generate_and_drain(llm, PROMPTS, MAX_TOKENS)
         assert metric(scheduler, "deferdump_external_hit_tokens_total") == 0  # nothing stored yet
         layers = TINY_LLAMA_CONFIG["num_hidden_layers"]
+        assert scheduler.core.inner.num_layers == layers  # every layer's key is looked up (per-layer dumps)
         stored_blocks = FULL_BLOCKS * (layers if variant == "layerwise" else 1)
         assert worker.store.stats().blocks == stored_blocks
         assert llm.reset_prefix_cache(), "vLLM still holds blocks after the drain"

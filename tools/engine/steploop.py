@@ -177,7 +177,8 @@ class StepLoop:
         if connector_config is not None:
             assert store is not None
             self.scheduler_connector = OuterConnector(
-                connector_config, Role.SCHEDULER, store=store, world_size=config.world_size, groups=self.groups
+                connector_config, Role.SCHEDULER, store=store, world_size=config.world_size, groups=self.groups,
+                num_layers=config.shape.layers,
             )
         self.scheduler = SimScheduler(
             config.workload, self.scheduler_connector, world_size=config.world_size, timed=self.timer.measure,
