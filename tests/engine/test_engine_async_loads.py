@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from deferdump.reference.invariants import InvariantViolation
 from deferdump.reference.testing.late_copy import LateCopyDevice
 from deferdump.reference.testing.manual_store import ManualStore
 from deferdump.tools.engine.moves import ScriptedMoves
 from deferdump.tools.engine.scheduler import SimRequest, Status
 from deferdump.tools.engine.steploop import StepLoop
-from support.statemachine import TOKEN_VOCAB, Deployment, prompt_of
+from support.statemachine import TOKEN_VOCAB, Deployment, prompt_of, engine_violations as _violations
 
 
 def _engine(**deployment: object) -> tuple[StepLoop, ManualStore]:
@@ -19,14 +18,6 @@ def _engine(**deployment: object) -> tuple[StepLoop, ManualStore]:
     config = Deployment(load_async=True, **deployment).loop_config()  # type: ignore[arg-type]
     engine = StepLoop(config, store, device_factory=lambda rank: LateCopyDevice(), moves=ScriptedMoves(TOKEN_VOCAB))
     return engine, store
-
-
-def _violations(engine: StepLoop) -> list[str]:
-    try:
-        engine.check()
-    except InvariantViolation as caught:
-        return caught.violations
-    return []
 
 
 def _complete_all(store: ManualStore) -> None:

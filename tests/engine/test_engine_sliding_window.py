@@ -10,14 +10,13 @@ from typing import Any
 import pytest
 
 from deferdump.reference.groups import NULL_BLOCK
-from deferdump.reference.invariants import InvariantViolation
 from deferdump.reference.testing.late_copy import LateCopyDevice
 from deferdump.reference.testing.manual_store import ManualStore
 from deferdump.tools.engine.forward import ModelShape
 from deferdump.tools.engine.moves import ScriptedMoves
 from deferdump.tools.engine.scheduler import BlockPool, SimulationError, WorkloadConfig
 from deferdump.tools.engine.steploop import LoopConfig, StepLoop
-from support.statemachine import TOKEN_VOCAB, Deployment, prompt_of
+from support.statemachine import TOKEN_VOCAB, Deployment, prompt_of, engine_violations as _violations
 
 
 def _engine(fence: str = "freed", window: int = 1, world_size: int = 1) -> tuple[StepLoop, ManualStore]:
@@ -25,14 +24,6 @@ def _engine(fence: str = "freed", window: int = 1, world_size: int = 1) -> tuple
     config = Deployment(sliding_window=window, hybrid_fence=fence, world_size=world_size, num_blocks=14).loop_config()
     engine = StepLoop(config, store, device_factory=lambda rank: LateCopyDevice(), moves=ScriptedMoves(TOKEN_VOCAB))
     return engine, store
-
-
-def _violations(engine: StepLoop) -> list[str]:
-    try:
-        engine.check()
-    except InvariantViolation as caught:
-        return caught.violations
-    return []
 
 
 def _complete_all(store: ManualStore) -> None:

@@ -16,12 +16,11 @@ import torch
 from deferdump.reference import ConnectorConfig, DirectConnector, ManualStore, Role
 from deferdump.reference.connectors import LayerWiseConnector
 from deferdump.reference.hashing import layer_key, prefix_block_hashes, rank_key
-from deferdump.reference.invariants import InvariantViolation
 from deferdump.reference.testing.late_copy import LateCopyDevice
 from deferdump.tools.engine.moves import ScriptedMoves
 from deferdump.tools.engine.steploop import StepLoop
 from support.reference import request
-from support.statemachine import TOKEN_VOCAB, Deployment, prompt_of
+from support.statemachine import TOKEN_VOCAB, Deployment, prompt_of, engine_violations as _violations
 
 BLOCK = 2
 
@@ -81,14 +80,6 @@ def test_a_bad_layer_count_is_refused(bad: object) -> None:
 def _hit_tokens(engine: StepLoop) -> float:
     assert engine.scheduler_connector is not None
     return engine.scheduler_connector.inner.metrics.value("deferdump_external_hit_tokens_total")
-
-
-def _violations(engine: StepLoop) -> list[str]:
-    try:
-        engine.check()
-    except InvariantViolation as caught:
-        return caught.violations
-    return []
 
 
 def test_a_prompt_whose_dump_runs_on_another_rank_is_no_hit_under_two_groups() -> None:

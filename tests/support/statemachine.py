@@ -105,6 +105,15 @@ HYBRID_DEPLOYMENTS = [
 ]
 
 
+def engine_violations(engine: StepLoop) -> list[str]:
+    """The invariant violations the engine's checks report now (empty when every invariant holds)."""
+    try:
+        engine.check()
+    except InvariantViolation as caught:
+        return caught.violations
+    return []
+
+
 def prompt_of(base: int, length: int) -> list[int]:
     """A prefix of base sequence `base` (shared prefixes give store hits)."""
     return [(base * 17 + i * 5 + (i * i) % 7) % TOKEN_VOCAB for i in range(length)]
