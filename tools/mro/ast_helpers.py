@@ -40,6 +40,11 @@ def loop_bodies(nodes: Iterable[ast.AST]) -> Iterator[tuple[ast.expr, list[ast.A
                 yield generator.iter, [*element, *generator.ifs]
 
 
+def names_in(node: ast.AST) -> set[str]:
+    """Every name an expression (or statement) mentions, at any depth."""
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
 def self_call(node: ast.AST) -> str | None:
     """``self.<m>(...)`` -> ``m``."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and is_self(node.func.value):

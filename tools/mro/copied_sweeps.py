@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from deferdump.tools.mro.behaviour import WAIT_CALLS
-from deferdump.tools.mro.unreached_tasks import WAITING_PATH, _path, _resolved
+from deferdump.tools.mro.unreached_tasks import WAITING_PATH, reached_facts, resolved_method
 
 if TYPE_CHECKING:
     from deferdump.tools.mro.behaviour import EffectReader
@@ -36,7 +36,7 @@ def entries_left_behind(reader: "EffectReader", cls: str) -> tuple[str, ...]:
         owner = reader.hierarchy.lookup(cls, top)
         if owner is None or reader.hierarchy.classes[owner].external:
             continue
-        reached = list(_path(reader, cls, (top,)))
+        reached = list(reached_facts(reader, cls, (top,)))
         sweeps = [(f, attr, line) for f in reached for attr, line, waits, helpers in f.copied_sweeps
                   if waits or any(_ends(reader, cls, h) for h in helpers)]
         if not sweeps:
@@ -51,7 +51,7 @@ def entries_left_behind(reader: "EffectReader", cls: str) -> tuple[str, ...]:
                             if not reader.hierarchy.classes[o].external
                             for name, f in reader.hierarchy.classes[o].methods.items()
                             if (o, name) not in here and any(a == attr for a, _, _ in f.entry_visits)
-                            and _resolved(reader, cls, name) is f)
+                            and resolved_method(reader, cls, name) is f)
             if others:
                 found.append(f"{facts.owner}.{facts.name} (line {line}) ends the entries of a copy of self.{attr} "
                              f"and leaves them in self.{attr}, which {others[0]} visits again: a task may be waited, "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from deferdump.tools.mro.unreached_tasks import _path
+from deferdump.tools.mro.unreached_tasks import reached_facts
 
 if TYPE_CHECKING:
     from deferdump.tools.mro.behaviour import EffectReader
@@ -24,7 +24,7 @@ BUILD_PATH = ("build_connector_meta",)
 def counted_victims(reader: "EffectReader", cls: str) -> tuple[str, ...]:
     """Why a pass proves nothing for ``cls``: every read of ``preempted_req_ids`` reached from ``build_connector_meta``
     only measures it (``len(...)``): no entry of vLLM's victim list reaches the workers."""
-    reads = [(facts, line, measured) for facts in _path(reader, cls, BUILD_PATH)
+    reads = [(facts, line, measured) for facts in reached_facts(reader, cls, BUILD_PATH)
              for line, measured in facts.preempted_reads]
     if not reads or not all(measured for _, _, measured in reads):
         return ()

@@ -16,6 +16,7 @@ from typing import Iterable, Iterator, Literal, Mapping, Sequence
 
 from deferdump.tools.mro.errors import DuplicateClassError, SourceParseError
 from deferdump.tools.mro.ast_helpers import attribute_reads, derived_names, is_self as _is_self, loop_bodies
+from deferdump.tools.mro.ast_helpers import names_in as _names_in
 from deferdump.tools.mro.ast_helpers import target_names as _target_names
 from deferdump.tools.mro.block_tables import BlockCall, TableExtension, block_calls, table_extensions
 from deferdump.tools.mro.task_holders import (
@@ -2002,10 +2003,6 @@ def _call_name(node: ast.AST) -> str | None:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         return node.func.attr
     return None
-
-
-def _names_in(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
 def _foreign_words(func: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:

@@ -13,7 +13,7 @@ import collections
 from dataclasses import dataclass
 from typing import Iterable
 
-from deferdump.tools.mro.ast_helpers import loop_bodies, self_call, self_container
+from deferdump.tools.mro.ast_helpers import loop_bodies, names_in, self_call, self_container
 
 #: ``self.<a>.<m>(value)`` calls that put ``value`` into the container ``a``.
 _FILLING = frozenset({"append", "appendleft", "extend", "insert", "add", "put", "put_nowait"})
@@ -268,13 +268,13 @@ def param_fills(func: ast.FunctionDef | ast.AsyncFunctionDef, nodes: list[ast.AS
     if len(params) < 2:
         return ()
     bound = _bindings(nodes)
-    loops = [(_names(t.target), t.iter) for t in nodes if isinstance(t, (ast.For, ast.comprehension))]
+    loops = [(names_in(t.target), t.iter) for t in nodes if isinstance(t, (ast.For, ast.comprehension))]
 
     def reads(value: ast.AST) -> set[int]:
-        names = _names(value)
+        names = names_in(value)
         for _ in range(3):
-            names |= {n for n, values in bound.items() for v in values if _names(v) & names}
-            names |= {n for targets, it in loops if _names(it) & names for n in targets}
+            names |= {n for n, values in bound.items() for v in values if names_in(v) & names}
+            names |= {n for targets, it in loops if names_in(it) & names for n in targets}
         return {i for i, p in enumerate(params) if p in names}
 
     def base(node: ast.AST) -> tuple[int, str] | None:
@@ -300,10 +300,6 @@ def param_fills(func: ast.FunctionDef | ast.AsyncFunctionDef, nodes: list[ast.AS
                 if at is not None:
                     found |= {(at[0], j, at[1]) for j in reads(node.value) if j != at[0]}
     return tuple(sorted(found))
-
-
-def _names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
 #: Builtins that make a new container of what they are given (``list(self.x[r])``).

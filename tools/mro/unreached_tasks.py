@@ -34,14 +34,17 @@ WAITING_PATH = ("get_finished", "handle_preemptions", "get_transfer_results")
 STEP_PATH = (*SAVE_PATH, *UNMODELLED_STEP_METHODS)
 
 
-def _path(reader: "EffectReader", cls: str, methods: tuple[str, ...]) -> Iterator["MethodFacts"]:
+def reached_facts(reader: "EffectReader", cls: str, methods: tuple[str, ...]) -> Iterator["MethodFacts"]:
+    """The definitions ``cls`` runs from each of ``methods``: the one it resolves, then the helpers, ``super()`` calls
+    and delegations reached from it (the rules of this module, copied_sweeps.py and own_victims.py walk these)."""
     for method in methods:
         owner = reader.hierarchy.lookup(cls, method)
         if owner is not None and not reader.hierarchy.classes[owner].external:
             yield from reader._reached(cls, owner, method, delegations=True)  # noqa: SLF001
 
 
-def _resolved(reader: "EffectReader", cls: str, helper: str) -> "MethodFacts | None":
+def resolved_method(reader: "EffectReader", cls: str, helper: str) -> "MethodFacts | None":
+    """The definition of ``helper`` that ``cls`` resolves, or None where none was read (an external base's)."""
     owner = reader.hierarchy.lookup(cls, helper)
     if owner is None or reader.hierarchy.classes[owner].external:
         return None
@@ -63,20 +66,20 @@ def unreached_task_holders(reader: "EffectReader", cls: str) -> tuple[str, ...]:
     ``handle_preemptions`` reads, and that no loop of the step's methods waits entry by entry (a store wait in the
     loop, or a ``self`` helper that waits)."""
     holders: dict[str, str] = {}
-    for facts in _path(reader, cls, SAVE_PATH):
+    for facts in reached_facts(reader, cls, SAVE_PATH):
         if facts.task_flow is not None:
             for attr in facts.task_flow.kept_in:
                 holders.setdefault(attr, f"{facts.owner}.{facts.name}")
         for helper, attr in facts.helper_keeps:
-            returned = _resolved(reader, cls, helper)
+            returned = resolved_method(reader, cls, helper)
             if returned is not None and returned.returns_task:
                 holders.setdefault(attr, f"{facts.owner}.{facts.name} (the task {helper} returns)")
     if not holders:
         return ()
     reached: set[str] = set()
-    for facts in _path(reader, cls, WAITING_PATH):
+    for facts in reached_facts(reader, cls, WAITING_PATH):
         reached |= {attr for attr, _ in facts.attr_ops} | {attr for attr, _, _ in facts.attr_calls}
-    for facts in _path(reader, cls, STEP_PATH):
+    for facts in reached_facts(reader, cls, STEP_PATH):
         reached |= {attr for attr, waits, helpers in facts.entry_visits
                     if waits or any(_waits(reader, cls, helper) for helper in helpers)}
         if facts.task_flow is not None:
@@ -116,13 +119,13 @@ def copied_task_records(reader: "EffectReader", cls: str) -> tuple[str, ...]:
     returns, and with it the only record of those dumps: nothing can wait them, where the model's deferred dumps are
     waited before their blocks are freed."""
     found: list[str] = []
-    for facts in _path(reader, cls, SAVE_PATH):
+    for facts in reached_facts(reader, cls, SAVE_PATH):
         for record in facts.copy_records:
             fields: dict[str, str] = {field: (f"puts the task of {held + '()' if held else 'a store submit'} into "
                                               f"{record.local}.{field}")
                                       for field, held in record.filled if _submits(reader, cls, held)}
             for helper, position, others in record.passes:
-                called = _resolved(reader, cls, helper)
+                called = resolved_method(reader, cls, helper)
                 for i, j, field in called.param_fills if called is not None else ():
                     held = dict(others).get(j)
                     if i == position and held is not None and _submits(reader, cls, held):
@@ -134,7 +137,7 @@ def copied_task_records(reader: "EffectReader", cls: str) -> tuple[str, ...]:
             for helper, position, field in record.handed:
                 if field and field not in fields:
                     continue  # another field (``meta.slices``): not where the tasks are
-                called = _resolved(reader, cls, helper)
+                called = resolved_method(reader, cls, helper)
                 kept |= called is None or position >= len(called.param_names) \
                     or called.param_names[position] in called.kept_params or called.returns_task
             if kept:
