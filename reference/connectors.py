@@ -555,9 +555,10 @@ class DirectConnector:
     def _store_keys(self, hashes: Sequence[bytes]) -> list[bytes]:
         """This rank's store keys: TP ranks hold different shards, so ranks other than 0 re-key.
 
-        Under MLA every rank holds the same KV (rank 0's keys); under CP the hashes are already per rank.
+        Under MLA every rank holds the same KV (rank 0's keys); under CP the hashes are already per rank
+        (`_shard_ranks`, which the scheduler's lookup asks).
         """
-        if self.rank == 0 or self.config.is_mla or self.config.variant == "cp":
+        if self.rank not in self._shard_ranks()[1:]:
             return list(hashes)
         return [rank_key(h, self.rank) for h in hashes]
 
