@@ -126,6 +126,45 @@ def test_the_explorer_never_reports_a_hazard_on_a_correct_case(path: Path, cls: 
         assert outcome.status == "diverged" and "no hazard in 400" in outcome.detail, (case, outcome)
 
 
+def test_a_schedule_that_preempts_admits_nothing_as_in_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.32 schedules no waiting (or preempted) request in a step that preempted (scheduler.py ~899-900): a
+    victim is never resumed in the schedule that freed its blocks. The explorer once did, and a class taking "admitted
+    and not scheduled" for its victims (`AdmittedMirrorConnector`, thirtieth blind round, keyed safe in every case)
+    was reported unsafe by running: its victim was in ``num_scheduled_tokens`` beside its freed blocks."""
+    from deferdump.tools.mro.run import explore as explorer, replay
+
+    phases: list[dict | None] = []  # None: a fresh engine (the next explored schedule)
+    schedule, start = replay._Replay.schedule, explorer._Explorer.__init__  # noqa: SLF001
+
+    def recording(self, phase):  # type: ignore[no-untyped-def]
+        phases.append(phase)
+        return schedule(self, phase)
+
+    def starting(self, *args):  # type: ignore[no-untyped-def]
+        phases.append(None)
+        start(self, *args)
+
+    monkeypatch.setattr(replay._Replay, "schedule", recording)  # noqa: SLF001
+    monkeypatch.setattr(explorer._Explorer, "__init__", starting)  # noqa: SLF001
+    explore(RUNNABLE / "flush_on_reuse.py", "FlushOnReuse", "single", hma=True, schedules=200)
+    running: set[str] = set()
+    preempting = 0
+    for phase in phases:
+        if phase is None:
+            running = set()
+            continue
+        allocated = {a["req"] for a in phase["allocated"]}
+        if phase["preempted"]:
+            preempting += 1
+            assert allocated <= running - set(phase["preempted"]), phase
+        running = (running | allocated) - set(phase["preempted"])
+    assert preempting > 20, preempting  # the explorer does preempt
+    for case, multi in (("single", False), ("mla", False), ("single", True)):
+        outcome = explore(CORPUS / "blind_victim_selection.py", "AdmittedMirrorConnector", case, hma=True,
+                          multi=multi)
+        assert outcome.status == "diverged" and "no hazard in 200" in outcome.detail, (case, multi, outcome)
+
+
 def test_a_class_dumping_host_staging_slots_is_not_judged_through_slot_numbers() -> None:
     """`StagingCopyConnector` copies blocks into host slots in `wait_for_save` and dumps the slots: the forward
     never writes what its store reads. Slot numbers once passed for block ids and the explorer reported the

@@ -173,6 +173,13 @@ class _Explorer:
             if req.state == "running":
                 scheduled.append((req, [self._allocate(req)]))
         for req in self.reqs:  # waiting and preempted requests, in arrival order, as room allows
+            if preempted:
+                # vLLM 0.32 admits nothing in a schedule that preempted (scheduler.py ~899-900: "if not
+                # preempted_reqs"): a victim is not resumed in the step that preempted it. Admitting here once
+                # resumed a victim at once, so it was in num_scheduled_tokens beside its freed blocks, and a class
+                # taking "admitted but not scheduled" as its victims (AdmittedMirrorConnector, thirtieth blind
+                # round, keyed safe) was reported unsafe by running
+                break
             if req.state not in ("waiting", "preempted") or req.arrival > index:
                 continue
             need = (req.progress + 1) * self._per_block()  # a preempted request recomputes what it had
