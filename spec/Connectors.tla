@@ -52,7 +52,7 @@ LabelsOf(m) ==
       [] m = "request_finished"            -> {"delay_if_tracked", "delay_all",
                                                "forward_request_finished_all_groups"}
       [] m = "request_finished_all_groups" -> {"call_request_finished", "delay_all",
-                                               "forward_request_finished"}
+                                               "delay_if_tracked", "forward_request_finished"}
       [] m = "handle_preemptions"          -> {"wait_preempted", "wait_all", "wait_one_preempted",
                                                "wait_freed", "wait_all_on_free", "wait_all_always"}
       [] m = "save_kv_layer"               -> {"submit_layer", "pass", "sync_save"}

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from deferdump.tools.mro.helpers import DATA_METHODS, HelperObjects, is_special
 from deferdump.tools.mro.hierarchy import Hierarchy
+from deferdump.tools.mro.settled_paths import settled_across_helpers
 from deferdump.tools.mro.source import (
     CONNECTOR_METHODS,
     FILLING_CALLS,
@@ -153,6 +154,9 @@ RANK_DECIDED = "by the worker's rank"
 #: ``StageLocalTrackingConnector`` tracks in ``save_kv_layer`` after a replica rank's return), so a pass of that
 #: reading proves nothing there (the judge's rule).
 UNTRACKED_SAVE = "does not record the step's dump requests in the tracking set"
+#: The reason a layer save that submits here and waits in a helper is unknown (before settled_paths.py is asked).
+SPLIT_SAVE_WAIT = ("submits a dump and waits store tasks in another function: whether the task it waits is the one "
+                   "it submitted (a synchronous save) is not read")
 
 #: The reason an abstract (or unconditionally raising) definition is unknown: a class resolving to it stops.
 ABSTRACT_REASON = "is abstract: a class resolving to it cannot run"
@@ -423,6 +427,7 @@ class EffectReader:
                                     and self._effect(cls, target, callee, True, inner).calls & WAIT_CALLS):
                 reasons.append(f"{owner}.{method}: {why}")
         callees: list[Effect] = []
+        answered_by: Effect | None = None  # the helper whose answer the whole body returns
         for helper in sorted({*facts.self_calls, *aliased}):  # a bound method kept in an attribute runs as itself
             target = self.hierarchy.lookup(cls, helper)
             if target is not None:
@@ -437,6 +442,10 @@ class EffectReader:
                             "end where it calls it: when, and how far, its body runs is not followed"
                         )
                 callees.append(self._effect(cls, target, helper, True, inner))
+                if helper == facts.returned_self_call and not self.hierarchy.method(target, helper).generator \
+                        and (method, helper) != ("request_finished_all_groups", "request_finished"):
+                    # (the model has its own label for that one: call_request_finished)
+                    answered_by = callees[-1]
             elif self.hierarchy.opaque_ancestors(cls):
                 opaque = self.hierarchy.opaque_ancestors(cls)[0]
                 reasons.append(f"{owner}.{method} calls self.{helper}(), which may come from {opaque}")
@@ -477,6 +486,11 @@ class EffectReader:
         delay_answer = facts.delay_answer
         if only_delegates and delay_answer is None:
             delay_answer = delegated[0].delay_answer
+        if answered_by is not None and constant is None and delay_answer is None:
+            # ``return self.request_finished_all_groups(request, (block_ids,))`` answers what that method answers
+            # (StepBatchConnector, thirtieth blind round: a constant False read as "decides the delay without
+            # consulting the tracking set")
+            constant, delay_answer = answered_by.constant, answered_by.delay_answer
         result = Effect(
             tracking_ops=facts.tracking_ops.union(*(e.tracking_ops for e in everything)),
             calls=facts.calls.union(*(e.calls for e in everything)),
@@ -730,6 +744,8 @@ class EffectReader:
             method, owner, effect, self.saves_async(cls), self._reported_waits(cls, owner, method),
             own_unconditional=not facts.has_condition,
         )
+        if label == UNKNOWN and self._settled_across_helpers(cls, owner, method, effect, reasons):
+            label, reasons = "sync_save", ()
         if label == "blocking" and self._waits_before_submits(cls, facts, effect):
             # DoubleBufferedDumpConnector (twenty-eighth blind round): drains the buffer filled two steps ago, then
             # submits this step's dump through a helper that returns it in a record appended to that buffer;
@@ -1264,6 +1280,21 @@ class EffectReader:
             f"{wait_owner}.wait_for_save waits every per-layer task {save_owner}.save_kv_layer keeps, and the two "
             "also keep request records: which requests the model should track for the reports is not read",))
 
+    def _settled_across_helpers(self, cls: str, owner: str, method: str, effect: Effect,
+                                reasons: tuple[str, ...]) -> bool:
+        """A save the per-definition flow could not read as synchronous (it tracks nothing and submits in one helper,
+        waits in another) whose every task settled_paths.py follows into a container a later helper of the same call
+        waits entry by entry (StepBatchConnector, thirtieth blind round: ``_submit_batch(batch)`` appends to
+        ``batch.tasks``, ``_settle(batch.tasks)`` waits each)."""
+        if method not in ("wait_for_save", "save_kv_layer") or effect.reasons or effect.tracking_ops:
+            return False
+        if effect.calls & CHECK_CALLS or _pending_hints(effect) or effect.kept_in \
+                or any(f.waited_if for f in effect.flows):
+            return False
+        readable = (f"{owner}.{method} {UNTRACKED_SAVE}", f"{owner}.{method} {SPLIT_SAVE_WAIT}")
+        return bool(reasons) and all(r in readable for r in reasons) \
+            and settled_across_helpers(self, cls, owner, method)
+
     def saves_async(self, cls: str) -> bool:
         """Does anything ``cls`` runs visibly keep dumps in flight (the tracking set, a store submit)? Only
         then is a ``build_connector_meta`` that tracks nothing known to leave a dump untracked."""
@@ -1455,6 +1486,10 @@ def classify(
     if method == "request_finished_all_groups":
         if "request_finished" in effect.self_calls:
             return "call_request_finished", ()
+        if _reads(effect) and effect.constant is None:
+            # deciding itself, as request_finished would (FullAttentionDumpConnector, thirtieth blind round: a
+            # membership test on the set its build path fills; vLLM calls this method on an HMA connector)
+            return "delay_if_tracked", ()
         if effect.constant == "(False, None)" or effect.noop:
             return "base", ()
         if effect.constant == "(True, None)":
@@ -1485,8 +1520,7 @@ def classify(
         if submits and waits and not effect.submits_waited:
             # ResyncSlotStore: ``_persist`` submits and keeps the task under the request id, then ``_settle``
             # pops that id and waits it; a per-layer task it was called ``submit_layer`` (unsafe on hybrid)
-            return UNKNOWN, (f"{where} submits a dump and waits store tasks in another function: whether the "
-                             "task it waits is the one it submitted (a synchronous save) is not read",)
+            return UNKNOWN, (f"{where} {SPLIT_SAVE_WAIT}",)
         if submits:
             return "submit_layer", ()
         if hints:

@@ -19,6 +19,7 @@ from deferdump.tools.mro.ast_helpers import attribute_reads, derived_names, is_s
 from deferdump.tools.mro.ast_helpers import names_in as _names_in
 from deferdump.tools.mro.ast_helpers import target_names as _target_names
 from deferdump.tools.mro.block_tables import BlockCall, TableExtension, block_calls, table_extensions
+from deferdump.tools.mro.settled_paths import PathEvents, path_events
 from deferdump.tools.mro.task_holders import (
     CopyRecord,
     copied_sweeps,
@@ -147,6 +148,10 @@ class MethodFacts:
     param_fills: tuple[tuple[int, int, str], ...] = ()  # (i, j, f): parameter j's value put into field f of parameter i
     # loops over a copy of a ``self`` container or entry: (attribute, line, waits, ``self`` helpers called)
     copied_sweeps: tuple[tuple[str, int, bool, frozenset[str]], ...] = ()
+    # ``m`` where the whole body is ``return self.m(...)``: its answer is that helper's, as the class resolves it
+    returned_self_call: str | None = None
+    # where its store tasks go and which containers it waits entry by entry, over container paths (settled_paths.py)
+    path_events: PathEvents | None = None
     # reads of ``preempted_req_ids``: (line, only its length is used) (own_victims.py)
     preempted_reads: tuple[tuple[int, bool], ...] = ()
     # (line, test) of each ``if`` that waits (a store wait or a ``self`` helper) on one side and adds to a ``self``
@@ -789,6 +794,8 @@ class _MethodReader:
             param_fills=param_fills(self.func, own),
             copied_sweeps=copied_sweeps(own, STORE_WAITS),
             preempted_reads=attribute_reads(own, "preempted_req_ids"),
+            path_events=path_events(self.func, own, STORE_SUBMITS, STORE_WAITS),
+            returned_self_call=_returned_self_call(self.func),
             wait_or_keep=self._wait_or_keep(),
             opaque=tuple(dict.fromkeys((*self.opaque, *self._named_at_run_time(), *self._rebound_aliases(),
                                         *self._subset_waits()))),
@@ -2041,6 +2048,16 @@ def _param_derived(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
                 and (n.iter if isinstance(n, ast.For) else n.value) is not None]
     return derived_names(bindings, {a.arg for a in (*func.args.args[1:], *func.args.kwonlyargs)},
                          lambda value, derived: bool(_names_in(value) & derived))
+
+
+def _returned_self_call(func: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    """``m`` where the body (its docstring aside) is the one statement ``return self.m(...)``."""
+    body = _strip_docstring(func.body)
+    if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
+        call = body[0].value
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and _is_self(call.func.value):
+            return call.func.attr
+    return None
 
 
 def _top_self_calls(body: list[ast.stmt], params: set[str]) -> set[str]:
