@@ -6,8 +6,10 @@
 Each opposite below leaves a dump of the call unwaited (or may), and keeps the class from ``safe``: a wait loop that
 stops at the first failure, a call before the wait that may raise into the handler, a wait only under a test, the
 settle before the submit or under a test, an entry taken out between them, the container rebound, a task put into a
-copy, the list handed to code not read or reached through an argument that is not a path, an attribute that is a
-property, a loop that skips entries, and a ``return`` between submit and settle."""
+copy, the list handed to code not read or reached through an argument that is not a path, the batch rebound after
+a name was bound to it (the tasks go to the old one, the wait to the new), a bounded deque (a full one drops its
+oldest entry), an attribute that is a property, a loop that skips entries, and a ``return`` between submit and
+settle."""
 from __future__ import annotations
 
 import textwrap
@@ -170,6 +172,13 @@ OPPOSITES = {
         failures = 0""", """    def _settle(self, tasks):
         tasks.clear()
         failures = 0""", _with("self._settle(batch.tasks)", "self._settle(batch.tasks or [])")),
+    "the batch rebound after it was named, then submitted to by that name": _with(SETTLE, """        self._batch = Batch(batch.meta)
+        self._submit_batch(batch)
+        self._settle(self._batch.tasks)
+"""),
+    "a bounded deque for the tasks": _with("""        self.tasks = []
+""", """        self.tasks = deque(maxlen=4)
+""", "from collections import deque\n" + STEP_BATCH),
     "an attribute that is a property": _with("""        self.tasks = []
 """, """        self._tasks = []
 

@@ -16,7 +16,7 @@ may rebind or take entries from the container between the submit and the wait.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterator
 
 from deferdump.tools.mro.ast_helpers import is_self, names_in, target_names
@@ -64,10 +64,12 @@ class Drain:
 @dataclass(frozen=True)
 class Touch:
     """Something that may take entries out of ``path`` or replace it (a rebinding, ``pop``, ``clear``, a foreign
-    call it is handed to)."""
+    call it is handed to); ``rebinds``: it may bind the path to another object (an assignment to it or to an object
+    it is in, or ``self`` handed to code not read), after which a name bound to it earlier names the old one."""
 
     path: Path
     line: int
+    rebinds: bool = False
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,7 @@ def path_events(func: ast.FunctionDef | ast.AsyncFunctionDef, own: list[ast.AST]
             continue  # a store call reads what it is given
         for arg in (*call.args, *(k.value for k in call.keywords)):
             if is_self(arg):
-                events.append((where, Touch(("self",), call.lineno)))  # anything of the instance may change
+                events.append((where, Touch(("self",), call.lineno, True)))  # anything of the instance may change
             elif (path := resolve(arg)) is not None:
                 events.append((where, Touch(path, call.lineno)))  # handed to code this module does not read
     for node in own:
@@ -175,7 +177,7 @@ def path_events(func: ast.FunctionDef | ast.AsyncFunctionDef, own: list[ast.AST]
                     if isinstance(sub, (ast.Attribute, ast.Subscript)) and isinstance(sub.ctx, (ast.Store, ast.Del)):
                         base = sub.value if isinstance(sub, ast.Subscript) else sub
                         if (path := resolve(base)) is not None:
-                            events.append(((node.lineno, node.col_offset), Touch(path, node.lineno)))
+                            events.append(((node.lineno, node.col_offset), Touch(path, node.lineno, True)))
             value = getattr(node, "value", None)
             aliasing = isinstance(node, ast.Assign) and len(node.targets) == 1 \
                 and isinstance(node.targets[0], ast.Name) and node.targets[0].id in aliases
@@ -198,10 +200,11 @@ def settled_across_helpers(reader: "EffectReader", cls: str, owner: str, method:
     a container a later top-level helper (or loop) of the same call waits entry by entry, with nothing between
     taking it out? At least one submit is required."""
     facts = reader.hierarchy.method(owner, method)
-    if facts.path_events is None or _magic_attributes(reader):
+    if facts.path_events is None or _magic_attributes(reader) or _bounded_containers(reader):
         return False
     binding: dict[str, Path | None] = {name: None for name in facts.path_events.params}
     open_puts: list[Path] = []
+    rebound: list[Path] = []  # paths the call may have bound to another object so far
     seen_put = False
     for event, top, depth in _expand(reader, cls, facts.path_events, binding, True, (owner, method), 0):
         if isinstance(event, Unreadable):
@@ -209,11 +212,17 @@ def settled_across_helpers(reader: "EffectReader", cls: str, owner: str, method:
         if isinstance(event, Put):
             if event.path[0] == UNKNOWN_ROOT or _property_on(reader, event.path):
                 return False
+            if any(_prefix(r, event.path) for r in rebound):
+                # ``batch = self._batch; self._batch = Batch(); self._submit(batch)``: the task went into the old
+                # object, the path names the new one, and a name bound before may be what a later loop waits
+                return False
             seen_put = True
             open_puts.append(event.path)
         elif isinstance(event, Touch):
             if any(_prefix(event.path, p) for p in open_puts) or (event.path[0] == UNKNOWN_ROOT and open_puts):
                 return False
+            if event.rebinds:
+                rebound.append(event.path)
         elif isinstance(event, Return) and depth == 0 and open_puts:
             return False  # the save may end with tasks in flight
         elif isinstance(event, Drain) and top:
@@ -243,7 +252,7 @@ def _expand(reader: "EffectReader", cls: str, events: PathEvents, binding: dict[
                 yield (Unreadable(f"{where[0]}.{where[1]}: a task put into a container given by an argument that "
                                   "is not a path", event.line), top, depth)
                 return
-            yield (type(event)(path, event.line), top, depth)
+            yield (replace(event, path=path), top, depth)
         elif isinstance(event, HelperCall):
             target = reader.hierarchy.lookup(cls, event.helper)
             if target is None or reader.hierarchy.classes[target].external or depth >= _MAX_DEPTH:
@@ -274,9 +283,27 @@ def _expand(reader: "EffectReader", cls: str, events: PathEvents, binding: dict[
 
 def _magic_attributes(reader: "EffectReader") -> bool:
     """Does an analysed class define ``__getattr__``/``__getattribute__``/``__setattr__`` (an attribute read may then
-    hand back a different object each time)?"""
+    hand back a different object each time), or a container's ``append``/``extend``/``__iter__`` (a container of its
+    own, which may keep or visit entries otherwise)?"""
     return any(name in facts.methods for facts in reader.hierarchy.classes.values()
-               for name in ("__getattr__", "__getattribute__", "__setattr__"))
+               for name in ("__getattr__", "__getattribute__", "__setattr__", "append", "extend", "__iter__"))
+
+
+def _bounded_containers(reader: "EffectReader") -> bool:
+    """Does an analysed module build a ``deque`` with a bound (``maxlen=``, or a second argument)? Appending to a full
+    one drops its oldest entry: a task put there may be gone before the loop that waits the rest."""
+    return any(facts.bounded_deques for facts in reader.hierarchy.classes.values())
+
+
+def builds_bounded_deque(tree: ast.AST) -> bool:
+    """See :func:`_bounded_containers`: the module-wide fact source.py records on each of the module's classes."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else \
+                node.func.id if isinstance(node.func, ast.Name) else None
+            if name == "deque" and (len(node.args) >= 2 or any(k.arg == "maxlen" for k in node.keywords)):
+                return True
+    return False
 
 
 def _property_on(reader: "EffectReader", path: Path) -> bool:

@@ -19,7 +19,7 @@ from deferdump.tools.mro.ast_helpers import attribute_reads, derived_names, is_s
 from deferdump.tools.mro.ast_helpers import names_in as _names_in
 from deferdump.tools.mro.ast_helpers import target_names as _target_names
 from deferdump.tools.mro.block_tables import BlockCall, TableExtension, block_calls, table_extensions
-from deferdump.tools.mro.settled_paths import PathEvents, path_events
+from deferdump.tools.mro.settled_paths import PathEvents, builds_bounded_deque, path_events
 from deferdump.tools.mro.task_holders import (
     CopyRecord,
     copied_sweeps,
@@ -387,6 +387,7 @@ class ClassFacts:
     construct_hooks: tuple[str, ...] = ()
     # ``NAME = <literal>`` in the class body (its last binding), as (name, the literal's repr): a flag a finish tests
     constants: tuple[tuple[str, str], ...] = ()
+    bounded_deques: bool = False  # its module builds a deque with a bound (settled_paths.py)
 
 
 def _dotted(node: ast.expr) -> str | None:
@@ -2980,6 +2981,8 @@ def read_source(
                    for m, method in facts.methods.items()}
         if any(methods[m] is not method for m, method in facts.methods.items()):
             classes[name] = dataclasses.replace(facts, methods=methods)
+    if builds_bounded_deque(tree):
+        classes = {name: dataclasses.replace(facts, bounded_deques=True) for name, facts in classes.items()}
     log.debug("%s: %d classes", file, len(classes))
     return classes
 
