@@ -76,3 +76,19 @@ def test_a_finish_answering_through_another_method_has_that_methods_answer() -> 
 def test_request_finished_all_groups_returning_request_finished_keeps_its_own_label() -> None:
     hooks = "def request_finished_all_groups(self, request, block_ids):\n    return self.request_finished(request, block_ids[0])\n"
     assert _labels(_judge(hooks))["Proto.request_finished_all_groups"] == "call_request_finished"
+
+
+def test_a_finish_answering_through_a_helper_carries_the_helpers_guards() -> None:
+    """``request_finished`` returning ``self._finish(request, (block_ids,))``: CompactSpanDump (a blind round's, keyed
+    unsafe) overrides ``_finish`` to answer False when the block tables are empty, for a request its set still
+    holds; SpanDumpConnector's ``_finish`` answers from the set alone (``delay_if_tracked``)."""
+    from pathlib import Path
+
+    from deferdump.tools.mro.source import read_files
+
+    path = Path(__file__).parents[1] / "fixtures" / "mro" / "corpus" / "blind_span_dump_wrappers.py"
+    judge = Judge(build_hierarchy(read_files([path])), ModelRunner(ModelBounds(), 60))
+    compact = judge.reader.label("CompactSpanDump", "SpanDumpConnector", "request_finished")
+    assert compact.label == "unknown" and "its answer also rests on" in compact.reasons[0], compact
+    plain = judge.reader.label("SpanDumpConnector", "SpanDumpConnector", "request_finished")
+    assert plain.label == "delay_if_tracked", plain

@@ -154,6 +154,8 @@ RANK_DECIDED = "by the worker's rank"
 #: ``StageLocalTrackingConnector`` tracks in ``save_kv_layer`` after a replica rank's return), so a pass of that
 #: reading proves nothing there (the judge's rule).
 UNTRACKED_SAVE = "does not record the step's dump requests in the tracking set"
+#: A get_finished whose waits the model has no label for: every benign reading of it reports what it waits.
+SILENT_WAITS = "waits store tasks and reports nothing"
 #: The reason a layer save that submits here and waits in a helper is unknown (before settled_paths.py is asked).
 SPLIT_SAVE_WAIT = ("submits a dump and waits store tasks in another function: whether the task it waits is the one "
                    "it submitted (a synchronous save) is not read")
@@ -722,6 +724,14 @@ class EffectReader:
         related = (method, *FORWARD_ALIASES.get(method, ()))
         if any(f.method in related for f in facts.forwards):
             return DefinitionLabel(owner, method, "forward")
+        if facts.super_rewrites:
+            line, what = facts.super_rewrites[0]
+            # EagerBudgetConnector (thirtieth blind round) truncates ``meta.dumps`` after its base tracked every
+            # request it planned: read as its base's, the requests whose dumps it cut were "tracked and dumped"
+            return DefinitionLabel(owner, method, UNKNOWN, (
+                f"{owner}.{method} {what} (line {line}) after calling super().{method}(): vLLM acts on what it "
+                "returns, which is then not what its base's definition built, and the reader does not follow the "
+                "change",))
         own = self.effect(cls, owner, method, delegations=False)
         plain_super = [d for d in facts.delegations if d.method == method]
         if (
@@ -1152,6 +1162,15 @@ class EffectReader:
             constants = {flag: self._class_constant(cls, flag) for flag in guard.flags}
             if _guard_value(guard, constants) == "other":
                 return guard.line, guard.text
+        helper = facts.returned_self_call
+        if helper is not None and helper not in seen and len(seen) <= 3:
+            # ``return self._finish(request, (block_ids,))``: the answer is the helper's, guards and all, as ``cls``
+            # resolves it (CompactSpanDump, a blind round's: its ``_finish`` answers False when the tables are
+            # empty, for a request its set still holds)
+            owner = self.hierarchy.lookup(cls, helper)
+            if owner is None or self.hierarchy.classes[owner].external:
+                return facts.lineno, f"self.{helper}(...)"
+            return self._standing_guard(cls, self.hierarchy.method(owner, helper), (*seen, helper))
         return None
 
     def _async_load_set(self, cls: str, attr: str) -> bool:
@@ -1224,10 +1243,22 @@ class EffectReader:
             "= task): a later dump under the same key (another layer of the same step, or the same request in a "
             "later step) replaces the earlier task, which nothing then waits; the model keeps every task",))
 
+    def _helper_waits(self, cls: str, callee: str) -> bool:
+        """A store wait, or a ``self`` helper that (as ``cls`` resolves it) waits a store task on some path."""
+        if callee == "wait":
+            return True
+        target = self.hierarchy.lookup(cls, callee)
+        return target is not None and not self.hierarchy.classes[target].external \
+            and bool(self.effect(cls, target, callee).calls & WAIT_CALLS)
+
     def _reported_waits(self, cls: str, owner: str, method: str) -> bool:
         """Does ``owner``'s definition wait tasks selected by what it reports? Followed into a ``super()``
         the body only passes through."""
         facts = self.hierarchy.method(owner, method)
+        if facts.reported_waits is False and facts.report_fills:
+            # ``for r in finished: ... self._settle(r, rec) ... done.add(r)``: each fill of the returned set comes
+            # after a wait of its own entry, a store wait or a helper that waits as ``cls`` resolves it
+            return all(any(self._helper_waits(cls, callee) for callee in before) for before in facts.report_fills)
         if facts.reported_waits is not None:
             return facts.reported_waits
         for delegation in facts.delegations:
@@ -1579,6 +1610,12 @@ def classify(
                 return UNKNOWN, (f"{where} reports requests and calls {', '.join(f'{c}()' for c in unfollowed[:3])}, "
                                  "which the reader does not follow: one may wait their dumps",)
             return ("wait_finished" if waits else "report_before_wait"), ()
+        if effect.constant == "(None, None)" and waits:
+            # DeferredTrackerStore (a blind round's): waits the finished requests' dumps, reports nothing (its finish
+            # answers False); as a MultiConnector child those waits come before its sibling's report can free the
+            # blocks. Read as base (nothing waited), the model found an overwrite the class never lets happen
+            return UNKNOWN, (f"{where} {SILENT_WAITS}: waits the model's get_finished without a report does not "
+                             "make",)
         if effect.constant == "(None, None)" or effect.noop:
             return "base", ()
         return UNKNOWN, (f"{where} reports without consulting the tracking set",)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 
 from deferdump.tools.mro.block_tables import unreplaced_tables
 from deferdump.tools.mro.copied_sweeps import entries_left_behind
-from deferdump.tools.mro.own_victims import counted_victims
+from deferdump.tools.mro.own_victims import counted_victims, unshipped_victims, widened_victims
 from deferdump.tools.mro.unreached_tasks import copied_task_records, unreached_task_holders
 from deferdump.tools.mro.behaviour import (
     ABSTRACT_REASON,
@@ -28,6 +28,7 @@ from deferdump.tools.mro.behaviour import (
     GUARDED_TRACKING,
     AMBIGUOUS_PREEMPT,
     DELAY_ALL,
+    SILENT_WAITS,
     UNSELECTED_REPORT_WAITS,
     WAIT_CALLS,
     OPTIMISTIC,
@@ -593,7 +594,8 @@ class Judge:
                                                             *entries_left_behind(self.reader, c)))
             if unwaited:  # dumps kept where no finish or preemption waits them: the model's are waited there
                 return passed("unknown", unwaited)
-            chosen = tuple(r for c in concretes for r in counted_victims(self.reader, c))
+            chosen = tuple(r for c in concretes for r in (*counted_victims(self.reader, c),
+                                                          *unshipped_victims(self.reader, c)))
             if chosen:  # the workers wait the dumps of requests the class picked, not of those vLLM preempted
                 return passed("unknown", chosen)
             outside = self._transfers_outside_the_model(cls, context.inner)
@@ -638,6 +640,13 @@ class Judge:
             if outcome.passed:
                 break
         assert best is not None
+        silent = tuple(r for l in unknowns if l.method == "get_finished" for r in l.reasons if SILENT_WAITS in r)
+        if silent and not best.passed and (context.case == "multi" or best.violated != "NoOverwriteWhileDumpingInv"):
+            # every benign reading reports what it waits; the class reports nothing. A report of a request the child
+            # did not delay is one the class never makes, and under MultiConnector it counts toward the free
+            # (DeferredTrackerStore, keyed safe as a child: its waits come before its sibling's report)
+            return ContextJudgement(context, "unknown", worst.violated, (*reasons, *silent), shown, worst.result,
+                                    worst.model, worst.files)
         if not best.passed and not (beyond and best.violated != "NoOverwriteWhileDumpingInv"):
             return self._unsafe_unless_unreachable(cls, context, best, shown, labels)
         return ContextJudgement(context, "unknown", worst.violated, (*reasons, *beyond), shown, worst.result,
@@ -963,6 +972,7 @@ class Judge:
         one that reaches its violation before any finish stands. A class waiting store tasks where the model has no
         action (``_waits_outside_the_model``) may have ended the dump the counterexample overwrites: unknown."""
         waited = self._waits_outside_the_model(cls, context.inner)
+        waited += tuple(r for c in [cls] + ([context.inner] if context.inner else []) for r in widened_victims(self.reader, c))
         if waited:  # the counterexample stays: --run replays it, with every method vLLM calls
             return ContextJudgement(context, "unknown", outcome.violated, waited, shown, outcome.result, outcome.model,
                                     outcome.files)

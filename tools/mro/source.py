@@ -20,6 +20,7 @@ from deferdump.tools.mro.ast_helpers import names_in as _names_in
 from deferdump.tools.mro.ast_helpers import target_names as _target_names
 from deferdump.tools.mro.block_tables import BlockCall, TableExtension, block_calls, table_extensions
 from deferdump.tools.mro.settled_paths import PathEvents, builds_bounded_deque, path_events
+from deferdump.tools.mro.victim_flow import VictimFlow, metadata_fields, super_rewrites, victim_flow
 from deferdump.tools.mro.task_holders import (
     CopyRecord,
     copied_sweeps,
@@ -69,7 +70,7 @@ CONNECTOR_METHODS: tuple[str, ...] = (
 TrackingOp = Literal["add", "remove", "read", "assign"]
 BodyKind = Literal["noop", "abstract", "code"]
 
-_ADDING_CALLS = frozenset({"add", "update", "__ior__"})
+_ADDING_CALLS = frozenset({"add", "update", "__ior__", "setdefault"})  # setdefault: an item stored under a key
 _REMOVING_CALLS = frozenset(
     {"discard", "remove", "pop", "popleft", "popitem", "clear", "difference_update", "intersection_update",
      "__isub__"}
@@ -154,6 +155,12 @@ class MethodFacts:
     path_events: PathEvents | None = None
     # reads of ``preempted_req_ids``: (line, only its length is used) (own_victims.py)
     preempted_reads: tuple[tuple[int, bool], ...] = ()
+    # where every entry of ``preempted_req_ids`` goes: returned, or put in a field of a handed-in object
+    # (victim_flow.py); the fields a ``handle_preemptions`` reads off its metadata (None: any)
+    victim_flow: VictimFlow = VictimFlow()
+    metadata_fields: "frozenset[str] | None" = None
+    # (line, what) where a definition vLLM reads the return of changes what its ``super()`` call returned
+    super_rewrites: tuple[tuple[int, str], ...] = ()
     # (line, test) of each ``if`` that waits (a store wait or a ``self`` helper) on one side and adds to a ``self``
     # container on the other: some tasks waited at once, others kept, by a test the reader does not evaluate
     wait_or_keep: tuple[tuple[int, str], ...] = ()
@@ -171,6 +178,8 @@ class MethodFacts:
     # attributes read on objects other than ``self`` (``meta.freed_block_ids``, ``getattr(meta, "freed")``)
     foreign_words: frozenset[str] = frozenset()
     reported_waits: "bool | None" = None  # get_finished-style: does a wait depend on what the call returns?
+    # per fill of the returned set (``done.add(r)``): the waits or ``self`` helpers given r that run before it
+    report_fills: "tuple[frozenset[str], ...] | None" = None
     has_condition: bool = False  # any if/while/conditional expression in the body
     generator: bool = False  # the body yields: calling it runs nothing until the result is iterated
     self_call_uses: tuple[tuple[str, str], ...] = ()  # (helper, "dropped"/"consumed"/"held") per self.<m>() call
@@ -795,6 +804,9 @@ class _MethodReader:
             param_fills=param_fills(self.func, own),
             copied_sweeps=copied_sweeps(own, STORE_WAITS),
             preempted_reads=attribute_reads(own, "preempted_req_ids"),
+            victim_flow=victim_flow(self.func),
+            metadata_fields=metadata_fields(self.func),
+            super_rewrites=super_rewrites(self.func),
             path_events=path_events(self.func, own, STORE_SUBMITS, STORE_WAITS),
             returned_self_call=_returned_self_call(self.func),
             wait_or_keep=self._wait_or_keep(),
@@ -816,6 +828,7 @@ class _MethodReader:
             ),
             foreign_words=_foreign_words(self.func),
             reported_waits=self._reported_waits(),
+            report_fills=self._report_fills(),
             has_condition=any(isinstance(n, (ast.If, ast.While, ast.IfExp)) for n in _own_nodes(self.func)),
             generator=any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _own_nodes(self.func)),
             self_call_uses=tuple(dict.fromkeys(self.self_call_uses)),
@@ -1190,6 +1203,89 @@ class _MethodReader:
             return None
         return any(set().union(*(_names_in(e) for e in self._selectors(call))) & returned for call in waits)
 
+    def _returned_names(self) -> set[str]:
+        """The names whose value the body returns (first element of a returned tuple), closed over assignments."""
+        nodes = list(_own_nodes(self.func))
+        returned: set[str] = set()
+        for node in nodes:
+            if isinstance(node, ast.Return) and node.value is not None:
+                value = node.value.elts[0] if isinstance(node.value, ast.Tuple) and node.value.elts else node.value
+                returned |= _names_in(value)
+        changed = True
+        while changed:
+            changed = False
+            for node in nodes:
+                if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    if any(isinstance(t, ast.Name) and t.id in returned for t in targets):
+                        new = {n for n in _names_in(node.value) if n != "self"} - returned
+                        if new and isinstance(node.value, ast.Name):  # ``out = done``: another name for it
+                            returned |= new
+                            changed = True
+        return returned
+
+    def _report_fills(self) -> tuple[frozenset[str], ...] | None:
+        """Per call filling the set the body returns (``sending.add(req_id)``), the calls that must have run on its
+        path with the filling loop's entry as an argument: a store wait (``"wait"``) or a ``self`` helper (its
+        name, resolved per class by the behaviour reader). FullAttentionDumpConnector (thirtieth blind round) waits
+        ``self._settle(req_id, rec)`` in a ``try`` whose ``finally`` adds the id; ExpiringDumpConnector's
+        ``self._on_deadline(req_id, now)`` before its second ``done.add(req_id)`` waits nothing (a deadline passed:
+        reported unwaited). An empty set: nothing is known to run first. None where the body fills no returned set."""
+        returned = self._returned_names()
+        nodes = list(_own_nodes(self.func))
+        fills = [n for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                 and n.func.attr in _FILLING_METHODS and isinstance(n.func.value, ast.Name)
+                 and n.func.value.id in returned]
+        if not fills:
+            return None
+        for node in nodes:  # the set must start empty and grow by those calls alone (``done = set(finished)`` no)
+            if isinstance(node, ast.AugAssign) and _names_in(node.target) & returned:
+                return (frozenset(),)
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None \
+                    and any(isinstance(t, ast.Name) and t.id in returned
+                            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])) \
+                    and not isinstance(node.value, ast.Name) and not _empty_container(node.value):
+                return (frozenset(),)
+        return tuple(self._run_before(fill) for fill in fills)
+
+    def _run_before(self, fill: ast.Call) -> frozenset[str]:
+        """The wait-like calls (see :meth:`_report_fills`) that run before ``fill`` whenever it runs, each given the
+        entry of the innermost loop around ``fill`` that ``fill`` puts in."""
+        loop: ast.AST | None = self.parents.get(fill)
+        while loop is not None and loop is not self.func and not isinstance(loop, (ast.For, ast.AsyncFor)):
+            loop = self.parents.get(loop)
+        if not isinstance(loop, (ast.For, ast.AsyncFor)):
+            return frozenset()
+        entry = _target_names(loop.target)
+        if not entry & set().union(*(_names_in(a) for a in fill.args)):
+            return frozenset()
+        found: set[str] = set()
+
+        def note(node: ast.AST) -> None:
+            for call in ast.walk(node):
+                if isinstance(call, ast.Call) and call is not fill and (callee := _wait_callee(call)) is not None \
+                        and entry & set().union(*(_names_in(a) for a in [*call.args, *(k.value for k in call.keywords)])):
+                    found.add(callee)
+
+        child, parent = fill, self.parents.get(fill)
+        while parent is not None and child is not loop:
+            if isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And):
+                for value in parent.values[:parent.values.index(child)] if child in parent.values else []:
+                    note(value)  # ``a and self._wait(r)``: each earlier operand ran (and held) first
+            if isinstance(parent, ast.If) and child in parent.body:
+                note(parent.test)  # ``if self._poll(r): done.add(r)``
+            if isinstance(parent, ast.Try) and child in parent.finalbody and not parent.handlers:
+                for stmt in parent.body:
+                    note(stmt)  # ``try: self._settle(r) finally: done.add(r)``: a raise never reaches the return
+            for field in ("body", "orelse", "finalbody"):
+                block = getattr(parent, field, None)
+                if isinstance(block, list) and child in block:
+                    for stmt in block[:block.index(child)]:
+                        if not isinstance(stmt, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.With)):
+                            note(stmt)  # a plain statement earlier in the same block ran first
+            child, parent = parent, self.parents.get(parent)
+        return frozenset(found)
+
     def _enclosing_tests(self, call: ast.Call, *, guarding: bool = False) -> list[ast.expr]:
         """The tests of the ``if``/``while``/conditional expressions ``call`` runs under; with ``guarding``, only
         those that must hold for it to run (it is in their body, not their ``else``)."""
@@ -1253,8 +1349,30 @@ class _MethodReader:
             return
         ops = self.attr_ops.setdefault(node.attr, set())
         ops.add(self._tracking_op(node))
-        if self._decides(node):
+        if self._decides(node) or self._tested_entry(node):
             ops.add("test")
+
+    def _tested_entry(self, node: ast.Attribute) -> bool:
+        """``rec = self.<attr>.pop(r, None)`` (or ``.get(r)``) whose local a branch of the body then tests (``if rec
+        is None: continue``): a membership test spelled as a lookup. FullAttentionDumpConnector (thirtieth blind
+        round) reports a finished request only when its per-request record table held it. Read in ``get_finished``
+        only: the scheduler side's state tables (``tracker = self._trackers.pop(r, None)`` in ``request_finished``)
+        are no tracking sets, and taken for one their plain writes hid a tracking add made under a test
+        (PromptCompleteDelayConnector, a blind round's)."""
+        if self.func.name != "get_finished":
+            return False
+        lookup = self.parents.get(node)
+        call = self.parents.get(lookup) if isinstance(lookup, ast.Attribute) and lookup.attr in ("pop", "get") else None
+        if not (isinstance(call, ast.Call) and call.func is lookup and call.args):
+            return False
+        bind = self.parents.get(call)
+        if not (isinstance(bind, ast.Assign) and bind.value is call and len(bind.targets) == 1
+                and isinstance(bind.targets[0], ast.Name)):
+            return False
+        local = bind.targets[0].id
+        return any(isinstance(test, (ast.If, ast.While, ast.IfExp))
+                   and any(isinstance(sub, ast.Name) and sub.id == local for sub in ast.walk(test.test))
+                   for test in _own_nodes(self.func))
 
     def _tracking_op(self, node: ast.expr) -> str:
         parent = self.parents.get(node)
@@ -2267,6 +2385,20 @@ def _after_full_pass(exit_: ast.stmt, parents: Mapping[ast.AST, ast.AST], contai
 
 #: calls that take entries out of the container a loop walks (``_removed_attrs``); ``_REMOVING_CALLS`` above
 #: is the tracking-set reading (``clear`` and the in-place set differences too)
+def _empty_container(node: ast.expr) -> bool:
+    """``set()``, ``[]``, ``{}``, ``set[str]()``: a container that starts with nothing in it."""
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return not node.elts
+    if isinstance(node, ast.Dict):
+        return not node.keys
+    func = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) else \
+        node.func if isinstance(node, ast.Call) else None
+    return isinstance(func, ast.Name) and func.id in ("set", "list", "dict", "frozenset") \
+        and not node.args and not node.keywords  # type: ignore[union-attr]
+
+
+#: Methods that put their arguments into the container they are called on (a report being filled).
+_FILLING_METHODS = frozenset({"add", "update", "append", "extend", "appendleft", "insert"})
 _ENTRY_REMOVING_CALLS = frozenset({"remove", "pop", "discard", "popleft", "popitem"})
 _SNAPSHOT_CALLS = frozenset({"list", "tuple", "sorted", "set", "frozenset", "dict", "copy", "deepcopy"})
 
