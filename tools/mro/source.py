@@ -20,7 +20,8 @@ from deferdump.tools.mro.ast_helpers import names_in as _names_in
 from deferdump.tools.mro.ast_helpers import target_names as _target_names
 from deferdump.tools.mro.block_tables import BlockCall, TableExtension, block_calls, table_extensions
 from deferdump.tools.mro.settled_paths import PathEvents, builds_bounded_deque, path_events
-from deferdump.tools.mro.victim_flow import VictimFlow, metadata_fields, super_rewrites, victim_flow
+from deferdump.tools.mro.super_results import super_rewrites
+from deferdump.tools.mro.victim_flow import VictimFlow, metadata_fields, victim_flow
 from deferdump.tools.mro.task_holders import (
     CopyRecord,
     copied_sweeps,
