@@ -88,19 +88,29 @@ def _shipped_fields(reader: "EffectReader", cls: str, build: str) -> set[str] | 
     return None if unread else shipped
 
 
+def _victim_waiting(reader: "EffectReader", cls: str) -> tuple[str, str] | None:
+    """(owner of ``build_connector_meta``, owner of ``handle_preemptions``) as ``cls`` resolves them, both read, where
+    the latter is labelled a wait of the victims' dumps; None otherwise."""
+    build = reader.hierarchy.lookup(cls, "build_connector_meta")
+    wait = reader.hierarchy.lookup(cls, "handle_preemptions")
+    if build is None or wait is None or reader.hierarchy.classes[build].external \
+            or reader.hierarchy.classes[wait].external:
+        return None
+    if reader.label(cls, wait, "handle_preemptions").label not in VICTIM_WAITS:
+        return None
+    return build, wait
+
+
 def widened_victims(reader: "EffectReader", cls: str) -> tuple[str, ...]:
     """Why an overwrite the model finds may be none of ``cls``'s: its ``handle_preemptions`` (the model's
     ``wait_preempted``) also reads metadata fields that carry no victim id, so it may wait more tasks before the
     forward than vLLM's victims' (PreforwardTrackerStore, a blind round's: ``meta.preempted | meta.finished``, a
     fence over finish frees the model's label does not have). Waiting more removes overwrites, so only a failure
     is undecided by it."""
-    build = reader.hierarchy.lookup(cls, "build_connector_meta")
-    wait = reader.hierarchy.lookup(cls, "handle_preemptions")
-    if build is None or wait is None or reader.hierarchy.classes[build].external \
-            or reader.hierarchy.classes[wait].external:
+    found = _victim_waiting(reader, cls)
+    if found is None:
         return ()
-    if reader.label(cls, wait, "handle_preemptions").label not in VICTIM_WAITS:
-        return ()
+    build, wait = found
     read = reader.hierarchy.method(wait, "handle_preemptions").metadata_fields
     if not read:
         return ()
@@ -123,13 +133,10 @@ def unshipped_victims(reader: "EffectReader", cls: str) -> tuple[str, ...]:
     every id of ``scheduler_output.preempted_req_ids`` into a field its ``handle_preemptions`` reads: the victims
     are the class's own guess (a diff of scheduled sets, the tail of a mirror), or only some of vLLM's (a filter).
     A build path outside the analysed files is not judged here (the reader has nothing to follow)."""
-    build = reader.hierarchy.lookup(cls, "build_connector_meta")
-    wait = reader.hierarchy.lookup(cls, "handle_preemptions")
-    if build is None or wait is None or reader.hierarchy.classes[build].external \
-            or reader.hierarchy.classes[wait].external:
+    found = _victim_waiting(reader, cls)
+    if found is None:
         return ()
-    if reader.label(cls, wait, "handle_preemptions").label not in VICTIM_WAITS:
-        return ()
+    build, wait = found
     shipped = _shipped_fields(reader, cls, build)
     if shipped is None:
         return ()

@@ -1183,11 +1183,7 @@ class _MethodReader:
         The returned names are closed backwards over local assignments; a wait depends on a name through its
         arguments or the ``if``/``for`` it sits in. None when the body makes no wait and calls no helper."""
         nodes = list(_own_nodes(self.func))
-        returned: set[str] = set()
-        for node in nodes:
-            if isinstance(node, ast.Return) and node.value is not None:
-                value = node.value.elts[0] if isinstance(node.value, ast.Tuple) and node.value.elts else node.value
-                returned |= _names_in(value)
+        returned = _first_returned_names(nodes)
         changed = True
         while changed:
             changed = False
@@ -1205,24 +1201,15 @@ class _MethodReader:
         return any(set().union(*(_names_in(e) for e in self._selectors(call))) & returned for call in waits)
 
     def _returned_names(self) -> set[str]:
-        """The names whose value the body returns (first element of a returned tuple), closed over assignments."""
+        """The names whose value the body returns (first element of a returned tuple), closed over plain aliases
+        (``out = done``): a name filled by calls, not built from others."""
         nodes = list(_own_nodes(self.func))
-        returned: set[str] = set()
-        for node in nodes:
-            if isinstance(node, ast.Return) and node.value is not None:
-                value = node.value.elts[0] if isinstance(node.value, ast.Tuple) and node.value.elts else node.value
-                returned |= _names_in(value)
-        changed = True
-        while changed:
-            changed = False
-            for node in nodes:
-                if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                    if any(isinstance(t, ast.Name) and t.id in returned for t in targets):
-                        new = {n for n in _names_in(node.value) if n != "self"} - returned
-                        if new and isinstance(node.value, ast.Name):  # ``out = done``: another name for it
-                            returned |= new
-                            changed = True
+        returned = _first_returned_names(nodes)
+        aliases = [(target.id, node.value.id) for node in nodes
+                   if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
+                   for target in node.targets if isinstance(target, ast.Name)]
+        for _ in aliases:  # each pass adds the names the last one reached
+            returned |= {source for target, source in aliases if target in returned}
         return returned
 
     def _report_fills(self) -> tuple[frozenset[str], ...] | None:
@@ -2386,6 +2373,16 @@ def _after_full_pass(exit_: ast.stmt, parents: Mapping[ast.AST, ast.AST], contai
 
 #: calls that take entries out of the container a loop walks (``_removed_attrs``); ``_REMOVING_CALLS`` above
 #: is the tracking-set reading (``clear`` and the in-place set differences too)
+def _first_returned_names(nodes: list[ast.AST]) -> set[str]:
+    """The names in what the returns give back (the first element of a returned tuple: ``finished_sending``)."""
+    returned: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Return) and node.value is not None:
+            value = node.value.elts[0] if isinstance(node.value, ast.Tuple) and node.value.elts else node.value
+            returned |= _names_in(value)
+    return returned
+
+
 def _empty_container(node: ast.expr) -> bool:
     """``set()``, ``[]``, ``{}``, ``set[str]()``: a container that starts with nothing in it."""
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
