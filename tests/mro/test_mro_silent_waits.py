@@ -47,3 +47,24 @@ def test_as_a_child_the_silent_waits_keep_the_class_from_unsafe() -> None:
     judgement = _judge().judge("DeferredTrackerStore", cases=["multi"]).judgements[0]
     assert judgement.verdict == "unknown", (judgement.verdict, judgement.reasons)
     assert any(SILENT_WAITS in r for r in judgement.reasons), judgement.reasons
+
+
+def test_with_one_group_a_silent_wait_of_every_task_is_no_counterexample(tmp_path: Path) -> None:
+    """The benign readings wait only the finished tracked requests' tasks. A class whose ``get_finished`` waits every
+    pending task each step (and reports nothing) ends each step's dumps before the scheduler frees anything: safe with
+    one group, never ``unsafe`` by a reading that waits less."""
+    text = TRACKER.read_text(encoding="utf-8")
+    report = """        for req_id in finished_req_ids:
+            self._wait_tasks(req_id)
+        for req_id, tasks in list(self._inflight.items()):
+            tasks[:] = [t for t in tasks if not self._store.check(t)]
+            if not tasks:
+                del self._inflight[req_id]
+        return None, None"""
+    assert report in text
+    path = tmp_path / TRACKER.name
+    path.write_text(text.replace(report, """        for req_id in list(self._inflight):
+            self._wait_tasks(req_id)
+        return None, None""", 1), encoding="utf-8")
+    judgement = _judge(path).judge("DeferredTrackerStore", cases=["single"]).judgements[0]
+    assert judgement.verdict == "unknown", (judgement.verdict, judgement.reasons)

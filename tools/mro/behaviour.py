@@ -1163,12 +1163,12 @@ class EffectReader:
             if _guard_value(guard, constants) == "other":
                 return guard.line, guard.text
         helper = facts.returned_self_call
-        if helper is not None and helper not in seen and len(seen) <= 3:
+        if helper is not None:
             # ``return self._finish(request, (block_ids,))``: the answer is the helper's, guards and all, as ``cls``
             # resolves it (CompactSpanDump, a blind round's: its ``_finish`` answers False when the tables are
-            # empty, for a request its set still holds)
+            # empty, for a request its set still holds); a chain not followed to its end is a guard of its own
             owner = self.hierarchy.lookup(cls, helper)
-            if owner is None or self.hierarchy.classes[owner].external:
+            if owner is None or self.hierarchy.classes[owner].external or helper in seen or len(seen) > 3:
                 return facts.lineno, f"self.{helper}(...)"
             return self._standing_guard(cls, self.hierarchy.method(owner, helper), (*seen, helper))
         return None

@@ -641,10 +641,12 @@ class Judge:
                 break
         assert best is not None
         silent = tuple(r for l in unknowns if l.method == "get_finished" for r in l.reasons if SILENT_WAITS in r)
-        if silent and not best.passed and (context.case == "multi" or best.violated != "NoOverwriteWhileDumpingInv"):
-            # every benign reading reports what it waits; the class reports nothing. A report of a request the child
-            # did not delay is one the class never makes, and under MultiConnector it counts toward the free
-            # (DeferredTrackerStore, keyed safe as a child: its waits come before its sibling's report)
+        if silent and not best.passed:
+            # every benign reading reports what it waits, and waits the finished tracked requests' tasks only; the
+            # class reports nothing and may wait more (every pending task, each step: a synchronous save in effect).
+            # A report of a request the child did not delay is one the class never makes, and under MultiConnector
+            # it counts toward the free (DeferredTrackerStore, keyed safe as a child: its waits come before its
+            # sibling's report)
             return ContextJudgement(context, "unknown", worst.violated, (*reasons, *silent), shown, worst.result,
                                     worst.model, worst.files)
         if not best.passed and not (beyond and best.violated != "NoOverwriteWhileDumpingInv"):
