@@ -28,6 +28,9 @@ CARRIED = {
     "a loop adding each": "def f(self, so):\n    out = set()\n    for r in so.preempted_req_ids:\n"
                           "        out.add(r)\n    return out\n",
     "an update": "def f(self, so):\n    out = set()\n    out.update(so.preempted_req_ids or ())\n    return out\n",
+    "two loops under one name": "def f(self, so):\n    out = set()\n    for r in so.preempted_req_ids or ():\n"
+                                "        out.add(r)\n    for r in self._other:\n        self._seen.discard(r)\n"
+                                "    return out\n",
     "a conditional copy with an empty fallback":
         "def f(self, so):\n    return set(so.preempted_req_ids) if so.preempted_req_ids else set()\n",
 }
@@ -48,6 +51,17 @@ NOT_CARRIED = {
     "an early empty return": "def f(self, so):\n    if not so.num_scheduled_tokens:\n        return set()\n"
                              "    return set(so.preempted_req_ids)\n",
     "a self attribute of that name": "def f(self, so):\n    return self.preempted_req_ids\n",
+    "rebound to guesses": "def f(self, so):\n    victims = set(so.preempted_req_ids)\n"
+                          "    victims = self._guess()\n    return victims\n",
+    "emptied under a test": "def f(self, so):\n    victims = set(so.preempted_req_ids)\n    if self._quiet:\n"
+                            "        victims = set()\n    return victims\n",
+    "a cache first": "def f(self, so):\n    return self._cached or set(so.preempted_req_ids)\n",
+    "behind a switch": "def f(self, so):\n    return self._fence and set(so.preempted_req_ids)\n",
+    "empty unless a switch": "def f(self, so):\n    return set(so.preempted_req_ids) if self._fence else set()\n",
+    "a field stored twice": "def f(self, so):\n    meta = Meta()\n    meta.preempted = set(so.preempted_req_ids)\n"
+                            "    meta.preempted = self._guess()\n    return meta\n",
+    "only in a nested function": "def f(self, so):\n    def g():\n        return set(so.preempted_req_ids)\n"
+                                 "    return self._guess()\n",
 }
 
 
@@ -72,6 +86,10 @@ def test_fields_of_the_metadata_are_named() -> None:
         "def f(self, so):\n    meta = Meta()\n    meta.preempted = self._select(so)\n    return meta\n")
     assert ("super:build_connector_meta", WHOLE) in _flow(
         "def f(self, so):\n    meta = super().build_connector_meta(so)\n    return meta\n")
+    # another field set in a tuple assignment leaves the victims' field as it was
+    assert ("read", "preempted") in _flow(
+        "def f(self, so):\n    meta = Meta(preempted=set(so.preempted_req_ids or ()))\n"
+        "    meta.flushes, self._pending = self._pending, []\n    return meta\n")
     # a field of the class's own object is not the metadata
     assert not _flow("def f(self, so):\n    self._meta.preempted = set(so.preempted_req_ids)\n    return Meta()\n")
 

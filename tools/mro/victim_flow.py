@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from deferdump.tools.mro.ast_helpers import is_self
+from deferdump.tools.mro.ast_helpers import is_self, target_names
 
 #: The field the read sits in: the victims are the value itself, or a field of the object it is.
 WHOLE = "*"
@@ -85,18 +85,16 @@ class _Flow:
         if isinstance(node, ast.Name):
             return set(self.taint.get(node.id, ()))
         if isinstance(node, ast.BoolOp):
-            values = [self.carry(v) for v in node.values]
-            if isinstance(node.op, ast.Or):  # ``x or ()``: the fallback is taken only when x is empty
-                return set().union(*values)
-            return values[-1]  # ``a and x`` is x when a holds, else a falsy value
+            if isinstance(node.op, ast.Or):  # ``x or ()``: what follows x is taken only when x (so every victim) is
+                return self.carry(node.values[0])  # empty; ``self._cached or x`` may be the cache
+            return set()  # ``a and x`` is a falsy ``a`` when a does not hold: no victim at all
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
             return self.carry(node.left) | self.carry(node.right)
         if isinstance(node, ast.IfExp):
             body, orelse = self.carry(node.body), self.carry(node.orelse)
-            if _empty(node.orelse):
-                return body
-            if _empty(node.body):
-                return orelse
+            tested = {source for source, _ in self.carry(node.test)}
+            if _empty(node.orelse) and body and {source for source, _ in body} <= tested:
+                return body  # ``set(x) if x else set()``: empty only when x is
             return body & orelse
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp)) and len(node.generators) == 1:
             gen = node.generators[0]
@@ -147,51 +145,84 @@ class _Flow:
             return set().union(*(self.carry(a) for a in node.value.args))
         return set()
 
-    def _into(self, target: ast.AST, pairs: set[tuple[str, str]]) -> None:
-        """``pairs`` stored into ``target``: a local name, a field of a local (the metadata), or ``self`` (kept)."""
-        if not pairs:
-            return
-        if isinstance(target, ast.Name):
-            self.taint.setdefault(target.id, set()).update(pairs)
-            if target.id in self.params:
-                return  # rebinding a parameter hands nothing to the caller
-            return
-        if isinstance(target, (ast.Attribute, ast.Subscript)):
-            base, field = target.value, (target.attr if isinstance(target, ast.Attribute) else WHOLE)
-            while isinstance(base, (ast.Attribute, ast.Subscript)):
-                field = base.attr if isinstance(base, ast.Attribute) else field
-                base = base.value
-            if isinstance(base, ast.Name) and not is_self(base):
-                held = {(s, _compose(field, f)) for s, f in pairs}
-                self.taint.setdefault(base.id, set()).update(held)
-                if base.id in self.params:
-                    self.out |= held  # a field of an object the caller handed in (``meta.preempted = ...``)
+    @staticmethod
+    def _field_of(target: ast.AST) -> tuple[str, str] | None:
+        """(local name, field) for a store into a field of a local object (``meta.preempted``, ``meta.v.ids``: the
+        outermost field), None for ``self`` or anything else."""
+        if not isinstance(target, (ast.Attribute, ast.Subscript)):
+            return None
+        base, field = target.value, (target.attr if isinstance(target, ast.Attribute) else WHOLE)
+        while isinstance(base, (ast.Attribute, ast.Subscript)):
+            field = base.attr if isinstance(base, ast.Attribute) else field
+            base = base.value
+        if isinstance(base, ast.Name) and not is_self(base):
+            return base.id, field
+        return None
 
     def run(self) -> VictimFlow:
-        nodes = list(ast.walk(self.func))
-        parents = {child: node for node in nodes for child in ast.iter_child_nodes(node)}
-        for _ in range(3):  # loops: a later statement may feed an earlier one
+        everything = list(ast.walk(self.func))
+        parents = {child: node for node in everything for child in ast.iter_child_nodes(node)}
+        nodes = [n for n in everything if not self._nested(n, parents)]
+        # Every binding of a local name, and every store into a field of a local object, wherever it is: a name
+        # or field holds the victims only if each of its bindings does (``victims = set(x)`` then ``victims =
+        # self._guess()`` holds guesses); fills (``victims.add(r)``, ``meta.ids.update(x)``) only add.
+        bindings: dict[str, list[ast.expr | None]] = {p: [] for p in self.params}
+        stores: dict[tuple[str, str], list[ast.expr | None]] = {}
+        for node in nodes:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                    if isinstance(target, ast.Name):
+                        bindings.setdefault(target.id, []).append(node.value)
+                    elif isinstance(target, (ast.Tuple, ast.List)):  # ``meta.f, self._x = self._x, []``
+                        for element in target.elts:
+                            element = element.value if isinstance(element, ast.Starred) else element
+                            if isinstance(element, ast.Name):
+                                bindings.setdefault(element.id, []).append(None)
+                            elif (held := self._field_of(element)) is not None:
+                                stores.setdefault(held, []).append(None)
+                    elif (held := self._field_of(target)) is not None and not self._conditional(node, parents):
+                        stores.setdefault(held, []).append(node.value)
+            elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+                bindings.setdefault(node.target.id, []).append(
+                    ast.BinOp(node.target, node.op, node.value) if isinstance(node.op, ast.BitOr) else None)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                bindings.setdefault(node.name, []).append(None)
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
+                for sub in ([node.target] if isinstance(node, (ast.For, ast.AsyncFor)) else
+                            [i.optional_vars for i in node.items if i.optional_vars is not None]
+                            if isinstance(node, (ast.With, ast.AsyncWith)) else []):
+                    for name in target_names(sub):
+                        bindings.setdefault(name, []).append(None)
+        for _ in range(4):  # loops: a later statement may feed an earlier one
+            taint: dict[str, set[tuple[str, str]]] = {}
+            for name, values in bindings.items():
+                carried = [self.carry(v) if v is not None else set() for v in values]
+                if name in self.params:
+                    carried.append({("param", WHOLE)})  # what the caller handed in, unless rebound
+                taint[name] = set.intersection(*carried) if carried else set()
+            for (name, field), values in stores.items():
+                held = set.intersection(*(self.carry(v) if v is not None else set() for v in values))
+                held = {(s, _compose(field, f)) for s, f in held}
+                taint.setdefault(name, set()).update(held)
+                if name in self.params:
+                    self.out |= held  # a field of an object the caller handed in (``meta.preempted = ...``)
             for node in nodes:
-                if node is not self.func and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                    continue
-                if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
-                    if isinstance(node, ast.AugAssign) and not isinstance(node.op, ast.BitOr):
-                        continue
-                    if self._conditional(node, parents):
-                        continue
-                    for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
-                        self._into(target, self.carry(node.value))
-                elif isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name):
-                    element = self.carry(node.iter)
-                    if element:
-                        self.taint.setdefault(f"{node.target.id}\0each", set()).update(element)
+                if isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name):
+                    taint[f"{node.target.id}\0{id(node)}"] = self.carry(node.iter)  # per loop: names recur
                 elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _FILLS:
                     stmt = parents.get(node)
                     if not isinstance(stmt, ast.Expr) or self._conditional(stmt, parents):
                         continue
-                    pairs = set().union(*(self.carry(a) for a in node.args))
-                    pairs |= self._each(node, parents)
-                    self._into(node.func.value, pairs)
+                    pairs = set().union(*(self.carry(a) for a in node.args)) | self._each(node, parents)
+                    if isinstance(node.func.value, ast.Name):
+                        taint.setdefault(node.func.value.id, set()).update(pairs)
+                    elif (held_in := self._field_of(node.func.value)) is not None:
+                        name, field = held_in
+                        held = {(s, _compose(field, f)) for s, f in pairs}
+                        taint.setdefault(name, set()).update(held)
+                        if name in self.params:
+                            self.out |= held
+            self.taint = taint
         if any(self._trims(node) for node in nodes):
             return VictimFlow()  # ``victims -= done``, ``victims.discard(r)``: some entries taken out again
         returns = [self.carry(node.value) for node in nodes if isinstance(node, ast.Return)
@@ -260,7 +291,7 @@ class _Flow:
         while parent is not None and parent is not self.func:
             if isinstance(parent, (ast.For, ast.AsyncFor)) and isinstance(parent.target, ast.Name) \
                     and parent.target.id == name:
-                return set(self.taint.get(f"{name}\0each", ()))
+                return set(self.taint.get(f"{name}\0{id(parent)}", ()))
             parent = parents.get(parent)
         return set()
 
