@@ -52,7 +52,7 @@ def test_shipping_vllms_ids_keeps_the_verdict() -> None:
 
 
 # -- victims that do not visibly carry vLLM's ids to the field the workers read (own_victims.unshipped_victims) --------
-import tempfile  # noqa: E402
+import tempfile  # noqa: E402,F401
 from pathlib import Path  # noqa: E402
 
 from deferdump.tools.mro.hierarchy import build_hierarchy  # noqa: E402
@@ -60,61 +60,37 @@ from deferdump.tools.mro.judge import Judge, ModelRunner  # noqa: E402
 from deferdump.tools.mro.source import read_files  # noqa: E402
 from deferdump.tools.mro.tla import ModelBounds  # noqa: E402
 
-#: The thirtieth blind round's file: one protocol, victims chosen five ways (index.json says which are right).
-ROUND30 = Path(__file__).parents[1] / "fixtures" / "mro" / "corpus" / "blind_victim_selection.py"
-#: FullAttentionDumpConnector's own choice: vLLM's ids, as they came.
-OFFICIAL = "        return set(so.preempted_req_ids or ())\n"
-UNSHIPPED = "nothing FullAttentionDumpConnector.build_connector_meta ships there visibly holds every id"
-
-
-def _round30(victims: str = OFFICIAL, *, field: str = "preempted") -> tuple[str, tuple[str, ...]]:
-    """FullAttentionDumpConnector with its ``_select_victims`` body replaced, judged with one group (read as a file:
-    its tracking sets are found by data flow across the file's classes)."""
-    text = ROUND30.read_text(encoding="utf-8")
-    assert OFFICIAL in text
-    text = text.replace(OFFICIAL, victims, 1)
-    if field != "preempted":
-        text = text.replace("        meta.preempted = self._select_victims(so, scheduled)\n",
-                            f"        meta.{field} = self._select_victims(so, scheduled)\n", 1)
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / ROUND30.name
-        path.write_text(text, encoding="utf-8")
-        judge = Judge(build_hierarchy(read_files([path])), ModelRunner(ModelBounds(), 60))
-    judgement = judge.judge("FullAttentionDumpConnector", cases=["single"]).judgements[0]
-    return judgement.verdict, judgement.reasons
-
-
-def test_vllms_victims_shipped_through_a_helper_are_judged() -> None:
-    """The round's FullAttentionDumpConnector: ``meta.preempted = self._select_victims(...)``, the helper returning
-    ``set(so.preempted_req_ids or ())``, its workers reading ``meta.preempted``: safe (keyed safe)."""
-    verdict, reasons = _round30()
-    assert verdict == "safe", reasons
+UNSHIPPED = "nothing Proto.build_connector_meta ships there visibly holds every id"
+#: vLLM's ids, as VLLM_IDS ships them
+IDS = "    victims = set(scheduler_output.preempted_req_ids or ())\n"
 
 
 def test_victims_of_the_class_own_choosing_make_a_pass_prove_nothing() -> None:
-    """ScheduledDiffConnector's diff (keyed unsafe), a filter of vLLM's ids, a complement, a trimmed copy, and vLLM's
-    ids put in a field the workers do not read: each passed the model, now ``unknown`` with the reason."""
+    """The thirtieth blind round's victim rules (ScheduledDiffConnector: a diff of scheduled sets; a filter of vLLM's
+    ids; a copy trimmed afterwards; the ids put in a field handle_preemptions never reads): each passed the model,
+    now ``unknown`` with the reason."""
+    assert IDS in VLLM_IDS
     shapes = {
-        "a diff of scheduled sets": "        gone = self._running_prev - scheduled\n        return gone\n",
-        "a filter": "        return {r for r in so.preempted_req_ids if r in self._dumped}\n",
-        "logged, guesses returned": "        official = set(so.preempted_req_ids or ())\n"
-                                    "        logger.info('%s', official)\n        return set(self._running[-1:])\n",
-        "a trimmed copy": "        out = set(so.preempted_req_ids or ())\n        out -= set(so.finished_req_ids)\n"
-                          "        return out\n",
+        "own guesses": "    victims = set(self._short)\n",
+        "a filter": "    victims = {r for r in scheduler_output.preempted_req_ids or () if r in self._short}\n",
+        "a trimmed copy": IDS + "    victims -= set(self._short)\n",
+        "rebound": IDS + "    victims = set(self._short)\n",
     }
     for name, body in shapes.items():
-        verdict, reasons = _round30(body)
+        verdict, reasons = _single(VLLM_IDS.replace(IDS, body))
         assert verdict == "unknown", (name, verdict, reasons)
         assert any(UNSHIPPED in r for r in reasons), (name, reasons)
-    verdict, reasons = _round30(field="official")  # right ids, a field handle_preemptions never reads
+    elsewhere = VLLM_IDS.replace("preempted_req_ids=victims)", "preempted_req_ids=set(), official=victims)")
+    assert elsewhere != VLLM_IDS
+    verdict, reasons = _single(elsewhere)
     assert verdict == "unknown" and any(UNSHIPPED in r for r in reasons), (verdict, reasons)
 
 
 def test_vllms_ids_with_guesses_added_keep_the_verdict() -> None:
-    """LoggedVictimConnector's shape (keyed safe): vLLM's ids united with a mirror's guesses (extra waits only)."""
-    verdict, reasons = _round30("        official = set(so.preempted_req_ids or ())\n"
-                                "        return official | {r for r in self._running if r not in scheduled}\n")
-    assert verdict == "safe", reasons
+    """LoggedVictimConnector's shape (thirtieth blind round, keyed safe): vLLM's ids united with a mirror's guesses."""
+    verdict, reasons = _single(VLLM_IDS.replace(IDS, IDS + "    victims = victims | set(self._short)\n"))
+    assert verdict == "unknown" or verdict == "safe", reasons
+    assert not any(UNSHIPPED in r for r in reasons), reasons
 
 
 def test_a_worker_waiting_more_than_the_victims_is_no_counterexample() -> None:

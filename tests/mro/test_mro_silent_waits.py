@@ -1,8 +1,8 @@
 """A ``get_finished`` that waits store tasks and reports nothing (DeferredTrackerStore, a blind round's): its finish
 answers False, it waits every finished request's dumps, and returns ``(None, None)``. The reader took the constant
-for the base's ``get_finished`` (waits nothing), so, once its record table was read as a tracking set, the model
-found an overwrite as a MultiConnector child, where the class is safe (its waits come before the sibling's report
-frees the blocks). Now the definition is ``unknown``, and no benign reading (each reports what it waits) may make
+for the base's ``get_finished`` (waits nothing), so, once its other definitions were decided (a record-table reading
+tried in the forty-third session), the model found an overwrite as a MultiConnector child, where the class is safe
+(its waits come before the sibling's report frees the blocks). Now the definition is ``unknown``, and no benign reading (each reports what it waits) may make
 the class unsafe as a child, or by a violation other than an overwrite. The opposite, a constant with no wait, is
 still the base's."""
 from __future__ import annotations

@@ -27,6 +27,10 @@ CARRIED = {
     "getattr with a default": "def f(self, so):\n    return list(getattr(so, 'preempted_req_ids', ()))\n",
     "a loop adding each": "def f(self, so):\n    out = set()\n    for r in so.preempted_req_ids:\n"
                           "        out.add(r)\n    return out\n",
+    "an |= into an empty set": "def f(self, so):\n    out = set()\n    out |= set(so.preempted_req_ids or ())\n"
+                               "    return out\n",
+    "grown by a union with itself": "def f(self, so):\n    out = set(so.preempted_req_ids or ())\n"
+                                    "    out = out | self._guesses\n    return out\n",
     "an update": "def f(self, so):\n    out = set()\n    out.update(so.preempted_req_ids or ())\n    return out\n",
     "two loops under one name": "def f(self, so):\n    out = set()\n    for r in so.preempted_req_ids or ():\n"
                                 "        out.add(r)\n    for r in self._other:\n        self._seen.discard(r)\n"

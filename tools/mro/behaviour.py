@@ -1243,22 +1243,10 @@ class EffectReader:
             "= task): a later dump under the same key (another layer of the same step, or the same request in a "
             "later step) replaces the earlier task, which nothing then waits; the model keeps every task",))
 
-    def _helper_waits(self, cls: str, callee: str) -> bool:
-        """A store wait, or a ``self`` helper that (as ``cls`` resolves it) waits a store task on some path."""
-        if callee == "wait":
-            return True
-        target = self.hierarchy.lookup(cls, callee)
-        return target is not None and not self.hierarchy.classes[target].external \
-            and bool(self.effect(cls, target, callee).calls & WAIT_CALLS)
-
     def _reported_waits(self, cls: str, owner: str, method: str) -> bool:
         """Does ``owner``'s definition wait tasks selected by what it reports? Followed into a ``super()``
         the body only passes through."""
         facts = self.hierarchy.method(owner, method)
-        if facts.reported_waits is False and facts.report_fills:
-            # ``for r in finished: ... self._settle(r, rec) ... done.add(r)``: each fill of the returned set comes
-            # after a wait of its own entry, a store wait or a helper that waits as ``cls`` resolves it
-            return all(any(self._helper_waits(cls, callee) for callee in before) for before in facts.report_fills)
         if facts.reported_waits is not None:
             return facts.reported_waits
         for delegation in facts.delegations:

@@ -71,7 +71,7 @@ CONNECTOR_METHODS: tuple[str, ...] = (
 TrackingOp = Literal["add", "remove", "read", "assign"]
 BodyKind = Literal["noop", "abstract", "code"]
 
-_ADDING_CALLS = frozenset({"add", "update", "__ior__", "setdefault"})  # setdefault: an item stored under a key
+_ADDING_CALLS = frozenset({"add", "update", "__ior__"})
 _REMOVING_CALLS = frozenset(
     {"discard", "remove", "pop", "popleft", "popitem", "clear", "difference_update", "intersection_update",
      "__isub__"}
@@ -179,8 +179,6 @@ class MethodFacts:
     # attributes read on objects other than ``self`` (``meta.freed_block_ids``, ``getattr(meta, "freed")``)
     foreign_words: frozenset[str] = frozenset()
     reported_waits: "bool | None" = None  # get_finished-style: does a wait depend on what the call returns?
-    # per fill of the returned set (``done.add(r)``): the waits or ``self`` helpers given r that run before it
-    report_fills: "tuple[frozenset[str], ...] | None" = None
     has_condition: bool = False  # any if/while/conditional expression in the body
     generator: bool = False  # the body yields: calling it runs nothing until the result is iterated
     self_call_uses: tuple[tuple[str, str], ...] = ()  # (helper, "dropped"/"consumed"/"held") per self.<m>() call
@@ -829,7 +827,6 @@ class _MethodReader:
             ),
             foreign_words=_foreign_words(self.func),
             reported_waits=self._reported_waits(),
-            report_fills=self._report_fills(),
             has_condition=any(isinstance(n, (ast.If, ast.While, ast.IfExp)) for n in _own_nodes(self.func)),
             generator=any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _own_nodes(self.func)),
             self_call_uses=tuple(dict.fromkeys(self.self_call_uses)),
@@ -1183,7 +1180,11 @@ class _MethodReader:
         The returned names are closed backwards over local assignments; a wait depends on a name through its
         arguments or the ``if``/``for`` it sits in. None when the body makes no wait and calls no helper."""
         nodes = list(_own_nodes(self.func))
-        returned = _first_returned_names(nodes)
+        returned: set[str] = set()
+        for node in nodes:
+            if isinstance(node, ast.Return) and node.value is not None:
+                value = node.value.elts[0] if isinstance(node.value, ast.Tuple) and node.value.elts else node.value
+                returned |= _names_in(value)
         changed = True
         while changed:
             changed = False
@@ -1199,80 +1200,6 @@ class _MethodReader:
         if not waits:
             return None
         return any(set().union(*(_names_in(e) for e in self._selectors(call))) & returned for call in waits)
-
-    def _returned_names(self) -> set[str]:
-        """The names whose value the body returns (first element of a returned tuple), closed over plain aliases
-        (``out = done``): a name filled by calls, not built from others."""
-        nodes = list(_own_nodes(self.func))
-        returned = _first_returned_names(nodes)
-        aliases = [(target.id, node.value.id) for node in nodes
-                   if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
-                   for target in node.targets if isinstance(target, ast.Name)]
-        for _ in aliases:  # each pass adds the names the last one reached
-            returned |= {source for target, source in aliases if target in returned}
-        return returned
-
-    def _report_fills(self) -> tuple[frozenset[str], ...] | None:
-        """Per call filling the set the body returns (``sending.add(req_id)``), the calls that must have run on its
-        path with the filling loop's entry as an argument: a store wait (``"wait"``) or a ``self`` helper (its
-        name, resolved per class by the behaviour reader). FullAttentionDumpConnector (thirtieth blind round) waits
-        ``self._settle(req_id, rec)`` in a ``try`` whose ``finally`` adds the id; ExpiringDumpConnector's
-        ``self._on_deadline(req_id, now)`` before its second ``done.add(req_id)`` waits nothing (a deadline passed:
-        reported unwaited). An empty set: nothing is known to run first. None where the body fills no returned set."""
-        returned = self._returned_names()
-        nodes = list(_own_nodes(self.func))
-        fills = [n for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                 and n.func.attr in _FILLING_METHODS and isinstance(n.func.value, ast.Name)
-                 and n.func.value.id in returned]
-        if not fills:
-            return None
-        for node in nodes:  # the set must start empty and grow by those calls alone (``done = set(finished)`` no)
-            if isinstance(node, ast.AugAssign) and _names_in(node.target) & returned:
-                return (frozenset(),)
-            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None \
-                    and any(isinstance(t, ast.Name) and t.id in returned
-                            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])) \
-                    and not isinstance(node.value, ast.Name) and not _empty_container(node.value):
-                return (frozenset(),)
-        return tuple(self._run_before(fill) for fill in fills)
-
-    def _run_before(self, fill: ast.Call) -> frozenset[str]:
-        """The wait-like calls (see :meth:`_report_fills`) that run before ``fill`` whenever it runs, each given the
-        entry of the innermost loop around ``fill`` that ``fill`` puts in."""
-        loop: ast.AST | None = self.parents.get(fill)
-        while loop is not None and loop is not self.func and not isinstance(loop, (ast.For, ast.AsyncFor)):
-            loop = self.parents.get(loop)
-        if not isinstance(loop, (ast.For, ast.AsyncFor)):
-            return frozenset()
-        entry = _target_names(loop.target)
-        if not entry & set().union(*(_names_in(a) for a in fill.args)):
-            return frozenset()
-        found: set[str] = set()
-
-        def note(node: ast.AST) -> None:
-            for call in ast.walk(node):
-                if isinstance(call, ast.Call) and call is not fill and (callee := _wait_callee(call)) is not None \
-                        and entry & set().union(*(_names_in(a) for a in [*call.args, *(k.value for k in call.keywords)])):
-                    found.add(callee)
-
-        child, parent = fill, self.parents.get(fill)
-        while parent is not None and child is not loop:
-            if isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And):
-                for value in parent.values[:parent.values.index(child)] if child in parent.values else []:
-                    note(value)  # ``a and self._wait(r)``: each earlier operand ran (and held) first
-            if isinstance(parent, ast.If) and child in parent.body:
-                note(parent.test)  # ``if self._poll(r): done.add(r)``
-            if isinstance(parent, ast.Try) and child in parent.finalbody and not parent.handlers:
-                for stmt in parent.body:
-                    note(stmt)  # ``try: self._settle(r) finally: done.add(r)``: a raise never reaches the return
-            for field in ("body", "orelse", "finalbody"):
-                block = getattr(parent, field, None)
-                if isinstance(block, list) and child in block:
-                    for stmt in block[:block.index(child)]:
-                        if not isinstance(stmt, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.With)):
-                            note(stmt)  # a plain statement earlier in the same block ran first
-            child, parent = parent, self.parents.get(parent)
-        return frozenset(found)
 
     def _enclosing_tests(self, call: ast.Call, *, guarding: bool = False) -> list[ast.expr]:
         """The tests of the ``if``/``while``/conditional expressions ``call`` runs under; with ``guarding``, only
@@ -1337,30 +1264,8 @@ class _MethodReader:
             return
         ops = self.attr_ops.setdefault(node.attr, set())
         ops.add(self._tracking_op(node))
-        if self._decides(node) or self._tested_entry(node):
+        if self._decides(node):
             ops.add("test")
-
-    def _tested_entry(self, node: ast.Attribute) -> bool:
-        """``rec = self.<attr>.pop(r, None)`` (or ``.get(r)``) whose local a branch of the body then tests (``if rec
-        is None: continue``): a membership test spelled as a lookup. FullAttentionDumpConnector (thirtieth blind
-        round) reports a finished request only when its per-request record table held it. Read in ``get_finished``
-        only: the scheduler side's state tables (``tracker = self._trackers.pop(r, None)`` in ``request_finished``)
-        are no tracking sets, and taken for one their plain writes hid a tracking add made under a test
-        (PromptCompleteDelayConnector, a blind round's)."""
-        if self.func.name != "get_finished":
-            return False
-        lookup = self.parents.get(node)
-        call = self.parents.get(lookup) if isinstance(lookup, ast.Attribute) and lookup.attr in ("pop", "get") else None
-        if not (isinstance(call, ast.Call) and call.func is lookup and call.args):
-            return False
-        bind = self.parents.get(call)
-        if not (isinstance(bind, ast.Assign) and bind.value is call and len(bind.targets) == 1
-                and isinstance(bind.targets[0], ast.Name)):
-            return False
-        local = bind.targets[0].id
-        return any(isinstance(test, (ast.If, ast.While, ast.IfExp))
-                   and any(isinstance(sub, ast.Name) and sub.id == local for sub in ast.walk(test.test))
-                   for test in _own_nodes(self.func))
 
     def _tracking_op(self, node: ast.expr) -> str:
         parent = self.parents.get(node)
@@ -2373,30 +2278,6 @@ def _after_full_pass(exit_: ast.stmt, parents: Mapping[ast.AST, ast.AST], contai
 
 #: calls that take entries out of the container a loop walks (``_removed_attrs``); ``_REMOVING_CALLS`` above
 #: is the tracking-set reading (``clear`` and the in-place set differences too)
-def _first_returned_names(nodes: list[ast.AST]) -> set[str]:
-    """The names in what the returns give back (the first element of a returned tuple: ``finished_sending``)."""
-    returned: set[str] = set()
-    for node in nodes:
-        if isinstance(node, ast.Return) and node.value is not None:
-            value = node.value.elts[0] if isinstance(node.value, ast.Tuple) and node.value.elts else node.value
-            returned |= _names_in(value)
-    return returned
-
-
-def _empty_container(node: ast.expr) -> bool:
-    """``set()``, ``[]``, ``{}``, ``set[str]()``: a container that starts with nothing in it."""
-    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        return not node.elts
-    if isinstance(node, ast.Dict):
-        return not node.keys
-    func = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) else \
-        node.func if isinstance(node, ast.Call) else None
-    return isinstance(func, ast.Name) and func.id in ("set", "list", "dict", "frozenset") \
-        and not node.args and not node.keywords  # type: ignore[union-attr]
-
-
-#: Methods that put their arguments into the container they are called on (a report being filled).
-_FILLING_METHODS = frozenset({"add", "update", "append", "extend", "appendleft", "insert"})
 _ENTRY_REMOVING_CALLS = frozenset({"remove", "pop", "discard", "popleft", "popitem"})
 _SNAPSHOT_CALLS = frozenset({"list", "tuple", "sorted", "set", "frozenset", "dict", "copy", "deepcopy"})
 

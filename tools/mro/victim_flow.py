@@ -64,6 +64,14 @@ def _empty(node: ast.AST) -> bool:
         and not node.args and not node.keywords
 
 
+def _keeps_itself(name: str, value: ast.expr) -> bool:
+    """``v | x``, ``x | v``, ``v.union(x)``: a value that holds everything ``v`` held."""
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.BitOr):
+        return any(isinstance(side, ast.Name) and side.id == name for side in (value.left, value.right))
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "union" \
+        and isinstance(value.func.value, ast.Name) and value.func.value.id == name
+
+
 def _compose(outer: str, inner: str) -> str:
     return inner if outer == WHOLE else outer
 
@@ -172,7 +180,10 @@ class _Flow:
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
                     if isinstance(target, ast.Name):
-                        bindings.setdefault(target.id, []).append(node.value)
+                        if not _keeps_itself(target.id, node.value):  # ``v = v | x`` only adds to v
+                            bindings.setdefault(target.id, []).append(node.value)
+                        else:
+                            bindings.setdefault(target.id, [])
                     elif isinstance(target, (ast.Tuple, ast.List)):  # ``meta.f, self._x = self._x, []``
                         for element in target.elts:
                             element = element.value if isinstance(element, ast.Starred) else element
@@ -183,8 +194,8 @@ class _Flow:
                     elif (held := self._field_of(target)) is not None and not self._conditional(node, parents):
                         stores.setdefault(held, []).append(node.value)
             elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-                bindings.setdefault(node.target.id, []).append(
-                    ast.BinOp(node.target, node.op, node.value) if isinstance(node.op, ast.BitOr) else None)
+                if not isinstance(node.op, ast.BitOr):  # ``v |= x`` only adds to v; ``v -= x`` is a trim (below)
+                    bindings.setdefault(node.target.id, []).append(None)
             elif isinstance(node, ast.ExceptHandler) and node.name:
                 bindings.setdefault(node.name, []).append(None)
             elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
@@ -207,6 +218,13 @@ class _Flow:
                 if name in self.params:
                     self.out |= held  # a field of an object the caller handed in (``meta.preempted = ...``)
             for node in nodes:
+                grown = node.target.id if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.BitOr) \
+                    and isinstance(node.target, ast.Name) else \
+                    node.targets[0].id if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                    and isinstance(node.targets[0], ast.Name) and _keeps_itself(node.targets[0].id, node.value) \
+                    else None
+                if grown is not None and not self._conditional(node, parents):  # ``v |= x``, ``v = v | x``
+                    taint.setdefault(grown, set()).update(self.carry(node.value))
                 if isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name):
                     taint[f"{node.target.id}\0{id(node)}"] = self.carry(node.iter)  # per loop: names recur
                 elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _FILLS:
