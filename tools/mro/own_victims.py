@@ -40,14 +40,6 @@ def counted_victims(reader: "EffectReader", cls: str) -> tuple[str, ...]:
             "are vLLM's",)
 
 
-def _next_definition(reader: "EffectReader", cls: str, after: str, method: str) -> str | None:
-    """The class ``super().<method>()`` reaches from ``after``'s body, for an instance of ``cls``."""
-    mro = reader.hierarchy.mro[cls]
-    rest = mro[mro.index(after) + 1:] if after in mro else []
-    return next((owner for owner in rest if reader.hierarchy.classes[owner].external
-                 or method in reader.hierarchy.classes[owner].methods), None)
-
-
 def _carried_fields(reader: "EffectReader", cls: str, owner: str | None, method: str,
                     seen: frozenset[tuple[str, str]], *, whole: bool, unread: set[str]) -> set[str]:
     """The fields through which ``owner``'s ``method`` (as ``cls`` resolves it) hands out every victim id vLLM named:
@@ -71,7 +63,7 @@ def _carried_fields(reader: "EffectReader", cls: str, owner: str | None, method:
                 unread.add(f"{method} (returns what it is handed)")
             continue
         kind, name = source.split(":", 1)
-        target = reader.hierarchy.lookup(cls, name) if kind == "self" else _next_definition(reader, cls, owner, name)
+        target = reader.hierarchy.lookup(cls, name, after=None if kind == "self" else owner)  # ``super()``: after owner
         fields |= {field if field != WHOLE else inner
                    for inner in _carried_fields(reader, cls, target, name, seen, whole=True, unread=unread)}
     return fields
