@@ -96,6 +96,24 @@ class Hierarchy:
                 left.append(f"{binder.name}.{name}")
         return tuple(left)
 
+    def base_abstract_left(self, cls: str, methods: Sequence[str]) -> tuple[str, ...]:
+        """Which of ``methods`` ``cls`` leaves to vLLM's base, where they are ``@abstractmethod`` (base.py): building
+        ``cls`` raises TypeError. Read from vLLM's documented base (:mod:`externals`), under the same conditions as
+        :meth:`abstract_left` (no unread base, no hook that may change how the class is built)."""
+        mro = self.mro[cls]
+        if ROOT_CONNECTOR not in mro or self.opaque_ancestors(cls):
+            return ()
+        if any(self.classes[c].construct_hooks for c in mro if not self.classes[c].external):
+            return ()
+        left = []
+        for name in methods:
+            binder = next((self.classes[c] for c in mro if name in (
+                self.classes[c].methods if self.classes[c].external else self.classes[c].bound_names)), None)
+            if binder is not None and binder.external and binder.name == ROOT_CONNECTOR \
+                    and binder.methods[name].body == "abstract":
+                left.append(f"{binder.name}.{name}")
+        return tuple(left)
+
     def opaque_ancestors(self, cls: str) -> list[str]:
         """External classes in ``cls``'s MRO whose source was not analysed (they could define anything)."""
         return [c for c in self.mro[cls] if self.classes[c].external and self.classes[c].opaque]

@@ -973,6 +973,14 @@ class Judge:
         the model's ``request_finished`` call records mark a finish, spec/README.md "Call records"): unknown;
         one that reaches its violation before any finish stands. A class waiting store tasks where the model has no
         action (``_waits_outside_the_model``) may have ended the dump the counterexample overwrites: unknown."""
+        unbuilt = [(c, left) for c in [cls] + ([context.inner] if context.inner else [])
+                   for left in self.hierarchy.base_abstract_left(c, _PROTOCOL_ABSTRACTS)]
+        if unbuilt:  # the counterexample runs vLLM's abstract stub where the class has no method: no run does
+            why = tuple(f"{c} does not define {left.split('.')[-1]}, an @abstractmethod of vLLM's {left.split('.')[0]}: "
+                        f"constructing {c} raises TypeError, so no run makes this counterexample's calls"
+                        for c, left in unbuilt)
+            return ContextJudgement(context, "unknown", outcome.violated, why, shown, outcome.result, outcome.model,
+                                    outcome.files)
         waited = self._waits_outside_the_model(cls, context.inner)
         waited += tuple(r for c in [cls] + ([context.inner] if context.inner else []) for r in widened_victims(self.reader, c))
         if waited:  # the counterexample stays: --run replays it, with every method vLLM calls
@@ -1009,6 +1017,12 @@ class Judge:
             contexts = [c for c in contexts if c.key in wanted]
         judgements = tuple(self.judge_context(cls, c, inner_reasons) for c in contexts)
         return decide(cls, self.hierarchy.resolves(cls), judgements)
+
+
+#: vLLM's abstract methods the protocol lives in (the save and what the scheduler ships): a class that leaves one
+#: to vLLM's base is judged as if the base's empty body ran, which no built class does. The others (loads, the
+#: per-layer save) are read as the no-ops a connector that loads nothing writes, as the corpus's sketches do.
+_PROTOCOL_ABSTRACTS = ("wait_for_save", "build_connector_meta")
 
 
 def decide(cls: str, resolves: dict[str, str], judgements: tuple[ContextJudgement, ...]) -> ConnectorJudgement:
