@@ -235,6 +235,7 @@ class Effect:
     foreign_words: frozenset[str] = frozenset()  # of those, attributes read on objects other than self
     attr_calls: tuple[tuple[str, str, str], ...] = ()  # (where, attr, path) of every self.<attr>.<path>() call
     rank_guards: tuple[tuple[str, str, frozenset[str]], ...] = ()  # (where, test, what it guards)
+    value_calls: tuple[str, ...] = ()  # calls of values the reader does not resolve, with where they are
 
     @property
     def submits_waited(self) -> bool:
@@ -519,6 +520,9 @@ class EffectReader:
             attr_calls=tuple(dict.fromkeys(
                 [*((f"{owner}.{method} line {line}", a, p) for a, p, line in facts.attr_calls),
                  *(c for e in everything for c in e.attr_calls)]
+            )),
+            value_calls=tuple(dict.fromkeys(
+                [*(f"{owner}.{method} {c}" for c in facts.value_calls), *(c for e in everything for c in e.value_calls)]
             )),
             rank_guards=tuple(dict.fromkeys(
                 [*((f"{owner}.{method}", t, d) for t, d in facts.rank_guards),
@@ -1535,6 +1539,12 @@ def classify(
     if method in ("save_kv_layer", "wait_for_save") and any(f.waited_if for f in effect.flows):
         return UNKNOWN, (f"{where} waits the dumps it submits only under a condition (a configuration switch, a "
                          "test of the task): a synchronous save on one branch, a deferred one on the other",)
+    if method in ("save_kv_layer", "wait_for_save") and not submits and effect.value_calls:
+        # a save with no visible submit that calls a value (a transition table's lambda, a callback it was handed):
+        # read as submitting nothing, the class was judged with no dumps, so nothing could be overwritten
+        where_call, call = effect.value_calls[0].rsplit(": ", 1)
+        return UNKNOWN, (f"{where} calls {call} ({where_call}), a callable the reader does not resolve: it may submit a "
+                         f"dump that outlives the call ({HIDDEN_SUBMIT})",)
     if method == "save_kv_layer":
         if submits and waits and not effect.submits_waited:
             # ResyncSlotStore: ``_persist`` submits and keeps the task under the request id, then ``_settle``

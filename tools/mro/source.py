@@ -204,6 +204,8 @@ class MethodFacts:
     # ("self_call", m) for ``self.m(...)``, ("loose", text) for any other receiver
     iterations: tuple[tuple[str, str, int], ...] = ()
     plain_calls: frozenset[str] = frozenset()  # ``f(...)`` by a bare name (a builtin, an import, a module function)
+    # calls of a value the reader does not resolve (a parameter or local, an item, a call's result), as written
+    value_calls: tuple[str, ...] = ()
     attr_values: tuple[tuple[str, str], ...] = ()  # self.<attr> = v as (attr, value_kind(v)); None values left out
     counted_waits: tuple[tuple[str, str], ...] = ()  # (why, "wait" or the self helper) run only when a count allows
     # (why, "wait" or the self helper) in a place that may stop before every entry is waited (a loop's early
@@ -839,6 +841,7 @@ class _MethodReader:
                 isinstance(n.value, ast.Constant) and n.value.value is None) for n in _own_nodes(self.func)),
             iterations=self._iterations(),
             plain_calls=frozenset(self.plain_calls),
+            value_calls=_value_calls(self.func),
             attr_values=_attr_values(self.func),
             attr_transfers=_attr_transfers(self.func),
             counted_waits=self._counted_waits(),
@@ -3021,6 +3024,24 @@ def _with_function_callbacks(method: MethodFacts, callbacks: Mapping[str, str]) 
 #: Builtins and standard containers whose result is plain data of their own class (``dict()``, ``sorted(x)``).
 _DATA_CONSTRUCTORS = frozenset({"dict", "list", "set", "tuple", "frozenset", "sorted", "defaultdict", "OrderedDict",
                                 "deque", "Counter", "len", "str", "int", "float", "bool", "range"})
+
+
+def _value_calls(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...]:
+    """Calls whose callee is a value, not a name the reader resolves: a parameter or a local the body binds
+    (``step = self.table.get((state, event)); step(rec, span)``), an item (``self.ops[kind](r)``), a call's result
+    (``self._pick()(r)``) or a lambda. A ``wait_for_save`` that tracks and submits its dumps through a table of
+    lambdas showed no submit, and its class was judged with no dumps at all."""
+    args = [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]
+    bound = {a.arg for a in args[1:]} | {a.arg for a in (func.args.vararg, func.args.kwarg) if a is not None}
+    bound |= {n.id for n in _own_nodes(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    found = []
+    for node in _own_nodes(func):
+        if not isinstance(node, ast.Call):
+            continue
+        callee = node.func
+        if isinstance(callee, ast.Name) and callee.id in bound or isinstance(callee, (ast.Subscript, ast.Call, ast.Lambda)):
+            found.append(f"line {node.lineno}: {ast.unparse(callee)}(...)")
+    return tuple(found)
 
 
 def _local_data(func: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
