@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 
 from deferdump.tools.mro.block_tables import unreplaced_tables
 from deferdump.tools.mro.copied_sweeps import entries_left_behind
+from deferdump.tools.mro.dropped_handoffs import dropped_handoffs
 from deferdump.tools.mro.own_victims import counted_victims, unshipped_victims, widened_victims
 from deferdump.tools.mro.unreached_tasks import copied_task_records, unreached_task_holders
 from deferdump.tools.mro.behaviour import (
@@ -591,6 +592,7 @@ class Judge:
                 return passed("unknown", stale)
             unwaited = tuple(r for c in concretes for r in (*unreached_task_holders(self.reader, c),
                                                             *copied_task_records(self.reader, c),
+                                                            *dropped_handoffs(self.reader, c),
                                                             *entries_left_behind(self.reader, c)))
             if unwaited:  # dumps kept where no finish or preemption waits them: the model's are waited there
                 return passed("unknown", unwaited)

@@ -21,6 +21,7 @@ from deferdump.tools.mro.ast_helpers import target_names as _target_names
 from deferdump.tools.mro.block_tables import BlockCall, TableExtension, block_calls, table_extensions
 from deferdump.tools.mro.settled_paths import PathEvents, builds_bounded_deque, path_events
 from deferdump.tools.mro.super_results import super_rewrites
+from deferdump.tools.mro.dropped_handoffs import dropped_params, task_handoffs
 from deferdump.tools.mro.victim_flow import VictimFlow, metadata_fields, victim_flow
 from deferdump.tools.mro.task_holders import (
     CopyRecord,
@@ -206,6 +207,9 @@ class MethodFacts:
     plain_calls: frozenset[str] = frozenset()  # ``f(...)`` by a bare name (a builtin, an import, a module function)
     # calls of a value the reader does not resolve (a parameter or local, an item, a call's result), as written
     value_calls: tuple[str, ...] = ()
+    # (helper, position or keyword, line) per ``self.<helper>(...)`` given a store submit's task (dropped_handoffs.py)
+    task_handoffs: "tuple[tuple[str, int | str, int], ...]" = ()
+    dropped_params: frozenset[str] = frozenset()  # parameters the body lets go nowhere (dropped_handoffs.py)
     attr_values: tuple[tuple[str, str], ...] = ()  # self.<attr> = v as (attr, value_kind(v)); None values left out
     counted_waits: tuple[tuple[str, str], ...] = ()  # (why, "wait" or the self helper) run only when a count allows
     # (why, "wait" or the self helper) in a place that may stop before every entry is waited (a loop's early
@@ -842,6 +846,8 @@ class _MethodReader:
             iterations=self._iterations(),
             plain_calls=frozenset(self.plain_calls),
             value_calls=_value_calls(self.func),
+            task_handoffs=task_handoffs(self.func, own, STORE_SUBMITS),
+            dropped_params=dropped_params(self.func),
             attr_values=_attr_values(self.func),
             attr_transfers=_attr_transfers(self.func),
             counted_waits=self._counted_waits(),
