@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence
 from deferdump.tools.mro.block_tables import unreplaced_tables
 from deferdump.tools.mro.copied_sweeps import entries_left_behind
 from deferdump.tools.mro.dropped_handoffs import dropped_handoffs
+from deferdump.tools.mro.finish_plans import finish_plans
 from deferdump.tools.mro.own_victims import counted_victims, unshipped_victims, widened_victims
 from deferdump.tools.mro.unreached_tasks import copied_task_records, unreached_task_holders
 from deferdump.tools.mro.behaviour import (
@@ -985,6 +986,7 @@ class Judge:
                                     outcome.files)
         waited = self._waits_outside_the_model(cls, context.inner)
         waited += tuple(r for c in [cls] + ([context.inner] if context.inner else []) for r in widened_victims(self.reader, c))
+        waited += tuple(r for c in [cls] + ([context.inner] if context.inner else []) for r in finish_plans(self.reader, c))
         if waited:  # the counterexample stays: --run replays it, with every method vLLM calls
             return ContextJudgement(context, "unknown", outcome.violated, waited, shown, outcome.result, outcome.model,
                                     outcome.files)
