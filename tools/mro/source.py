@@ -269,6 +269,8 @@ class MethodFacts:
 
 #: Store calls that submit a dump (a task comes back) and that block on one.
 STORE_SUBMITS = frozenset({"dump_data", "dump"})
+#: A store's poll of a task (the judge's ``CHECK_CALLS``): no wait, so one passed as a value is read as called.
+_POLLS = frozenset({"check"})
 #: Logger methods: a statement calling one only writes a line.
 LOG_CALLS = frozenset({"debug", "info", "warning", "error", "critical", "exception", "log", "debug_once", "info_once",
                        "warning_once"})
@@ -1332,6 +1334,11 @@ class _MethodReader:
 
     def _read_call(self, call: ast.Call) -> None:
         func = call.func
+        for arg in [*call.args, *(k.value for k in call.keywords)]:
+            if isinstance(arg, ast.Attribute) and arg.attr in _POLLS and not _is_self(arg.value):
+                # ``all(map(self._store.check, rec.tasks))``: the store's poll, passed as a value, runs as a call
+                # (SlottedRecordConnector, a blind round's, read as reporting before any wait)
+                self.calls.add(arg.attr)
         if any(k.arg == "non_blocking" and not (isinstance(k.value, ast.Constant) and not k.value.value)
                for k in call.keywords):
             self.async_hints.append(f"line {call.lineno}: {ast.unparse(func)}(..., non_blocking=...)")
