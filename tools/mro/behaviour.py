@@ -777,13 +777,15 @@ class EffectReader:
                        "and answers itself on others: the model has no label for an answer split that way",)
         hybrid: tuple[str, ...] = ()
         if method == "handle_preemptions" and label in ("wait_preempted", AMBIGUOUS_PREEMPT):
-            if facts.switched_selections:
+            switched = [(f.owner, f.name, test) for f in self._reached(cls, owner, method) for test in f.switched_selections]
+            if switched:
                 # Either side may be the one that runs, in any case: waiting every task it holds before the forward
                 # is a flush that can make even an undelayed finish safe (and a fence on a hybrid model), waiting
                 # the preempted ones is not (LeaderLayoutConnector, eighth blind round: the side is chosen by the
                 # KV-cache layout)
                 return DefinitionLabel(owner, method, UNKNOWN, (
-                    f"{owner}.handle_preemptions chooses what it waits by `{facts.switched_selections[0]}`, between "
+                    f"{owner}.handle_preemptions chooses what it waits by `{switched[0][2]}` "
+                    f"({switched[0][0]}.{switched[0][1]}), between "
                     "state it holds and the preempted requests it is given: where the first is chosen it waits more "
                     "than the preempted requests' tasks before the forward (a flush; on a hybrid model a fence), and "
                     "the reader does not evaluate the test",))
