@@ -777,7 +777,8 @@ class EffectReader:
                        "and answers itself on others: the model has no label for an answer split that way",)
         hybrid: tuple[str, ...] = ()
         if method == "handle_preemptions" and label in ("wait_preempted", AMBIGUOUS_PREEMPT):
-            switched = [(f.owner, f.name, test) for f in self._reached(cls, owner, method) for test in f.switched_selections]
+            switched = [(f.owner, f.name, test) for f in self._reached(cls, owner, method)
+                        for test in f.switched_selections]
             if switched:
                 # Either side may be the one that runs, in any case: waiting every task it holds before the forward
                 # is a flush that can make even an undelayed finish safe (and a fence on a hybrid model), waiting

@@ -94,7 +94,8 @@ def _discarded(use: ast.Name, parents: dict[ast.AST, ast.AST], func: ast.AST) ->
     node: ast.AST = use
     while node is not func:
         parent = parents.get(node)
-        if parent is None or isinstance(parent, (ast.stmt, ast.Lambda, ast.comprehension)) and not isinstance(parent, ast.Expr):
+        if parent is None or isinstance(parent, (ast.Lambda, ast.comprehension)) \
+                or isinstance(parent, ast.stmt) and not isinstance(parent, ast.Expr):
             return False
         if isinstance(parent, ast.Call) and node is not parent.func:
             callee = _callee(parent)
@@ -123,8 +124,8 @@ def dropped_handoffs(reader: "EffectReader", cls: str) -> tuple[str, ...]:
                 continue
             name = called.param_names[where] if isinstance(where, int) and where < len(called.param_names) else where
             if isinstance(name, str) and name in called.dropped_params:
-                found.append(f"{facts.owner}.{facts.name} (line {line}) hands a store task to {called.owner}.{helper}(), "
-                             f"whose parameter `{name}` goes only into a copy it discards, a log line, or nowhere: "
+                found.append(f"{facts.owner}.{facts.name} (line {line}) hands a store task to "
+                             f"{called.owner}.{helper}(), whose parameter `{name}` goes only into a copy it discards, a log line, or nowhere: "
                              "nothing waits that dump, where the model's deferred dumps are waited before their "
                              "blocks are freed")
     return tuple(dict.fromkeys(found))

@@ -979,14 +979,15 @@ class Judge:
         unbuilt = [(c, left) for c in [cls] + ([context.inner] if context.inner else [])
                    for left in self.hierarchy.base_abstract_left(c, _PROTOCOL_ABSTRACTS)]
         if unbuilt:  # the counterexample runs vLLM's abstract stub where the class has no method: no run does
-            why = tuple(f"{c} does not define {left.split('.')[-1]}, an @abstractmethod of vLLM's {left.split('.')[0]}: "
-                        f"constructing {c} raises TypeError, so no run makes this counterexample's calls"
-                        for c, left in unbuilt)
+            why = tuple(f"{c} does not define {left.split('.')[-1]}, an @abstractmethod of vLLM's "
+                        f"{left.split('.')[0]}: constructing {c} raises TypeError, so no run makes this "
+                        "counterexample's calls" for c, left in unbuilt)
             return ContextJudgement(context, "unknown", outcome.violated, why, shown, outcome.result, outcome.model,
                                     outcome.files)
         waited = self._waits_outside_the_model(cls, context.inner)
         waited += tuple(r for c in [cls] + ([context.inner] if context.inner else []) for r in widened_victims(self.reader, c))
-        waited += tuple(r for c in [cls] + ([context.inner] if context.inner else []) for r in finish_plans(self.reader, c))
+        waited += tuple(r for c in [cls] + ([context.inner] if context.inner else [])
+                        for r in finish_plans(self.reader, c))
         if waited:  # the counterexample stays: --run replays it, with every method vLLM calls
             return ContextJudgement(context, "unknown", outcome.violated, waited, shown, outcome.result, outcome.model,
                                     outcome.files)

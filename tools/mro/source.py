@@ -3052,7 +3052,8 @@ def _value_calls(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...
         if not isinstance(node, ast.Call):
             continue
         callee = node.func
-        if isinstance(callee, ast.Name) and callee.id in bound or isinstance(callee, (ast.Subscript, ast.Call, ast.Lambda)):
+        if isinstance(callee, ast.Name) and callee.id in bound \
+                or isinstance(callee, (ast.Subscript, ast.Call, ast.Lambda)):
             found.append(f"line {node.lineno}: {ast.unparse(callee)}(...)")
     return tuple(found)
 
