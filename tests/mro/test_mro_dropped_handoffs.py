@@ -15,72 +15,23 @@ from deferdump.tools.mro.hierarchy import build_hierarchy
 from deferdump.tools.mro.judge import Judge, ModelRunner
 from deferdump.tools.mro.source import read_files
 from deferdump.tools.mro.tla import ModelBounds
+from support.mro_probes import DISPATCH, TABLE_DISPATCH
 
-SOURCE = '''from blockstore_client import BlockStore
-from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorMetadata
-
-
-class Meta(KVConnectorMetadata):
-    def __init__(self):
-        self.spans = {}
-        self.preempted = []
-
-
-class RecordHelperConnector(KVConnectorBase_V1):
-    def __init__(self, vllm_config, role, kv_cache_config=None):
-        super().__init__(vllm_config, role, kv_cache_config)
-        self._async_dump_req_ids = set()
-        self._tasks = {}
-        self.store = BlockStore("x")
-
-    def get_num_new_matched_tokens(self, request, num_computed_tokens):
-        return 0, False
-
-    def update_state_after_alloc(self, request, blocks, num_external_tokens):
-        pass
-
-    def build_connector_meta(self, scheduler_output):
-        meta = Meta()
-        for nr in scheduler_output.scheduled_new_reqs:
-            meta.spans[nr.req_id] = nr.block_ids
-            self._async_dump_req_ids.add(nr.req_id)
-        meta.preempted = list(scheduler_output.preempted_req_ids or ())
-        return meta
-
-    def request_finished(self, request, block_ids):
-        return request.request_id in self._async_dump_req_ids, None
-
-    def handle_preemptions(self, kv_connector_metadata):
-        for r in kv_connector_metadata.preempted:
-            for t in self._tasks.pop(r, []):
-                self.store.wait(t)
-
-    def start_load_kv(self, forward_context, **kwargs):
-        pass
-
-    def wait_for_layer_load(self, layer_name):
-        pass
-
-    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
-        pass
-
-    def wait_for_save(self):
-        meta = self._get_connector_metadata()
-        for r, span in meta.spans.items():
-            self._async_dump_req_ids.add(r)
-            self._record(r, self.store.dump(span, r))
+#: TABLE_DISPATCH saving through a ``self._record`` helper instead of the table, and reporting after it waits.
+SOURCE = TABLE_DISPATCH.replace(
+    '''        self.ops = {"dump": lambda r, span: self._tasks.setdefault(r, []).append(self.store.dump(span, r))}
+''', "").replace(DISPATCH, """            self._record(r, self.store.dump(span, r))
 
     def _record(self, r, task):
-        self._tasks.setdefault(r, []).append(task)
-
-    def get_finished(self, finished_req_ids):
+        self._tasks.setdefault(r, []).append(task)""").replace(
+    TABLE_DISPATCH[TABLE_DISPATCH.index("    def get_finished"):], """    def get_finished(self, finished_req_ids):
         done = {r for r in finished_req_ids if r in self._async_dump_req_ids}
         for r in done:
             self._async_dump_req_ids.discard(r)
             for t in self._tasks.pop(r, []):
                 self.store.wait(t)
         return done or None, None
-'''
+""").replace("TableDispatchConnector", "RecordHelperConnector")
 
 KEEP = "        self._tasks.setdefault(r, []).append(task)"
 DISCARD = """        entry = tuple(self._tasks.get(r, ()))
