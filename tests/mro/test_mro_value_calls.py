@@ -19,7 +19,6 @@ from support.mro_probes import DISPATCH, TABLE_DISPATCH
 SOURCE = TABLE_DISPATCH
 
 
-
 def _judge(tmp_path: Path, text: str = SOURCE) -> Judge:
     path = tmp_path / "table_dispatch.py"
     path.write_text(text, encoding="utf-8")
