@@ -10,23 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deferdump.tools.mro.hierarchy import build_hierarchy
-from deferdump.tools.mro.judge import Judge, ModelRunner
-from deferdump.tools.mro.source import read_files
-from deferdump.tools.mro.tla import ModelBounds
+from support.mro import edited_label
 
 PLAN = Path(__file__).parents[1] / "fixtures" / "mro" / "corpus" / "blind_split_plan_frozen.py"
 SWITCH = "        targets = list(self._tasks) if plan.fence_all else list(plan.preempted)"
 
 
-def _label(tmp_path: Path, switch: str = SWITCH) -> tuple[str, tuple[str, ...]]:
-    text = PLAN.read_text(encoding="utf-8")
-    assert SWITCH in text
-    path = tmp_path / PLAN.name
-    path.write_text(text.replace(SWITCH, switch, 1), encoding="utf-8")
-    label = Judge(build_hierarchy(read_files([path])), ModelRunner(ModelBounds(), 60)).reader.label(
-        "PlanSplitConnector", "PlanSplitConnector", "handle_preemptions")
-    return label.label, label.reasons
+def _label(tmp_path: Path, edited: str = SWITCH) -> tuple[str, tuple[str, ...]]:
+    return edited_label(tmp_path, PLAN, (SWITCH, edited), "PlanSplitConnector", "PlanSplitConnector", "handle_preemptions")
 
 
 def test_a_switch_in_the_fence_helper_is_read(tmp_path: Path) -> None:

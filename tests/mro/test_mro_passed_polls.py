@@ -8,23 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deferdump.tools.mro.hierarchy import build_hierarchy
-from deferdump.tools.mro.judge import Judge, ModelRunner
-from deferdump.tools.mro.source import read_files
-from deferdump.tools.mro.tla import ModelBounds
+from support.mro import edited_label
 
 SLOTS = Path(__file__).parents[1] / "fixtures" / "mro" / "corpus" / "blind_weak_and_slots.py"
 POLL = "if rec.finishing and all(map(self._store.check, rec.tasks))"
 
 
-def _label(tmp_path: Path, poll: str = POLL) -> tuple[str, tuple[str, ...]]:
-    text = SLOTS.read_text(encoding="utf-8")
-    assert POLL in text
-    path = tmp_path / SLOTS.name
-    path.write_text(text.replace(POLL, poll, 1), encoding="utf-8")
-    label = Judge(build_hierarchy(read_files([path])), ModelRunner(ModelBounds(), 60)).reader.label(
-        "SlottedRecordConnector", "SlottedRecordConnector", "get_finished")
-    return label.label, label.reasons
+def _label(tmp_path: Path, edited: str = POLL) -> tuple[str, tuple[str, ...]]:
+    return edited_label(tmp_path, SLOTS, (POLL, edited), "SlottedRecordConnector", "SlottedRecordConnector",
+                        "get_finished")
 
 
 def test_a_poll_passed_to_map_is_a_poll(tmp_path: Path) -> None:

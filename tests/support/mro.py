@@ -11,7 +11,8 @@ from deferdump.tools.mro.run.runner import RunBudget
 from deferdump.tools.mro.source import read_files
 from deferdump.tools.mro.tla import ModelBounds
 
-__all__ = ["QUICK_RUN", "QUIET_METHODS", "RUN_TIMEOUT", "assert_safe_but_on_sliding_window", "judge_cases"]
+__all__ = ["QUICK_RUN", "QUIET_METHODS", "RUN_TIMEOUT", "assert_safe_but_on_sliding_window", "edited_label",
+           "judge_cases"]
 
 #: The connector methods a `--run` test class leaves doing nothing (no loads, nothing per layer), as class-body source
 #: at one level of indentation: a class that defines the rest of its protocol around them can be built and run.
@@ -59,3 +60,15 @@ def assert_safe_but_on_sliding_window(judgement: Any) -> None:
     assert judgement.context is not None and judgement.context.case == "hybrid", cases
     assert judgement.context.path != "hma" and judgement.violated == "NoOverwriteWhileDumpingInv", cases
     assert all(verdict == "safe" for key, verdict in cases.items() if not key.startswith("hybrid")), cases
+
+
+def edited_label(tmp_path: Path, source: Path, edit: tuple[str, str], cls: str, owner: str,
+                 method: str) -> tuple[str, tuple[str, ...]]:
+    """The label (and its reasons) of ``owner``'s ``method`` as ``cls`` runs it, in a copy of ``source`` with one
+    edit (``old``, which must be there, replaced once by ``new``): a rule's case and its opposite in one file."""
+    text = source.read_text(encoding="utf-8")
+    assert edit[0] in text, edit[0]
+    path = tmp_path / source.name
+    path.write_text(text.replace(*edit, 1), encoding="utf-8")
+    label = Judge(build_hierarchy(read_files([path])), ModelRunner(ModelBounds(), 60)).reader.label(cls, owner, method)
+    return label.label, label.reasons
