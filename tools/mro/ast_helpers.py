@@ -18,6 +18,12 @@ def is_self(node: ast.AST) -> bool:
     return isinstance(node, ast.Name) and node.id == "self"
 
 
+def called_name(call: ast.Call) -> str | None:
+    """The name a call is made by: ``f(...)`` -> ``f``, ``x.f(...)`` -> ``f``; None for any other callee."""
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+
+
 def target_names(target: ast.AST) -> set[str]:
     """The names an assignment target rebinds (``x``, ``a, *b``), not those it only reads (``d[x] = …``)."""
     if isinstance(target, ast.Name):

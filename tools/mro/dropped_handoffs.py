@@ -12,23 +12,11 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from deferdump.tools.mro.ast_helpers import is_self
+from deferdump.tools.mro.ast_helpers import called_name, is_self
+from deferdump.tools.mro.task_holders import COPY_CALLS, READ_ONLY_CALLS
 
 if TYPE_CHECKING:
     from deferdump.tools.mro.behaviour import EffectReader
-
-#: Calls that make a new object from what they are given (``dataclasses.replace``, ``copy.copy``, a named tuple's
-#: ``_replace``, pydantic's ``model_copy``): a result nobody keeps takes its arguments with it.
-_COPIES = frozenset({"replace", "copy", "deepcopy", "_replace", "model_copy"})
-
-#: Calls that read an argument without keeping it (a log line, a length, a type test).
-_READERS = frozenset({"len", "isinstance", "bool", "repr", "str", "id", "type", "hasattr", "print", "debug", "info",
-                      "warning", "error", "exception", "critical", "log"})
-
-
-def _callee(call: ast.Call) -> str | None:
-    func = call.func
-    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
 
 
 def _submit(node: ast.AST, submits: frozenset[str]) -> bool:
@@ -39,16 +27,15 @@ def task_handoffs(func: ast.FunctionDef | ast.AsyncFunctionDef, nodes: list[ast.
                   submits: frozenset[str]) -> tuple[tuple[str, int | str, int], ...]:
     """(helper, position or keyword, line) for each ``self.<helper>(...)`` call given a store submit's task: the
     submit written in place, or a local every binding of which is a submit and which nothing else reads."""
-    bindings: dict[str, list[ast.AST]] = {}
+    bindings: dict[str, list[ast.AST]] = {}  # a name's bound values; any binding but ``name = value`` counts as itself
     for node in nodes:
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr, ast.For, ast.With)):
+            plain = isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None
+            whole = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
             for target in ast.walk(node):
                 if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store):
-                    value = getattr(node, "value", None)
-                    single = isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and (
-                        node.target is target if not isinstance(node, ast.Assign)
-                        else any(t is target for t in node.targets))
-                    bindings.setdefault(target.id, []).append(value if single else node)
+                    bound = node.value if plain and any(t is target for t in whole) else node
+                    bindings.setdefault(target.id, []).append(bound)
     reads: dict[str, int] = {}
     for node in ast.walk(func):
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Store):
@@ -98,10 +85,10 @@ def _discarded(use: ast.Name, parents: dict[ast.AST, ast.AST], func: ast.AST) ->
                 or isinstance(parent, ast.stmt) and not isinstance(parent, ast.Expr):
             return False
         if isinstance(parent, ast.Call) and node is not parent.func:
-            callee = _callee(parent)
-            if callee in _READERS:
+            callee = called_name(parent)
+            if callee in READ_ONLY_CALLS:
                 return True
-            if callee in _COPIES and isinstance(parents.get(parent), ast.Expr):
+            if callee in COPY_CALLS and isinstance(parents.get(parent), ast.Expr):
                 return True
             return False  # handed to a call that may keep it
         if isinstance(parent, ast.Expr):
@@ -125,7 +112,7 @@ def dropped_handoffs(reader: "EffectReader", cls: str) -> tuple[str, ...]:
             name = called.param_names[where] if isinstance(where, int) and where < len(called.param_names) else where
             if isinstance(name, str) and name in called.dropped_params:
                 found.append(f"{facts.owner}.{facts.name} (line {line}) hands a store task to "
-                             f"{called.owner}.{helper}(), whose parameter `{name}` goes only into a copy it discards, a log line, or nowhere: "
-                             "nothing waits that dump, where the model's deferred dumps are waited before their "
-                             "blocks are freed")
+                             f"{called.owner}.{helper}(), whose parameter `{name}` goes only into a copy it discards, "
+                             "a log line, or nowhere: nothing waits that dump, where the model's deferred dumps are "
+                             "waited before their blocks are freed")
     return tuple(dict.fromkeys(found))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from deferdump.tools.mro.unreached_tasks import reached_facts
+
 if TYPE_CHECKING:
     from deferdump.tools.mro.behaviour import EffectReader
 
@@ -27,7 +29,7 @@ def finish_plans(reader: "EffectReader", cls: str) -> tuple[str, ...]:
             continue
         finish = reader.hierarchy.method(owner, method)
         blocks = {finish.param_names[1]} if len(finish.param_names) > 1 else set()
-        for facts in reader._reached(cls, owner, method, delegations=True):  # noqa: SLF001
+        for facts in reached_facts(reader, cls, (method,)):
             kept = facts.kept_params & (blocks | {"block_ids"})
             if kept:
                 found.append(f"{facts.owner}.{facts.name} keeps `{sorted(kept)[0]}` (the blocks vLLM hands "

@@ -90,8 +90,7 @@ class Hierarchy:
             return ()
         left = []
         for name in sorted({n for facts in analysed for n in facts.abstract_names}):
-            binder = next((self.classes[c] for c in mro if name in (
-                self.classes[c].methods if self.classes[c].external else self.classes[c].bound_names)), None)
+            binder = self._binder(cls, name)
             if binder is not None and not binder.external and name in binder.abstract_names:
                 left.append(f"{binder.name}.{name}")
         return tuple(left)
@@ -107,12 +106,16 @@ class Hierarchy:
             return ()
         left = []
         for name in methods:
-            binder = next((self.classes[c] for c in mro if name in (
-                self.classes[c].methods if self.classes[c].external else self.classes[c].bound_names)), None)
+            binder = self._binder(cls, name)
             if binder is not None and binder.external and binder.name == ROOT_CONNECTOR \
                     and binder.methods[name].body == "abstract":
                 left.append(f"{binder.name}.{name}")
         return tuple(left)
+
+    def _binder(self, cls: str, name: str) -> ClassFacts | None:
+        """The first class of ``cls``'s MRO that binds ``name`` (an external one by its known methods)."""
+        return next((self.classes[c] for c in self.mro[cls] if name in (
+            self.classes[c].methods if self.classes[c].external else self.classes[c].bound_names)), None)
 
     def opaque_ancestors(self, cls: str) -> list[str]:
         """External classes in ``cls``'s MRO whose source was not analysed (they could define anything)."""

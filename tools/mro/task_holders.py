@@ -13,7 +13,7 @@ import collections
 from dataclasses import dataclass
 from typing import Iterable
 
-from deferdump.tools.mro.ast_helpers import loop_bodies, names_in, self_call, self_container
+from deferdump.tools.mro.ast_helpers import called_name, loop_bodies, names_in, self_call, self_container
 
 #: ``self.<a>.<m>(value)`` calls that put ``value`` into the container ``a``.
 _FILLING = frozenset({"append", "appendleft", "extend", "insert", "add", "put", "put_nowait"})
@@ -124,11 +124,11 @@ def dropped_submits(func: ast.FunctionDef | ast.AsyncFunctionDef, nodes: list[as
 
 #: Calls that make a new object from another (``dataclasses.replace``, ``copy.copy``/``deepcopy``, a named tuple's
 #: ``_replace``, pydantic's ``model_copy``): what is put into the new object is not in the one it was made from.
-_COPIES = frozenset({"replace", "copy", "deepcopy", "_replace", "model_copy"})
+COPY_CALLS = frozenset({"replace", "copy", "deepcopy", "_replace", "model_copy"})
 
 #: Calls that read what they are given without keeping it (a log line, a length, a type test).
-_READERS = frozenset({"len", "isinstance", "bool", "repr", "str", "id", "type", "hasattr", "print", "debug", "info",
-                      "warning", "error", "exception", "critical", "log"})
+READ_ONLY_CALLS = frozenset({"len", "isinstance", "bool", "repr", "str", "id", "type", "hasattr", "print", "debug",
+                             "info", "warning", "error", "exception", "critical", "log"})
 
 #: Methods called on a field of the copy that fill or read it in place (no object leaves through them).
 _IN_PLACE = frozenset({"append", "appendleft", "extend", "insert", "add", "update", "setdefault", "pop", "get",
@@ -159,9 +159,7 @@ class CopyRecord:
 def _copy_call(value: ast.AST) -> bool:
     if not isinstance(value, ast.Call):
         return False
-    func = value.func
-    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-    return name in _COPIES and bool(value.args or isinstance(func, ast.Attribute))
+    return called_name(value) in COPY_CALLS and bool(value.args or isinstance(value.func, ast.Attribute))
 
 
 def _fill_site(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> ast.AST:
@@ -244,7 +242,7 @@ def copy_records(func: ast.FunctionDef | ast.AsyncFunctionDef, nodes: list[ast.A
                         others = tuple((i, h) for i, a in enumerate(up.args) if a is not site and (h := holds(a)) is not None)
                         passes.append((helper, position, others))
                     continue
-                if name in _READERS:
+                if name in READ_ONLY_CALLS:
                     continue  # a length, a type test, a log line: nothing is kept
             elif isinstance(up, (ast.For, ast.AsyncFor, ast.comprehension)) and site is up.iter:
                 continue
